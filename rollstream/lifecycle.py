@@ -1,0 +1,35 @@
+"""Process lifecycle shared by the stages: logging set-up and graceful stop on SIGTERM/SIGINT."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+
+
+def stop_event() -> asyncio.Event:
+    """An event set on the first SIGTERM or SIGINT: stop taking input, finish, commit, exit 0.
+
+    A second signal is left to the default handler (so a stuck stage can still be killed).
+    """
+    loop = asyncio.get_running_loop()
+    event = asyncio.Event()
+
+    def _stop(signum: int) -> None:
+        logging.getLogger("rollstream").info("received %s: stopping", signal.Signals(signum).name)
+        event.set()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, _stop, sig)
+    return event
+
+
+def setup_logging(level: str = "INFO") -> None:
+    logging.basicConfig(
+        level=level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    # aiokafka logs every rebalance at INFO; keep it at WARNING unless asked.
+    logging.getLogger("aiokafka").setLevel(max(logging.WARNING, logging.getLogger().level))

@@ -1,0 +1,310 @@
+"""The events that flow between rollstream's stages.
+
+Every value on every topic is one of these msgspec Structs, encoded as MessagePack.
+
+Compatibility rule (``schema_version``)
+---------------------------------------
+Structs are encoded as maps keyed by field name, so:
+
+* Adding a field is backwards compatible **only if it has a default**. Old writers
+  omit it, new readers fill in the default; old readers ignore it (unknown keys are
+  skipped). Such a change keeps ``SCHEMA_VERSION``.
+* Removing a field, renaming it, changing its type, or tightening a limit so that
+  old events would fail validation is a breaking change: bump ``SCHEMA_VERSION``
+  and give the topic a new name (``prompts.v2``), so that replaying an old topic
+  still decodes with the old definition.
+* Writers always write the current ``SCHEMA_VERSION``; readers accept any version
+  ``<= SCHEMA_VERSION`` and dead-letter newer ones (a newer writer may rely on
+  fields this reader does not know).
+
+``tests/schemas/test_compat.py`` holds frozen copies of the version-1 shapes and
+checks that what they wrote still decodes.
+
+Timestamps are Unix seconds (float) set by the writer; they have no defaults.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+import msgspec
+from msgspec import Meta
+
+SCHEMA_VERSION = 1
+
+# Limits. Floats bounded on both sides also reject NaN and +-inf.
+Finite = Annotated[float, Meta(ge=-1e9, le=1e9)]
+Reward = Annotated[float, Meta(ge=-1e6, le=1e6)]
+LogProb = Annotated[float, Meta(ge=-1e4, le=0.0)]
+Seconds = Annotated[float, Meta(ge=0.0, le=1e7)]
+Timestamp = Annotated[float, Meta(ge=0.0, le=1e11)]
+TokenId = Annotated[int, Meta(ge=0, lt=2**31)]
+Version = Annotated[int, Meta(ge=0)]
+Id = Annotated[str, Meta(min_length=1, max_length=256)]
+ShortText = Annotated[str, Meta(max_length=4096)]
+Text = Annotated[str, Meta(max_length=1 << 20)]
+MAX_TOKENS = 1 << 17
+TokenIds = Annotated[list[TokenId], Meta(max_length=MAX_TOKENS)]
+LogProbs = Annotated[list[LogProb], Meta(max_length=MAX_TOKENS)]
+SchemaVersion = Annotated[int, Meta(ge=1, le=SCHEMA_VERSION)]
+
+FinishReason = Literal["stop", "length", "abort", "error"]
+ErrorKind = Literal[
+    "none",  # ran and exited cleanly (tests may still have failed)
+    "no_code",  # nothing to run was found in the completion
+    "syntax",  # the code does not compile
+    "runtime",  # an exception escaped (including failed asserts)
+    "timeout",  # wall-clock limit hit, killed
+    "oom",  # memory limit hit, killed
+    "output_limit",  # stdout/stderr over the cap, killed
+    "violation",  # the sandbox itself was attacked (runner killed, escape attempt)
+    "crash",  # died by a signal
+    "infra",  # the sandbox failed for reasons not caused by the code
+]
+
+
+class Event(msgspec.Struct, frozen=True, kw_only=True):
+    """Base of every event: carries the schema version of its writer."""
+
+    schema_version: SchemaVersion = SCHEMA_VERSION
+
+
+class Message(msgspec.Struct, frozen=True, kw_only=True):
+    role: Literal["system", "user", "assistant", "tool"]
+    content: Text
+
+
+class SamplingParams(msgspec.Struct, frozen=True, kw_only=True):
+    """Per-prompt sampling overrides; ``None`` means the generator's configured value."""
+
+    temperature: Annotated[float, Meta(ge=0.0, le=10.0)] | None = None
+    top_p: Annotated[float, Meta(gt=0.0, le=1.0)] | None = None
+    top_k: Annotated[int, Meta(ge=0)] | None = None
+    max_new_tokens: Annotated[int, Meta(ge=1, le=MAX_TOKENS)] | None = None
+    stop: Annotated[list[ShortText], Meta(max_length=16)] | None = None
+    seed: int | None = None
+
+
+class Subtask(msgspec.Struct, frozen=True, kw_only=True):
+    """One step of a task that is worked through in order (multi-turn, planned)."""
+
+    instruction: Text
+    tests: Annotated[list[Text], Meta(max_length=1000)]
+
+
+class RewardSpec(msgspec.Struct, frozen=True, kw_only=True):
+    """How to score a completion. ``kind`` names an entry of the reward registry.
+
+    For ``python_tests``: the completion's code (from the first fenced block, or the
+    whole text) is run with ``setup`` before it, then each string in ``tests`` (a
+    statement, usually an ``assert``) in order; ``entry_point`` is the function the
+    tests call. The score is the weighted sum of the ``weights`` components.
+    """
+
+    kind: Id = "python_tests"
+    entry_point: ShortText = ""
+    tests: Annotated[list[Text], Meta(max_length=1000)] = []
+    setup: Text = ""
+    timeout_s: Annotated[float, Meta(gt=0.0, le=600.0)] = 5.0
+    memory_mb: Annotated[int, Meta(ge=16, le=65536)] = 256
+    all_or_nothing: bool = False
+    weights: dict[Id, Finite] = msgspec.field(default_factory=lambda: {"tests": 1.0})
+    syntax_error_reward: Reward = -0.5
+    timeout_reward: Reward = -0.2
+    crash_reward: Reward = -0.2
+    no_code_reward: Reward = -1.0
+    max_length_chars: Annotated[int, Meta(ge=1)] | None = None
+    subtasks: Annotated[list[Subtask], Meta(max_length=64)] = []
+
+
+class Continuation(msgspec.Struct, frozen=True, kw_only=True):
+    """A later turn of one sample of a multi-turn episode (planned).
+
+    The transcript so far travels as tokens: ``generated_mask[i]`` is 1 where
+    ``completion_token_ids[i]`` was produced by the model (and has a behaviour
+    log-prob) and 0 where it came from the environment (an observation).
+    """
+
+    sample_index: Annotated[int, Meta(ge=0)]
+    turn: Annotated[int, Meta(ge=1)]
+    messages: Annotated[list[Message], Meta(max_length=1024)]
+    prompt_token_ids: TokenIds
+    completion_token_ids: TokenIds
+    generated_mask: Annotated[list[Annotated[int, Meta(ge=0, le=1)]], Meta(max_length=MAX_TOKENS)]
+    behaviour_logprobs: LogProbs
+    observation: Text
+    policy_versions: Annotated[list[Version], Meta(max_length=1024)] = []
+    subtask_index: Annotated[int, Meta(ge=0)] = 0
+
+
+class PromptIssued(Event, frozen=True, kw_only=True):
+    """One group to generate: ``group_size`` samples of ``messages``.
+
+    With ``continuation`` set, it asks for one more turn of a single sample instead.
+    """
+
+    group_id: Id
+    task_id: Id
+    family: Id
+    messages: Annotated[list[Message], Meta(min_length=1, max_length=1024)]
+    group_size: Annotated[int, Meta(ge=1, le=1024)]
+    reward: RewardSpec
+    sampling: SamplingParams = SamplingParams()
+    max_turns: Annotated[int, Meta(ge=1, le=64)] = 1
+    continuation: Continuation | None = None
+    issued_policy_version: Version
+    issued_at: Timestamp
+
+
+class Rollout(msgspec.Struct, frozen=True, kw_only=True):
+    """What the learner needs of one sample, carried unchanged from generator to learner.
+
+    ``behaviour_logprobs[i]`` is log mu(completion_token_ids[i] | prefix) under the
+    distribution actually sampled from (see ``logprob_temperature``).
+    """
+
+    rollout_id: Id  # "{group_id}/{sample_index}"
+    group_id: Id
+    sample_index: Annotated[int, Meta(ge=0)]
+    group_size: Annotated[int, Meta(ge=1, le=1024)]
+    task_id: Id
+    family: Id
+    prompt_token_ids: TokenIds
+    completion_token_ids: TokenIds
+    behaviour_logprobs: LogProbs
+    generated_mask: Annotated[list[Annotated[int, Meta(ge=0, le=1)]], Meta(max_length=MAX_TOKENS)] | None = None
+    logprob_temperature: Annotated[float, Meta(ge=0.0, le=10.0)] = 1.0
+    policy_version_first: Version
+    policy_version_last: Version
+    issued_policy_version: Version
+    finish_reason: FinishReason
+
+    def __post_init__(self) -> None:
+        if len(self.behaviour_logprobs) != len(self.completion_token_ids):
+            raise ValueError(
+                f"behaviour_logprobs has {len(self.behaviour_logprobs)} entries "
+                f"for {len(self.completion_token_ids)} completion tokens"
+            )
+        if self.generated_mask is not None and len(self.generated_mask) != len(self.completion_token_ids):
+            raise ValueError("generated_mask must have one entry per completion token")
+
+
+class ActionGenerated(Event, frozen=True, kw_only=True):
+    """One sampled completion of a group."""
+
+    rollout: Rollout
+    completion_text: Text
+    reward: RewardSpec
+    max_turns: Annotated[int, Meta(ge=1, le=64)] = 1
+    turn: Annotated[int, Meta(ge=1)] = 1
+    error: ShortText | None = None  # set when no completion could be made (e.g. prompt too long)
+    generator_id: ShortText
+    queued_s: Seconds
+    generate_s: Seconds
+    generated_at: Timestamp
+
+
+class ExecutionRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """What happened when a completion ran in a sandbox."""
+
+    sandbox_id: ShortText
+    exit_code: int | None
+    duration_s: Seconds
+    error_kind: ErrorKind
+    error_message: ShortText = ""
+    error_line: int | None = None
+    timed_out: bool = False
+    oom: bool = False
+    tests_passed: Annotated[int, Meta(ge=0)] = 0
+    tests_total: Annotated[int, Meta(ge=0)] = 0
+    stdout_tail: ShortText = ""
+    stderr_tail: ShortText = ""
+
+
+class RewardScored(Event, frozen=True, kw_only=True):
+    """The reward of one rollout, with the execution record behind it."""
+
+    rollout: Rollout
+    reward: Reward
+    components: dict[Id, Finite]
+    execution: ExecutionRecord
+    executor_id: ShortText
+    scored_at: Timestamp
+
+
+class AdvantagedRollout(msgspec.Struct, frozen=True, kw_only=True):
+    rollout: Rollout
+    reward: Reward
+    advantage: Finite
+
+
+class GroupStats(msgspec.Struct, frozen=True, kw_only=True):
+    size: Annotated[int, Meta(ge=0)]
+    expected_size: Annotated[int, Meta(ge=1)]
+    reward_mean: Finite
+    reward_std: Annotated[float, Meta(ge=0.0, le=1e9)]
+    reward_min: Finite
+    reward_max: Finite
+
+
+class GroupAdvantaged(Event, frozen=True, kw_only=True):
+    """A finished group, each rollout with its group-relative advantage."""
+
+    group_id: Id
+    task_id: Id
+    family: Id
+    estimator: Id
+    complete: bool  # False when emitted at the deadline with fewer than group_size rollouts
+    rollouts: Annotated[list[AdvantagedRollout], Meta(min_length=1, max_length=1024)]
+    stats: GroupStats
+    emitted_at: Timestamp
+
+
+class WeightsPublished(Event, frozen=True, kw_only=True):
+    """A new policy version is readable from the weight store."""
+
+    version: Version
+    step: Annotated[int, Meta(ge=0)]
+    manifest_key: ShortText
+    checksum: ShortText  # sha256 of the manifest bytes
+    num_bytes: Annotated[int, Meta(ge=0)]
+    dtype: ShortText
+    published_at: Timestamp
+
+
+class SandboxLimits(msgspec.Struct, frozen=True, kw_only=True):
+    timeout_s: Seconds
+    memory_mb: Annotated[int, Meta(ge=0)]
+    pids: Annotated[int, Meta(ge=0)]
+    cpus: Annotated[float, Meta(ge=0.0, le=1024.0)]
+    output_bytes: Annotated[int, Meta(ge=0)]
+    tmpfs_mb: Annotated[int, Meta(ge=0)]
+
+
+class SandboxAudit(Event, frozen=True, kw_only=True):
+    """One execution in a sandbox, for operators."""
+
+    sandbox_id: ShortText
+    container_id: ShortText
+    rollout_id: ShortText
+    code_sha256: ShortText
+    limits: SandboxLimits
+    duration_s: Seconds
+    output_bytes: Annotated[int, Meta(ge=0)]
+    verdict: ErrorKind
+    violations: Annotated[list[ShortText], Meta(max_length=64)] = []
+    recycled: bool = False
+    executed_at: Timestamp
+
+
+class DeadLetter(Event, frozen=True, kw_only=True):
+    """A record a stage could not use, kept byte for byte with the reason."""
+
+    topic: ShortText
+    partition: Annotated[int, Meta(ge=0)]
+    offset: Annotated[int, Meta(ge=0)]
+    key: bytes | None
+    value: bytes | None
+    reason: ShortText
+    stage: ShortText
+    failed_at: Timestamp

@@ -1,0 +1,70 @@
+"""Small valid events for tests (every field explicit, so a schema change shows up here)."""
+
+from __future__ import annotations
+
+import time
+
+from schemas import (
+    ActionGenerated,
+    ExecutionRecord,
+    Message,
+    PromptIssued,
+    RewardScored,
+    RewardSpec,
+    Rollout,
+)
+
+
+def make_prompt(group_id: str = "g0", group_size: int = 4, task_id: str = "t/0") -> PromptIssued:
+    return PromptIssued(
+        group_id=group_id,
+        task_id=task_id,
+        family="t",
+        messages=[Message(role="user", content="Write add(a, b).")],
+        group_size=group_size,
+        reward=RewardSpec(entry_point="add", tests=["assert add(1, 2) == 3"]),
+        issued_policy_version=0,
+        issued_at=time.time(),
+    )
+
+
+def make_rollout(group_id: str = "g0", sample_index: int = 0, n_tokens: int = 4, version: int = 0) -> Rollout:
+    return Rollout(
+        rollout_id=f"{group_id}/{sample_index}",
+        group_id=group_id,
+        sample_index=sample_index,
+        group_size=4,
+        task_id="t/0",
+        family="t",
+        prompt_token_ids=[1, 2, 3],
+        completion_token_ids=list(range(10, 10 + n_tokens)),
+        behaviour_logprobs=[-0.5] * n_tokens,
+        policy_version_first=version,
+        policy_version_last=version,
+        issued_policy_version=version,
+        finish_reason="stop",
+    )
+
+
+def make_action(group_id: str = "g0", sample_index: int = 0) -> ActionGenerated:
+    return ActionGenerated(
+        rollout=make_rollout(group_id, sample_index),
+        completion_text="```python\ndef add(a, b):\n    return a + b\n```",
+        reward=RewardSpec(entry_point="add", tests=["assert add(1, 2) == 3"]),
+        generator_id="gen-0",
+        queued_s=0.01,
+        generate_s=0.5,
+        generated_at=time.time(),
+    )
+
+
+def make_reward(group_id: str = "g0", sample_index: int = 0, reward: float = 1.0) -> RewardScored:
+    return RewardScored(
+        rollout=make_rollout(group_id, sample_index),
+        reward=reward,
+        components={"tests": reward},
+        execution=ExecutionRecord(sandbox_id="sb-0", exit_code=0, duration_s=0.01, error_kind="none",
+                                  tests_passed=1, tests_total=1),
+        executor_id="exec-0",
+        scored_at=time.time(),
+    )

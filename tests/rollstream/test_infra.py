@@ -1,0 +1,68 @@
+"""`rollstream infra up|status|down` starts, reports and stops only its own processes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import msgspec
+
+from rollstream import infra
+from rollstream.config import InfraConfig
+from rollstream.infra import free_port, pid_alive, port_open
+
+
+def test_up_is_idempotent_and_down_stops_only_ours(tmp_path: Path) -> None:
+    dead_redis = free_port()
+    config = InfraConfig(
+        state_dir=str(tmp_path / "state"),
+        broker_port=free_port(),
+        redis_url=f"redis://127.0.0.1:{dead_redis}/0",  # nothing answers: infra starts its own
+        redis_port=free_port(),
+    )
+    first = infra.up(config)
+    try:
+        pids = {name: rec["pid"] for name, rec in first["processes"].items()}
+        assert set(pids) == {"broker", "redis"}
+        assert first["kafka_bootstrap"] == f"127.0.0.1:{config.broker_port}"
+        assert first["redis_url"] == f"redis://127.0.0.1:{config.redis_port}/0"
+        report = infra.status(config)
+        assert report["kafka_healthy"] and report["redis_healthy"]
+        assert infra.resolve_endpoints(config).redis_url == first["redis_url"]
+
+        second = infra.up(config)  # idempotent: same processes
+        assert {n: r["pid"] for n, r in second["processes"].items()} == pids
+    finally:
+        stopped = infra.down(config)
+    assert sorted(stopped) == ["broker", "redis"]
+    assert not any(pid_alive(pid) for pid in pids.values())
+    assert not port_open("127.0.0.1", config.broker_port)
+    assert infra.down(config) == []  # nothing left to stop
+
+
+def test_existing_redis_is_used_not_started(tmp_path: Path, redis_url: str) -> None:
+    config = InfraConfig(state_dir=str(tmp_path / "s"), broker_port=free_port(), redis_url=redis_url)
+    state = infra.up(config)
+    try:
+        assert "redis" not in state["processes"]
+        assert state["redis_url"] == redis_url
+    finally:
+        infra.down(config)
+
+
+def test_missing_infrastructure_is_a_clear_error(tmp_path: Path) -> None:
+    import pytest
+
+    from rollstream.errors import InfraError
+
+    with pytest.raises(InfraError, match="rollstream infra up"):
+        infra.resolve_endpoints(InfraConfig(state_dir=str(tmp_path / "none")))
+
+
+def test_state_file_is_json(tmp_path: Path) -> None:
+    config = InfraConfig(state_dir=str(tmp_path / "s"), broker_port=free_port())
+    infra.up(config)
+    try:
+        state = msgspec.json.decode((tmp_path / "s" / "infra.json").read_bytes())
+        assert state["processes"]["broker"]["pid"] > 0
+    finally:
+        infra.down(config)

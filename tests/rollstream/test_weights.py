@@ -1,0 +1,129 @@
+"""Weight store against the real Redis: exact round trips, corruption, expiry, announcements."""
+
+from __future__ import annotations
+
+import asyncio
+import pytest
+import torch
+
+from rollstream.config import InfraConfig
+from rollstream.errors import WeightStoreError
+from rollstream.redis import connect
+from rollstream.weights import WeightStore, pack, unpack
+
+
+def _random_state(seed: int = 0) -> dict[str, torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    return {
+        "embed.weight": torch.randn(100, 33, generator=gen),
+        "layer.0.bias": torch.randn(7, generator=gen).to(torch.bfloat16),
+        "empty": torch.empty(0, 4),
+        "scalar": torch.tensor(3.5),
+        "steps": torch.arange(11, dtype=torch.int64),
+    }
+
+
+@pytest.mark.parametrize("chunk_bytes", [1, 7, 64, 1 << 20])
+def test_pack_unpack_is_exact_for_any_chunk_size(chunk_bytes: int) -> None:
+    state = _random_state()
+    entries, chunks = pack(state, chunk_bytes)
+    assert all(c.nbytes <= chunk_bytes for c in chunks)
+    from rollstream.weights import Manifest
+
+    manifest = Manifest(version=1, step=1, dtype="mixed", total_bytes=sum(c.nbytes for c in chunks),
+                        tensors=entries, chunks=[], created_at=0.0)
+    out = unpack(manifest, bytearray(b"".join(bytes(c) for c in chunks)))
+    assert list(out) == list(state)
+    for name, tensor in state.items():
+        assert out[name].dtype == tensor.dtype and out[name].shape == tensor.shape
+        assert torch.equal(out[name], tensor)
+
+
+@pytest.fixture
+async def store(infra_config: InfraConfig):
+    client = connect(infra_config.redis_url)
+    yield WeightStore(client, key_prefix=infra_config.key_prefix, chunk_bytes=4096, keep_versions=2,
+                      expire_grace_s=0)
+    await client.aclose()
+
+
+async def test_round_trip_and_latest(store: WeightStore) -> None:
+    state = _random_state()
+    published = await store.publish(3, state, step=3)
+    assert published.version == 3 and published.num_bytes > 0
+    assert await store.latest_version() == 3
+    version, out = await store.fetch()
+    assert version == 3
+    assert all(torch.equal(out[k], v) for k, v in state.items())
+
+
+async def test_corrupted_or_missing_chunk_loads_nothing(store: WeightStore) -> None:
+    await store.publish(1, _random_state(), step=1)
+    key = store._chunk_key(1, 2)
+    good = await store.client.get(key)
+    await store.client.set(key, bytes([good[0] ^ 1]) + good[1:])
+    with pytest.raises(WeightStoreError, match="chunk 2 is corrupted"):
+        await store.fetch(1)
+    await store.client.delete(key)
+    with pytest.raises(WeightStoreError, match="chunk 2 is missing"):
+        await store.fetch(1)
+    with pytest.raises(WeightStoreError, match="no manifest"):
+        await store.fetch(99)
+
+
+async def test_keeps_only_the_last_versions(store: WeightStore) -> None:
+    for v in range(1, 5):
+        await store.publish(v, _random_state(v), step=v)
+    assert await store.client.get(store._manifest_key(2)) is None
+    assert await store.client.get(store._chunk_key(2, 0)) is None
+    for v in (3, 4):
+        version, out = await store.fetch(v)
+        assert torch.equal(out["embed.weight"], _random_state(v)["embed.weight"])
+
+
+async def test_updates_announce_new_versions(store: WeightStore) -> None:
+    seen: list[int] = []
+
+    async def follow() -> None:
+        async for version in store.updates(poll_s=0.2):
+            seen.append(version)
+            if version == 2:
+                return
+
+    task = asyncio.create_task(follow())
+    await asyncio.sleep(0.3)
+    await store.publish(1, _random_state(), step=1)
+    await asyncio.sleep(0.3)
+    await store.publish(2, _random_state(), step=2)
+    await asyncio.wait_for(task, 10)
+    assert seen == [1, 2]
+
+
+@pytest.fixture(scope="module")
+def smollm2_state() -> dict[str, torch.Tensor]:
+    from transformers import AutoModelForCausalLM
+
+    from rollstream.assets import smollm2_gguf
+
+    gguf = smollm2_gguf()
+    model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    return model.state_dict()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+async def test_real_model_round_trip_bit_exact(
+    infra_config: InfraConfig, smollm2_state: dict[str, torch.Tensor], dtype: torch.dtype
+) -> None:
+    """SmolLM2-135M-Instruct's state dict through Redis, compared bit for bit."""
+    state = {k: v.to(dtype) for k, v in smollm2_state.items()}
+    client = connect(infra_config.redis_url)
+    try:
+        store = WeightStore(client, key_prefix=infra_config.key_prefix, expire_grace_s=0)
+        await store.publish(1, state, step=1)
+        _, out = await store.fetch(1)
+    finally:
+        await client.aclose()
+    assert list(out) == list(state)
+    for name, tensor in state.items():
+        assert torch.equal(out[name].view(torch.uint8), tensor.contiguous().view(torch.uint8)), name

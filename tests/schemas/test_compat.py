@@ -1,0 +1,77 @@
+"""The compatibility rule of schemas/events.py, checked.
+
+``V1`` below are frozen copies of version-1 shapes as an older writer had them (fewer
+fields: everything added since must have a default). Never edit them; add a V2 copy when
+SCHEMA_VERSION changes.
+"""
+
+from __future__ import annotations
+
+import msgspec
+import pytest
+
+from schemas import PromptIssued, SchemaError, codec
+from schemas.events import SCHEMA_VERSION
+
+
+class V1RewardSpec(msgspec.Struct, kw_only=True):
+    kind: str = "python_tests"
+    entry_point: str = ""
+    tests: list[str] = []
+
+
+class V1Message(msgspec.Struct, kw_only=True):
+    role: str
+    content: str
+
+
+class V1PromptIssued(msgspec.Struct, kw_only=True):
+    """PromptIssued as a minimal version-1 writer wrote it: no sampling, turns or continuation."""
+
+    schema_version: int = 1
+    group_id: str
+    task_id: str
+    family: str
+    messages: list[V1Message]
+    group_size: int
+    reward: V1RewardSpec
+    issued_policy_version: int
+    issued_at: float
+
+
+def test_an_older_writer_still_decodes() -> None:
+    old = V1PromptIssued(
+        group_id="g", task_id="t", family="f", messages=[V1Message(role="user", content="hi")],
+        group_size=4, reward=V1RewardSpec(entry_point="f", tests=["assert f()"]),
+        issued_policy_version=2, issued_at=1.0,
+    )
+    event = codec(PromptIssued).decode(msgspec.msgpack.encode(old))
+    assert event.group_id == "g" and event.reward.tests == ["assert f()"]
+    assert event.max_turns == 1 and event.continuation is None  # defaults fill what it lacked
+    assert event.reward.timeout_s > 0
+
+
+def test_unknown_fields_from_a_newer_minor_writer_are_ignored() -> None:
+    old = msgspec.to_builtins(V1PromptIssued(
+        group_id="g", task_id="t", family="f", messages=[V1Message(role="user", content="hi")],
+        group_size=4, reward=V1RewardSpec(), issued_policy_version=0, issued_at=1.0,
+    ))
+    event = codec(PromptIssued).decode(msgspec.msgpack.encode({**old, "added_later": [1, 2]}))
+    assert event.group_id == "g"
+
+
+def test_a_newer_major_version_is_refused_with_the_reason() -> None:
+    old = msgspec.to_builtins(V1PromptIssued(
+        group_id="g", task_id="t", family="f", messages=[V1Message(role="user", content="hi")],
+        group_size=4, reward=V1RewardSpec(), issued_policy_version=0, issued_at=1.0,
+    ))
+    with pytest.raises(SchemaError, match=f"schema_version <= {SCHEMA_VERSION}"):
+        codec(PromptIssued).decode(msgspec.msgpack.encode({**old, "schema_version": SCHEMA_VERSION + 1}))
+
+
+def test_every_field_added_to_an_event_has_a_default() -> None:
+    """Fields beyond the frozen V1 shape must have defaults, or old records stop decoding."""
+    v1 = {f.name for f in msgspec.structs.fields(V1PromptIssued)}
+    for field in msgspec.structs.fields(PromptIssued):
+        if field.name not in v1:
+            assert field.required is False, f"PromptIssued.{field.name} was added without a default"
