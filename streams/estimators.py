@@ -1,0 +1,178 @@
+"""Group-relative advantage estimators: pure functions, no I/O.
+
+Every estimator takes a group's rewards (one prompt, G samples) and returns one advantage
+per rollout, in the same order:
+
+* ``grpo``    A_i = (r_i - mean(r)) / (std + eps)             (DeepSeekMath GRPO)
+* ``dr_grpo`` A_i =  r_i - mean(r)                            (Dr. GRPO: no std division)
+* ``rloo``    A_i =  r_i - mean_{j != i}(r_j)                  (REINFORCE leave-one-out)
+
+``std`` is the sample standard deviation (ddof = 1, as TRL and verl use). The baseline is
+always the group's own (that is what makes them group-relative); ``normalize`` only picks
+where GRPO's std comes from:
+
+* ``group``: the group's own rewards (the classic GRPO definition);
+* ``task``:  all rewards of groups of the same ``task_id`` in the batch being emitted;
+* ``batch``: all rewards of the batch being emitted (group mean, batch std: "Lite PPO").
+
+``dr_grpo`` and ``rloo`` never divide, so ``normalize`` does not change them.
+
+Edge cases, chosen so that no rollout carries a signal it does not have:
+
+* a single rollout has no baseline to compare to: its advantage is 0 (all estimators);
+* all-equal rewards give all-zero advantages (GRPO: 0 / (0 + eps) = 0);
+* NaN or +-inf rewards raise :class:`ValueError` (the wire schema bounds rewards, so such
+  a value means a bug upstream, not a sample to learn from).
+
+Rewards are optionally clipped to ``[-reward_clip, reward_clip]`` before anything else.
+Zero-variance groups (after clipping) can be filtered; :func:`filter_reason` names why.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+Estimator = Literal["grpo", "dr_grpo", "rloo"]
+Normalize = Literal["group", "task", "batch"]
+ESTIMATORS: tuple[str, ...] = ("grpo", "dr_grpo", "rloo")
+NORMALIZE: tuple[str, ...] = ("group", "task", "batch")
+
+# Reasons a group is not emitted (metric label values; keep the set small and fixed).
+ZERO_VARIANCE = "zero_variance"
+SINGLE_ROLLOUT = "single_rollout"
+INCOMPLETE = "incomplete"
+
+
+@dataclass(frozen=True, slots=True)
+class RewardStats:
+    mean: float
+    std: float  # sample std (ddof=1); 0 for fewer than two rewards
+    min: float
+    max: float
+
+
+def check_finite(rewards: Sequence[float]) -> None:
+    """Raise ValueError naming the first NaN/inf reward."""
+    for i, r in enumerate(rewards):
+        if not math.isfinite(r):
+            raise ValueError(f"reward {i} is {r!r}; rewards must be finite")
+
+
+def clip_rewards(rewards: Sequence[float], reward_clip: float | None) -> list[float]:
+    """Rewards clipped to [-reward_clip, reward_clip] (unchanged when ``reward_clip`` is None)."""
+    check_finite(rewards)
+    if reward_clip is None:
+        return [float(r) for r in rewards]
+    if not reward_clip > 0:
+        raise ValueError(f"reward_clip must be > 0, got {reward_clip!r}")
+    return [min(max(float(r), -reward_clip), reward_clip) for r in rewards]
+
+
+def mean(values: Sequence[float]) -> float:
+    return math.fsum(values) / len(values)
+
+
+def sample_std(values: Sequence[float]) -> float:
+    """Standard deviation with ddof=1; 0 for fewer than two values."""
+    n = len(values)
+    if n < 2:
+        return 0.0
+    m = mean(values)
+    return math.sqrt(math.fsum((v - m) ** 2 for v in values) / (n - 1))
+
+
+def reward_stats(rewards: Sequence[float]) -> RewardStats:
+    check_finite(rewards)
+    if not rewards:
+        raise ValueError("a group needs at least one reward")
+    return RewardStats(mean(rewards), sample_std(rewards), min(rewards), max(rewards))
+
+
+def is_zero_variance(rewards: Sequence[float]) -> bool:
+    """True when every reward equals the first (the group carries no learning signal)."""
+    return all(r == rewards[0] for r in rewards)
+
+
+def filter_reason(rewards: Sequence[float], filter_zero_variance: bool) -> str | None:
+    """Why a group with these (clipped) rewards should not be emitted, or None to emit it."""
+    check_finite(rewards)
+    if not filter_zero_variance:
+        return None
+    if len(rewards) < 2:
+        return SINGLE_ROLLOUT
+    if is_zero_variance(rewards):
+        return ZERO_VARIANCE
+    return None
+
+
+def group_advantages(
+    rewards: Sequence[float],
+    estimator: Estimator = "grpo",
+    *,
+    std_eps: float = 1e-6,
+    std: float | None = None,
+) -> list[float]:
+    """Advantages of one group, in input order.
+
+    ``std`` overrides GRPO's divisor (the std of the normalisation scope); None: the
+    group's own sample std.
+    """
+    check_finite(rewards)
+    n = len(rewards)
+    if n == 0:
+        raise ValueError("a group needs at least one reward")
+    if n == 1:
+        return [0.0]
+    m = mean(rewards)
+    if estimator == "grpo":
+        scale = sample_std(rewards) if std is None else std
+        if not scale >= 0 or not math.isfinite(scale):
+            raise ValueError(f"std must be finite and >= 0, got {scale!r}")
+        return [(r - m) / (scale + std_eps) for r in rewards]
+    if estimator == "dr_grpo":
+        return [r - m for r in rewards]
+    if estimator == "rloo":
+        total = math.fsum(rewards)
+        return [r - (total - r) / (n - 1) for r in rewards]
+    raise ValueError(f"unknown estimator {estimator!r}; known: {', '.join(ESTIMATORS)}")
+
+
+@dataclass(frozen=True, slots=True)
+class GroupInput:
+    """One group of a batch: its task (for ``normalize = "task"``) and its clipped rewards."""
+
+    task_id: str
+    rewards: Sequence[float]
+
+
+def batch_advantages(
+    groups: Sequence[GroupInput],
+    estimator: Estimator = "grpo",
+    normalize: Normalize = "group",
+    *,
+    std_eps: float = 1e-6,
+) -> list[list[float]]:
+    """Advantages of every group of a batch, ``result[g][i]`` for rollout i of group g.
+
+    Centring is per group; for GRPO the std comes from the ``normalize`` scope.
+    """
+    if normalize not in NORMALIZE:
+        raise ValueError(f"unknown normalize {normalize!r}; known: {', '.join(NORMALIZE)}")
+    for group in groups:
+        check_finite(group.rewards)
+    scope_std: dict[str, float] = {}
+    if estimator == "grpo" and normalize == "batch":
+        pooled = [r for g in groups for r in g.rewards]
+        scope_std = {g.task_id: sample_std(pooled) for g in groups}
+    elif estimator == "grpo" and normalize == "task":
+        by_task: dict[str, list[float]] = {}
+        for g in groups:
+            by_task.setdefault(g.task_id, []).extend(g.rewards)
+        scope_std = {task: sample_std(rewards) for task, rewards in by_task.items()}
+    return [
+        group_advantages(g.rewards, estimator, std_eps=std_eps, std=scope_std.get(g.task_id))
+        for g in groups
+    ]

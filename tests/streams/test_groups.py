@@ -1,0 +1,191 @@
+"""The Redis open-group store and the group decisions, against the real Redis."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from rollstream.config import InfraConfig, StreamConfig
+from rollstream.redis import connect, groups_resolved, key
+from schemas import GroupAdvantaged, codec
+from streams.groups import Arrival, Finished, GroupStore, LoadedGroup, Outcome, decide
+from tests.streams.fakes import make_reward
+
+ENCODE = codec(type(make_reward("g", 0, 1.0))).encode
+
+
+def arrival(group_id: str, index: int, reward: float, *, size: int = 4, partition: int = 0,
+            deadline: float | None = None, task_id: str = "task-0") -> Arrival:
+    event = make_reward(group_id, index, reward, group_size=size, task_id=task_id)
+    return Arrival(group_id, event.rollout.rollout_id, size, partition,
+                   deadline if deadline is not None else time.time() + 600, ENCODE(event))
+
+
+@pytest.fixture
+async def store(infra_config: InfraConfig):
+    client = connect(infra_config.redis_url)
+    try:
+        yield GroupStore(client, infra_config, done_ttl_s=3600)
+    finally:
+        await client.aclose()
+
+
+async def test_add_detects_complete_groups_and_ignores_duplicate_rollouts(store: GroupStore):
+    first = await store.add([arrival("g1", 0, 1.0), arrival("g1", 1, 0.0), arrival("g2", 0, 1.0)])
+    assert first.ready == [] and first.duplicates == 0
+    second = await store.add([arrival("g1", 1, 0.5), arrival("g1", 2, 0.0), arrival("g1", 3, 1.0)])
+    assert [(g.group_id, g.partition) for g in second.ready] == [("g1", 0)]
+    assert second.duplicates == 1  # g1/1 again: the first one stays
+    assert sorted(second.ready[0].rollouts) == ["g1/0", "g1/1", "g1/2", "g1/3"]
+    stored = codec(type(make_reward("g", 0, 1.0))).decode(second.ready[0].rollouts["g1/1"])
+    assert stored.reward == 0.0
+    loaded = await store.load([("g1", 0), ("g2", 0)])
+    assert [len(g.rollouts) for g in loaded] == [4, 1]
+
+
+async def test_full_cycle_marks_done_and_later_rewards_are_late(store: GroupStore, infra_config: InfraConfig):
+    result = await store.add([arrival("g", i, float(i)) for i in range(4)])
+    assert [g.group_id for g in result.ready] == ["g"]
+    outcomes = decide(result.ready, {}, StreamConfig(), 4, now=123.0)
+    assert outcomes["g"].kind == "emitted" and outcomes["g"].complete
+    staged = await store.stage(outcomes, {"g": 3})
+    assert staged["g"].first and staged["g"].watermark == -1  # no output offset known yet
+    await store.finish([Finished("g", 0, staged["g"].outcome.kind, 3, 41)])
+    assert await store.client.get(store.key("outpos", 3)) == b"41"
+    # nothing of the group is left open; a replayed reward is late, not a new group
+    assert await store.due([0], time.time() + 10_000) == []
+    again = await store.add([arrival("g", 0, 0.0)])
+    assert (again.ready, again.late) == ([], 1)
+    assert await store.client.exists(store.key("g", "g")) == 0
+    assert await store.load([("g", 0)]) == []  # done: nothing to load
+    assert await groups_resolved(store.client, infra_config) == 0  # emitted: not counted as dropped
+
+
+async def test_staged_outcome_is_kept_across_retries(store: GroupStore):
+    await store.add([arrival("g", i, float(i % 2)) for i in range(4)])
+    loaded = await store.load([("g", 0)])
+    await store.client.set(store.key("outpos", 1), 17)  # highest acked output offset so far
+    first = await store.stage(decide(loaded, {}, StreamConfig(), 4, now=1.0), {"g": 1})
+    await store.client.set(store.key("outpos", 1), 30)  # other groups were produced since
+    # a second attempt (e.g. after a crash) that computed other bytes (later time) gets the first
+    second = await store.stage(decide(loaded, {}, StreamConfig(), 4, now=2.0), {"g": 1})
+    assert second["g"].outcome.value == first["g"].outcome.value
+    assert (first["g"].first, second["g"].first) == (True, False)
+    assert first["g"].watermark == second["g"].watermark == 17  # fixed when first staged
+    assert codec(GroupAdvantaged).decode(first["g"].outcome.value).emitted_at == 1.0
+    # and a reload hands back the staged outcome instead of the rollouts
+    reloaded = await store.load([("g", 0)])
+    assert reloaded[0].staged == first["g"].outcome and reloaded[0].rollouts == {}
+    assert reloaded[0].watermark == 17
+    assert decide(reloaded, {}, StreamConfig(), 4) == {"g": first["g"].outcome}
+
+
+async def test_deadline_emits_partial_groups_or_drops_them(store: GroupStore, infra_config: InfraConfig):
+    past = time.time() - 1
+    await store.add([arrival("big", 0, 1.0, deadline=past), arrival("big", 1, 0.0, deadline=past),
+                     arrival("small", 0, 1.0, partition=1, deadline=past),
+                     arrival("open", 0, 1.0, deadline=time.time() + 600)])
+    due = await store.due([0, 1], time.time())
+    assert sorted((d.group_id, d.partition, d.expired) for d in due) == [("big", 0, True), ("small", 1, True)]
+    assert await store.due([2], time.time()) == []  # another worker's partition
+    loaded = await store.load([(d.group_id, d.partition) for d in due])
+    outcomes = decide(loaded, {d.group_id: d.expired for d in due}, StreamConfig(min_group_size=2), 4)
+    assert outcomes["big"].kind == "emitted" and not outcomes["big"].complete
+    assert outcomes["small"] == Outcome(kind="dropped", reason="incomplete", complete=False)
+    event = codec(GroupAdvantaged).decode(outcomes["big"].value)
+    assert (event.stats.size, event.stats.expected_size, event.complete) == (2, 4, False)
+    staged = await store.stage(outcomes, {"big": 0})
+    await store.finish([Finished(gid, {"big": 0, "small": 1}[gid], s.outcome.kind) for gid, s in staged.items()])
+    dropped = await store.client.smembers(key(infra_config, "progress:groups_dropped"))
+    assert dropped == {b"small"}
+    assert await groups_resolved(store.client, infra_config) == 1
+
+
+def loaded_group(group_id: str, rewards: list[float], *, size: int | None = None, task_id: str = "t") -> LoadedGroup:
+    size = size or len(rewards)
+    events = [make_reward(group_id, i, r, group_size=size, task_id=task_id) for i, r in enumerate(rewards)]
+    return LoadedGroup(group_id, 0, rollouts={e.rollout.rollout_id: ENCODE(e) for e in events})
+
+
+def test_decide_filters_zero_variance_and_computes_advantages_in_sample_order():
+    groups = [loaded_group("flat", [1.0, 1.0, 1.0]), loaded_group("mixed", [0.0, 1.0, 1.0]),
+              loaded_group("waiting", [1.0], size=3)]
+    outcomes = decide(groups, {}, StreamConfig(estimator="rloo"), 3)
+    assert outcomes["flat"] == Outcome(kind="filtered", reason="zero_variance")
+    assert "waiting" not in outcomes  # neither complete nor expired: stays open
+    event = codec(GroupAdvantaged).decode(outcomes["mixed"].value)
+    assert [r.rollout.sample_index for r in event.rollouts] == [0, 1, 2]
+    assert [r.advantage for r in event.rollouts] == pytest.approx([-1.0, 0.5, 0.5])
+    assert event.estimator == "rloo" and event.complete
+    assert event.stats.reward_mean == pytest.approx(2 / 3)
+
+
+def test_decide_keeps_zero_variance_groups_when_not_filtering():
+    outcomes = decide([loaded_group("flat", [1.0, 1.0])], {}, StreamConfig(filter_zero_variance=False), 2)
+    event = codec(GroupAdvantaged).decode(outcomes["flat"].value)
+    assert [r.advantage for r in event.rollouts] == [0.0, 0.0]
+
+
+def test_decide_clips_rewards_but_reports_them_as_scored():
+    outcomes = decide([loaded_group("g", [-5.0, 0.0, 5.0])], {}, StreamConfig(estimator="dr_grpo", reward_clip=1.0), 3)
+    event = codec(GroupAdvantaged).decode(outcomes["g"].value)
+    assert [r.reward for r in event.rollouts] == [-5.0, 0.0, 5.0]
+    assert [r.advantage for r in event.rollouts] == pytest.approx([-1.0, 0.0, 1.0])
+
+
+def test_decide_batch_normalisation_uses_only_emitted_groups():
+    groups = [loaded_group("a", [0.0, 1.0]), loaded_group("b", [0.0, 0.0, 2.0, 2.0]), loaded_group("flat", [3.0, 3.0])]
+    outcomes = decide(groups, {}, StreamConfig(normalize="batch", std_eps=1e-12), 2)
+    std = (29 / 30) ** 0.5  # pooled [0, 1, 0, 0, 2, 2]; the filtered group is left out
+    a = codec(GroupAdvantaged).decode(outcomes["a"].value)
+    assert [r.advantage for r in a.rollouts] == pytest.approx([-0.5 / std, 0.5 / std])
+    assert outcomes["flat"].kind == "filtered"
+
+
+async def test_stage_deadline_emits_partial_drops_small_and_dead_letters_bad_records(
+    config, broker: str, infra_config: InfraConfig
+):
+    import asyncio
+
+    import msgspec
+
+    from rollstream.config import RLConfig
+    from rollstream.infra import resolve_endpoints
+    from rollstream.kafka import ensure_topics, topic_name
+    from rollstream.metrics import read_counter
+    from schemas import DeadLetter
+    from streams.advantages import Record, StreamStage
+    from tests.streams.procs import read_all
+
+    config = msgspec.structs.replace(config, rl=RLConfig(group_size=4),
+                                     stream=StreamConfig(group_deadline_s=0.5, min_group_size=2))
+    await ensure_topics(config.infra, ["rewards", "advantages"])
+    stage = StreamStage(config, resolve_endpoints(config))
+    events = [make_reward("partial", i, float(i)) for i in range(3)] + [make_reward("lonely", 0, 1.0)]
+    records = [Record(1, n, e.rollout.group_id.encode(), ENCODE(e)) for n, e in enumerate(events)]
+    records.append(Record(1, 4, b"x", b"\x01not msgpack"))
+    records.append(Record(1, 5, b"y", ENCODE(make_reward("bad", 7, 1.0))))  # sample_index >= group_size
+    try:
+        await stage.handle(records)
+        await stage.sweep([1])
+        assert read_counter(stage.metrics, "stream_groups_emitted", complete="false") == 0  # not yet due
+        await asyncio.sleep(0.6)
+        await stage.sweep([0, 2, 3])  # other partitions: not this worker's groups
+        assert read_counter(stage.metrics, "stream_groups_emitted", complete="false") == 0
+        await stage.sweep([1])
+        assert read_counter(stage.metrics, "stream_groups_emitted", complete="false") == 1
+        assert read_counter(stage.metrics, "stream_groups_dropped", reason="incomplete") == 1
+        await stage.handle([Record(1, 6, b"lonely", ENCODE(make_reward("lonely", 1, 0.0)))])  # too late
+        assert read_counter(stage.metrics, "stream_rewards_late") == 1
+        dropped = await stage.redis.smembers(key(infra_config, "progress:groups_dropped"))
+        assert dropped == {b"lonely"}
+    finally:
+        await stage.close()
+    out = await read_all(broker, topic_name(config.infra, "advantages"), expect=1, idle_s=0.5)
+    event = codec(GroupAdvantaged).decode(out[0][2])
+    assert len(out) == 1 and event.group_id == "partial" and not event.complete and event.stats.size == 3
+    letters = await read_all(broker, topic_name(config.infra, "rewards.dlq"), expect=2, idle_s=0.5)
+    dead = sorted((d.offset, d.value, d.reason) for d in (codec(DeadLetter).decode(v) for _, _, v in letters))
+    assert [(offset, value) for offset, value, _ in dead] == [(4, records[4].value), (5, records[5].value)]
+    assert "sample_index 7 >= group_size 4" in dead[1][2]
