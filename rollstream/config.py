@@ -155,7 +155,7 @@ class ExecutorConfig(Section):
     """Sandbox image (`rollstream sandbox build [--offline]` makes it)."""
     concurrency: PositiveInt = 4
     """Executions in flight per executor process."""
-    pool_size: PositiveInt = 2
+    pool_size: PositiveInt = 4
     """Warm containers per executor process."""
     recycle_after: PositiveInt = 500
     """Replace a container after this many executions (always after a violation)."""

@@ -1,0 +1,247 @@
+"""The executor stage: ``actions`` -> ``rewards`` + ``audit``.
+
+Consumes ``ActionGenerated`` (consumer group ``executors``). For each, extracts the completion's
+code, runs it with its task's tests in a hardened sandbox (consumers/sandbox.py), scores it
+(consumers/rewards.py) and produces one ``RewardScored`` (the action's Rollout carried through
+unchanged, the reward, its components and the execution record) to ``rewards`` and one
+``SandboxAudit`` per execution to ``audit``.
+
+Guarantees:
+
+* At-least-once: an action's offset is committed only after its reward and audit record were
+  acknowledged (acks=all). An executor killed mid-batch re-scores the uncommitted actions after
+  a restart (or on another executor of the group); downstream dedupes by ``rollout_id``.
+* Hostile code is a reward, never a stalled pipeline: timeouts, crashes, OOM, output floods and
+  attacks on the sandbox become verdicts (see docs/executor.md); the pool replaces damaged
+  containers in the background.
+* Bad input never stops the stage: undecodable actions are dead-lettered by the consumer; an
+  action whose reward spec names an unknown kind or component is dead-lettered here. An action
+  the generator could not complete (``error`` set) gets reward 0 with error kind ``infra`` and
+  no execution, so its group still completes.
+* A sandbox backend that fails for reasons of its own (Docker down) after bounded retries stops
+  the stage without committing what it could not score: nothing is lost, nothing is made up.
+* At most ``executor.concurrency`` executions run at once (and at most ``pool_size``: one per
+  warm container); at most twice that many actions are fetched ahead.
+* SIGTERM: stop taking input, finish the executions in flight, send, commit, exit 0.
+
+Multi-turn episodes (``max_turns > 1``) are planned: the executor currently ends every episode
+after the first turn.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import time
+from collections import Counter as Tally
+from contextlib import AsyncExitStack
+
+from consumers.rewards import RewardRegistry, default_registry
+from consumers.sandbox import DockerSandboxPool, SandboxBackend
+from consumers.score import audit_record, evaluate
+from rollstream.config import Config
+from rollstream.kafka import Delivery, EventConsumer, EventProducer, ensure_topics
+from rollstream.metrics import StageMetrics, serve_metrics
+from schemas import codec
+from schemas.events import ActionGenerated, Event, ExecutionRecord, RewardScored
+
+log = logging.getLogger(__name__)
+STAGE = "executor"
+GROUP_ID = "executors"
+COMMIT_EVERY_S = 1.0
+PROGRESS_EVERY_S = 30.0
+
+
+def executor_id() -> str:
+    return f"executor-{socket.gethostname()}-{os.getpid()}"
+
+
+class ExecutorMetrics:
+    """The stage's own Prometheus metrics, on the StageMetrics registry."""
+
+    def __init__(self, metrics: StageMetrics) -> None:
+        self.executions = metrics.counter("executions", "Sandbox executions by verdict", ("verdict",))
+        self.violations = metrics.counter("sandbox_violations", "Violations seen by the sandbox", ("kind",))
+        self.recycled = metrics.counter("sandbox_recycled", "Containers retired after an execution")
+        self.seconds = metrics.histogram(
+            "execution_seconds", "Wall-clock time of one execution in its sandbox"
+        )
+        self.reward = metrics.histogram(
+            "reward", "Rewards given", buckets=(-1, -0.5, -0.2, 0, 0.25, 0.5, 0.75, 1, 2)
+        )
+
+
+async def score_action(
+    backend: SandboxBackend, registry: RewardRegistry, action: ActionGenerated, executor: str
+) -> tuple[RewardScored, list[Event]]:
+    """The reward of one action and the audit records of what ran for it.
+
+    Raises ValueError for a reward spec the registry rejects, SandboxError when the backend is
+    broken (after its retries).
+    """
+    rollout = action.rollout
+    if action.error is not None:
+        record = ExecutionRecord(
+            sandbox_id="",
+            exit_code=None,
+            duration_s=0.0,
+            error_kind="infra",
+            error_message=f"no completion to run: {action.error}"[:4096],
+        )
+        return RewardScored(
+            rollout=rollout,
+            reward=0.0,
+            components={},
+            execution=record,
+            executor_id=executor,
+            scored_at=time.time(),
+        ), []
+    evaluation = await evaluate(backend, registry, action.reward, action.completion_text, rollout.rollout_id)
+    scored = evaluation.scored
+    reward = RewardScored(
+        rollout=rollout,
+        reward=scored.reward,
+        components=scored.components,
+        execution=scored.execution,
+        executor_id=executor,
+        scored_at=time.time(),
+    )
+    audit = audit_record(evaluation, backend.limits, rollout.rollout_id, time.time())
+    return reward, [audit] if audit is not None else []
+
+
+class Executor:
+    """The consume -> execute -> produce loop of one executor process."""
+
+    def __init__(
+        self,
+        config: Config,
+        consumer: EventConsumer[ActionGenerated],
+        producer: EventProducer,
+        backend: SandboxBackend,
+        registry: RewardRegistry,
+        metrics: StageMetrics,
+    ) -> None:
+        self.config = config
+        self.consumer = consumer
+        self.producer = producer
+        self.backend = backend
+        self.registry = registry
+        self.metrics = metrics
+        self.own = ExecutorMetrics(metrics)
+        self.executor_id = executor_id()
+        self.concurrency = min(config.executor.concurrency, config.executor.pool_size)
+        self.gate = asyncio.Semaphore(self.concurrency)
+        self.verdicts: Tally[str] = Tally()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        in_flight: set[asyncio.Task[None]] = set()
+        last_commit = last_progress = time.monotonic()
+        async with asyncio.TaskGroup() as tasks:
+            while not stop.is_set():
+                room = 2 * self.concurrency - len(in_flight)
+                if room <= 0:  # enough fetched ahead: wait for one to finish (or for a stop)
+                    await asyncio.wait(in_flight, timeout=0.5, return_when=asyncio.FIRST_COMPLETED)
+                else:
+                    for delivery in await self.consumer.getmany(max_records=room, timeout_s=0.2):
+                        task = tasks.create_task(self.handle(delivery))
+                        in_flight.add(task)
+                        task.add_done_callback(in_flight.discard)
+                now = time.monotonic()
+                if now - last_commit >= COMMIT_EVERY_S:
+                    await self.consumer.commit()
+                    last_commit = now
+                if now - last_progress >= PROGRESS_EVERY_S:
+                    log.info(
+                        "executor %s: verdicts %s, pending %d",
+                        self.executor_id,
+                        dict(self.verdicts),
+                        self.consumer.pending(),
+                    )
+                    last_progress = now
+            log.info("stopping: finishing %d actions in flight", len(in_flight))
+        await self.consumer.commit()
+
+    async def handle(self, delivery: Delivery[ActionGenerated]) -> None:
+        action = delivery.event
+        rollout = action.rollout
+        async with self.gate:
+            try:
+                reward, audits = await score_action(self.backend, self.registry, action, self.executor_id)
+            except ValueError as exc:  # a reward spec no registered kind accepts
+                await self.producer.dead_letter(
+                    delivery, f"rejected: {exc}", stage=STAGE, value=codec(ActionGenerated).encode(action)
+                )
+                self.consumer.done(delivery)
+                return
+        await self.producer.send_many([("rewards", reward)] + [("audit", audit) for audit in audits])
+        self.consumer.done(delivery)
+        self.observe(reward, audits)
+        log.debug(
+            "scored %s[%d]@%d rollout=%s version=%d reward=%.3f verdict=%s",
+            delivery.topic,
+            delivery.partition,
+            delivery.offset,
+            rollout.rollout_id,
+            rollout.policy_version_last,
+            reward.reward,
+            reward.execution.error_kind,
+        )
+
+    def observe(self, reward: RewardScored, audits: list) -> None:
+        verdict = reward.execution.error_kind
+        self.verdicts[verdict] += 1
+        self.own.executions.labels(verdict).inc()
+        self.own.reward.observe(reward.reward)
+        for audit in audits:
+            self.own.seconds.observe(audit.duration_s)
+            if audit.recycled:
+                self.own.recycled.inc()
+            for violation in audit.violations:
+                self.own.violations.labels(violation.split(":")[0]).inc()
+
+
+async def run(
+    config: Config,
+    *,
+    backend: SandboxBackend | None = None,
+    registry: RewardRegistry | None = None,
+    stop: asyncio.Event | None = None,
+) -> None:
+    """Run one executor until ``stop`` is set (default: on SIGTERM/SIGINT)."""
+    if stop is None:
+        from rollstream.lifecycle import stop_event
+
+        stop = stop_event()
+    metrics = StageMetrics(STAGE)
+    serve_metrics(config.executor.metrics_port, metrics)
+    registry = registry or default_registry()
+    infra = config.infra
+    log.info(
+        "executor starting: image=%s pool_size=%d concurrency=%d",
+        config.executor.image,
+        config.executor.pool_size,
+        config.executor.concurrency,
+    )
+    await ensure_topics(infra, ["actions", "rewards", "audit"])
+    async with AsyncExitStack() as stack:
+        if backend is None:
+            backend = await stack.enter_async_context(DockerSandboxPool(config.executor))
+        producer = await stack.enter_async_context(
+            EventProducer(infra, client_id=executor_id(), metrics=metrics, stage=STAGE)
+        )
+        consumer = await stack.enter_async_context(
+            EventConsumer(
+                infra,
+                "actions",
+                group_id=GROUP_ID,
+                producer=producer,
+                stage=STAGE,
+                metrics=metrics,
+                max_poll_records=4 * config.executor.concurrency,
+            )
+        )
+        await Executor(config, consumer, producer, backend, registry, metrics).run(stop)
+    log.info("executor stopped")
