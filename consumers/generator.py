@@ -1,0 +1,329 @@
+"""The generator stage: ``prompts`` -> ``actions``.
+
+Consumes ``PromptIssued`` (consumer group ``generators``). For each, samples ``group_size``
+completions of its chat-templated messages and produces one ``ActionGenerated`` per sample,
+keyed by group id, with the prompt and completion token ids, the behaviour log-prob of every
+completion token, the policy version of the weights used, the finish reason and timings.
+
+Guarantees:
+
+* At-least-once: a prompt's offset is committed only after all of its G actions were
+  acknowledged (acks=all). A generator killed mid-group regenerates the whole group after a
+  restart; downstream dedupes by ``rollout_id`` = ``{group_id}/{sample_index}``. Seeds are
+  derived from (seed, group_id, sample_index), so a regenerated sample is the same sample
+  unless the weights changed in between (then its recorded version says so).
+* Prompts of several events are batched into one generate call (at most
+  ``max_batch_prompts`` events, waiting at most ``batch_wait_ms`` for more after the first).
+  Sending a batch's actions overlaps with generating the next one.
+* Bad input never stops the stage: undecodable events are dead-lettered by the consumer;
+  events that decode but cannot be served (a continuation, which this generator does not
+  handle yet, or messages the chat template rejects) are dead-lettered here. A prompt longer
+  than the model's context yields G ``ActionGenerated`` with ``error`` set and finish reason
+  "error" (so the group still completes downstream).
+* Weights are swapped only between batches (see ``consumers/weight_sync.py``).
+* SIGTERM: stop taking input, finish the batch in flight, send, commit, exit 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import time
+from collections.abc import Sequence
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+from typing import Any
+
+from jinja2 import TemplateError
+
+from consumers.backends.base import Completion, GenerationBackend, GenerationRequest, Sampling
+from consumers.backends.sampling import derive_seed
+from consumers.models import chat_prompt_ids
+from consumers.weight_sync import WeightSync
+from rollstream.config import Config, GeneratorConfig
+from rollstream.errors import BackendError
+from rollstream.kafka import Delivery, EventConsumer, EventProducer, ensure_topics
+from rollstream.metrics import StageMetrics, serve_metrics
+from schemas.events import ActionGenerated, PromptIssued, Rollout, SamplingParams
+
+log = logging.getLogger(__name__)
+STAGE = "generator"
+MIN_LOGPROB = -1e4  # the schema's floor
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """A prompt event that passed validation, with its prompt token ids."""
+
+    delivery: Delivery[PromptIssued]
+    prompt_ids: list[int]
+
+
+def resolve_sampling(defaults: GeneratorConfig, override: SamplingParams) -> Sampling:
+    """The prompt's sampling overrides on top of the configured defaults."""
+
+    def pick(value: Any, default: Any) -> Any:
+        return default if value is None else value
+
+    return Sampling(
+        temperature=pick(override.temperature, defaults.temperature),
+        top_p=pick(override.top_p, defaults.top_p),
+        top_k=pick(override.top_k, defaults.top_k),
+        max_new_tokens=pick(override.max_new_tokens, defaults.max_new_tokens),
+        stop=tuple(pick(override.stop, defaults.stop)),
+    )
+
+
+def group_requests(event: PromptIssued, prompt_ids: list[int], defaults: GeneratorConfig,
+                   base_seed: int) -> list[GenerationRequest]:
+    """The G requests of one prompt event; seeds are stable per (seed, group_id, sample_index)."""
+    sampling = resolve_sampling(defaults, event.sampling)
+    seed = base_seed if event.sampling.seed is None else event.sampling.seed
+    return [
+        GenerationRequest(
+            request_id=f"{event.group_id}/{index}",
+            prompt_token_ids=prompt_ids,
+            sampling=sampling,
+            seed=derive_seed(seed, event.group_id, index),
+        )
+        for index in range(event.group_size)
+    ]
+
+
+def action_from(event: PromptIssued, index: int, prompt_ids: list[int], completion: Completion, *,
+                generator_id: str, queued_s: float, generate_s: float) -> ActionGenerated:
+    """One ``ActionGenerated`` for sample ``index`` of ``event``."""
+    rollout = Rollout(
+        rollout_id=f"{event.group_id}/{index}",
+        group_id=event.group_id,
+        sample_index=index,
+        group_size=event.group_size,
+        task_id=event.task_id,
+        family=event.family,
+        prompt_token_ids=prompt_ids,
+        completion_token_ids=completion.token_ids,
+        behaviour_logprobs=[max(MIN_LOGPROB, min(0.0, lp)) for lp in completion.logprobs],
+        logprob_temperature=completion.logprob_temperature,
+        policy_version_first=completion.policy_version_first,
+        policy_version_last=completion.policy_version_last,
+        issued_policy_version=event.issued_policy_version,
+        finish_reason=completion.finish_reason,
+    )
+    return ActionGenerated(
+        rollout=rollout,
+        completion_text=completion.text,
+        reward=event.reward,
+        max_turns=event.max_turns,
+        turn=1,
+        error=completion.error,
+        generator_id=generator_id,
+        queued_s=max(0.0, queued_s),
+        generate_s=max(0.0, generate_s),
+        generated_at=time.time(),
+    )
+
+
+def build_backend(config: Config) -> GenerationBackend:
+    """The configured backend (loads the model: slow; call it in a thread)."""
+    gen = config.generator
+    if gen.backend == "transformers":
+        import torch
+
+        from consumers.backends.hf import TransformersBackend
+
+        if gen.torch_threads:
+            torch.set_num_threads(gen.torch_threads)  # oversubscribed OpenMP threads spin and crawl
+        return TransformersBackend.load(gen.model, device=gen.device)
+    from consumers.backends.sglang import SGLangBackend
+    from consumers.models import load_model_config, load_tokenizer, max_context, resolve_model
+
+    directory, gguf = resolve_model(gen.model)
+    return SGLangBackend(
+        gen.sglang_url, load_tokenizer(gen.model), context=max_context(load_model_config(gen.model)),
+        weights_dir=gen.sglang_weights_dir, model_dir=None if gguf else directory,
+        abort_all_requests=gen.sglang_abort_on_update, flush_cache=gen.sglang_flush_cache,
+        concurrency=gen.sglang_concurrency, timeout_s=gen.sglang_timeout_s,
+    )
+
+
+class GeneratorStage:
+    """The intake, batching and publishing loops around one backend."""
+
+    def __init__(self, config: Config, backend: GenerationBackend, consumer: EventConsumer[PromptIssued],
+                 producer: EventProducer, sync: WeightSync, metrics: StageMetrics, generator_id: str) -> None:
+        self.config = config
+        self.gen = config.generator
+        self.backend = backend
+        self.consumer = consumer
+        self.producer = producer
+        self.sync = sync
+        self.metrics = metrics
+        self.generator_id = generator_id
+        self.queue: asyncio.Queue[Prepared] = asyncio.Queue(maxsize=2 * self.gen.max_batch_prompts)
+        self.tokens_out = metrics.counter("generator_completion_tokens", "Completion tokens generated")
+        self.version_gauge = metrics.gauge("generator_policy_version", "Policy version of the loaded weights")
+        self.errors = metrics.counter("generator_failed_samples", "Samples recorded as failures", ("reason",))
+        self.batch_seconds = metrics.histogram("generator_batch_seconds", "Wall time of one generate call")
+
+    async def intake(self, stop: asyncio.Event) -> None:
+        """Poll ``prompts``, validate, tokenize, queue (bounded: backpressure on the poll)."""
+        while not stop.is_set():
+            deliveries = await self.consumer.getmany(max_records=self.gen.max_batch_prompts, timeout_s=0.5)
+            for delivery in deliveries:
+                prepared = await self._prepare(delivery)
+                if prepared is not None:
+                    await self.queue.put(prepared)
+
+    async def _prepare(self, delivery: Delivery[PromptIssued]) -> Prepared | None:
+        event = delivery.event
+        reason = None
+        if event.continuation is not None:
+            reason = "invalid: continuation events (multi-turn) are not supported by this generator yet"
+        else:
+            try:
+                prompt_ids = chat_prompt_ids(self.backend.tokenizer, [{"role": m.role, "content": m.content}
+                                                                      for m in event.messages])
+            except (TemplateError, ValueError, TypeError, KeyError, IndexError) as exc:  # bad input, not a bug
+                reason = f"invalid: chat template rejected the messages: {type(exc).__name__}: {exc}"
+        if reason is not None:
+            await self.producer.dead_letter(delivery, reason, stage=STAGE)
+            self.consumer.done(delivery)
+            return None
+        return Prepared(delivery, prompt_ids)
+
+    async def next_batch(self, stop: asyncio.Event) -> list[Prepared]:
+        """Up to ``max_batch_prompts`` events: wait for one, then at most ``batch_wait_ms`` for more."""
+        try:
+            first = await asyncio.wait_for(self.queue.get(), timeout=0.5)
+        except TimeoutError:
+            return []
+        batch = [first]
+        deadline = time.monotonic() + self.gen.batch_wait_ms / 1000
+        while len(batch) < self.gen.max_batch_prompts and not stop.is_set():
+            try:
+                batch.append(self.queue.get_nowait())
+                continue
+            except asyncio.QueueEmpty:
+                pass
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            try:
+                batch.append(await asyncio.wait_for(self.queue.get(), timeout=remaining))
+            except TimeoutError:
+                break
+        return batch
+
+    async def serve(self, stop: asyncio.Event) -> None:
+        """Generate batch after batch; publishing of batch N overlaps generating batch N+1."""
+        sending: asyncio.Task[None] | None = None
+        try:
+            while not stop.is_set():
+                batch = await self.next_batch(stop)
+                if not batch:
+                    continue
+                await self.sync.apply_pending(wait_s=self.gen.weight_wait_s)
+                await self.sync.wait_until_fresh(stop)
+                self.version_gauge.set(self.backend.policy_version)
+                actions = await self.generate(batch)
+                if sending is not None:
+                    await sending  # at most one batch being sent: bounded memory, ordered commits
+                sending = asyncio.create_task(self.publish(batch, actions))
+        finally:
+            if sending is not None:
+                await sending
+
+    async def generate(self, batch: Sequence[Prepared]) -> list[ActionGenerated]:
+        requests: list[GenerationRequest] = []
+        for item in batch:
+            requests += group_requests(item.delivery.event, item.prompt_ids, self.gen, self.config.rl.seed)
+        started = time.time()
+        completions = await self._generate_with_retry(requests)
+        generate_s = time.time() - started
+        self.batch_seconds.observe(generate_s)
+        actions = []
+        position = 0
+        for item in batch:
+            event = item.delivery.event
+            for index in range(event.group_size):
+                completion = completions[position]
+                position += 1
+                self.tokens_out.inc(len(completion.token_ids))
+                if completion.error:
+                    self.errors.labels("prompt_too_long" if "too long" in completion.error else "other").inc()
+                    log.warning("group %s sample %d failed: %s", event.group_id, index, completion.error)
+                actions.append(action_from(event, index, item.prompt_ids, completion,
+                                           generator_id=self.generator_id,
+                                           queued_s=started - item.delivery.received_at, generate_s=generate_s))
+        return actions
+
+    async def _generate_with_retry(self, requests: list[GenerationRequest], attempts: int = 3) -> list[Completion]:
+        delay = 1.0
+        for attempt in range(1, attempts + 1):
+            try:
+                return await self.backend.generate(requests)
+            except BackendError as exc:
+                if attempt == attempts:
+                    raise  # the stage stops; uncommitted prompts are redelivered to a healthy generator
+                log.warning("generate failed (attempt %d/%d): %s; retrying in %.0fs", attempt, attempts, exc, delay)
+                await asyncio.sleep(delay)
+                delay *= 2
+        raise AssertionError("unreachable")
+
+    async def publish(self, batch: Sequence[Prepared], actions: list[ActionGenerated]) -> None:
+        """Send the batch's actions, wait for every ack, then mark its prompts done and commit."""
+        await self.producer.send_many([("actions", action) for action in actions])
+        for item in batch:
+            self.consumer.done(item.delivery)
+        await self.consumer.commit()
+        first = batch[0].delivery
+        log.debug("sent %d actions for %d groups (first %s [%d]@%d), weights v%d", len(actions), len(batch),
+                  first.event.group_id, first.partition, first.offset, self.backend.policy_version)
+
+
+async def run(config: Config, *, backend: GenerationBackend | None = None, redis: Any = None,
+              stop: asyncio.Event | None = None, metrics: StageMetrics | None = None) -> None:
+    """Run the generator until ``stop`` is set (default: SIGTERM/SIGINT)."""
+    from rollstream.infra import resolve_endpoints
+    from rollstream.lifecycle import stop_event
+    from rollstream.redis import connect, get_policy_version
+    from rollstream.weights import WeightStore
+
+    infra, gen = config.infra, config.generator
+    stop = stop or stop_event()
+    metrics = metrics or StageMetrics(STAGE)
+    serve_metrics(gen.metrics_port, metrics)
+    generator_id = f"{STAGE}-{socket.gethostname()}-{os.getpid()}"
+    log.info("generator %s: backend %s, model %s, batch <= %d prompts / %d ms", generator_id, gen.backend,
+             gen.model, gen.max_batch_prompts, gen.batch_wait_ms)
+    async with AsyncExitStack() as stack:
+        if backend is None:
+            backend = await asyncio.to_thread(build_backend, config)
+            stack.push_async_callback(backend.aclose)
+            if hasattr(backend, "wait_ready"):
+                await backend.wait_ready()
+        if redis is None:
+            redis = connect(resolve_endpoints(config).redis_url)
+            stack.push_async_callback(redis.aclose)
+        store = WeightStore(redis, key_prefix=infra.key_prefix, chunk_bytes=config.weights.chunk_bytes,
+                            keep_versions=config.weights.keep_versions)
+        sync = WeightSync(store, backend, poll_s=gen.weight_poll_s,
+                          max_staleness=config.rl.max_staleness if gen.max_staleness_refuse else None,
+                          learner_version=lambda: get_policy_version(redis, infra))
+        await ensure_topics(infra, ["prompts", "actions"])
+        producer = await stack.enter_async_context(
+            EventProducer(infra, client_id=generator_id, metrics=metrics, stage=STAGE))
+        consumer: EventConsumer[PromptIssued] = await stack.enter_async_context(
+            EventConsumer(infra, "prompts", group_id="generators", producer=producer, stage=STAGE,
+                          metrics=metrics, client_id=generator_id))
+        await sync.load_initial()
+        stage = GeneratorStage(config, backend, consumer, producer, sync, metrics, generator_id)
+        async with asyncio.TaskGroup() as tasks:
+            follower = tasks.create_task(sync.run())
+            intake = tasks.create_task(stage.intake(stop))
+            await stage.serve(stop)
+            intake.cancel()
+            follower.cancel()
+    log.info("generator %s stopped", generator_id)

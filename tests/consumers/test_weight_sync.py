@@ -1,0 +1,135 @@
+"""Weight sync: prefetch, swap between batches, keep serving on failures (fake store and real Redis)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from consumers.backends.hf import TransformersBackend
+from consumers.weight_sync import WeightSync
+from rollstream.config import InfraConfig
+from rollstream.errors import WeightStoreError
+from rollstream.redis import connect
+from rollstream.weights import WeightStore
+
+
+class FlakyStore:
+    """A store whose fetch fails ``failures`` times before it works."""
+
+    def __init__(self, state: dict[str, torch.Tensor], version: int, failures: int) -> None:
+        self.state, self.version, self.failures, self.fetches = state, version, failures, 0
+
+    async def latest_version(self) -> int | None:
+        return self.version
+
+    async def fetch(self, version: int | None = None) -> tuple[int, dict[str, Any]]:
+        self.fetches += 1
+        if self.fetches <= self.failures:
+            raise WeightStoreError("chunk 3 is corrupted (checksum mismatch)")
+        return self.version, self.state
+
+    async def updates(self, poll_s: float = 5.0) -> AsyncIterator[int]:
+        yield self.version
+        while True:
+            await asyncio.sleep(3600)
+            yield self.version
+
+
+async def _until(predicate: Any, timeout_s: float = 20.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not predicate():
+        assert asyncio.get_running_loop().time() < deadline, "timed out"
+        await asyncio.sleep(0.02)
+
+
+def _perturbed(backend: TransformersBackend, scale: float = 0.05) -> dict[str, torch.Tensor]:
+    return {k: v + scale for k, v in backend.model.state_dict().items()}
+
+
+async def test_failed_fetches_keep_serving_then_retry(tiny_model_dir: Path) -> None:
+    backend = TransformersBackend.load(str(tiny_model_dir))
+    store = FlakyStore(_perturbed(backend), version=1, failures=2)
+    sync = WeightSync(store, backend, poll_s=0.05, max_backoff_s=0.1)
+    task = asyncio.create_task(sync.run())
+    try:
+        await _until(lambda: sync.ready_version == 1)
+    finally:
+        task.cancel()
+    assert sync.fetch_failures == 2 and backend.policy_version == 0  # nothing swapped until asked
+    assert await sync.apply_pending() == 1 and backend.policy_version == 1
+    assert await sync.apply_pending() is None  # nothing pending any more
+
+
+async def test_a_refused_load_keeps_the_current_weights(tiny_model_dir: Path) -> None:
+    backend = TransformersBackend.load(str(tiny_model_dir))
+    broken = _perturbed(backend)
+    broken["model.norm.weight"] = torch.ones(7)
+    sync = WeightSync(FlakyStore(broken, version=2, failures=0), backend, poll_s=0.05)
+    before = {k: v.clone() for k, v in backend.model.state_dict().items()}
+    await sync.load_initial()
+    assert sync.load_failures == 1 and backend.policy_version == 0
+    assert all(torch.equal(v, before[k]) for k, v in backend.model.state_dict().items())
+
+
+async def test_corrupt_version_in_redis_then_a_good_one(tiny_model_dir: Path, infra_config: InfraConfig) -> None:
+    backend = TransformersBackend.load(str(tiny_model_dir))
+    redis = connect(infra_config.redis_url)
+    store = WeightStore(redis, key_prefix=infra_config.key_prefix, chunk_bytes=16 << 10)
+    sync = WeightSync(store, backend, poll_s=0.1, max_backoff_s=0.2)
+    task = asyncio.create_task(sync.run())
+    try:
+        await store.publish(1, _perturbed(backend), step=1)
+        await redis.set(store._chunk_key(1, 0), b"\x00" * 16)  # corrupt v1 after it was announced
+        await _until(lambda: sync.fetch_failures >= 1)
+        assert await sync.apply_pending() is None and backend.policy_version == 0
+        good = _perturbed(backend, 0.1)
+        await store.publish(2, good, step=2)
+        await _until(lambda: sync.ready_version == 2)
+        assert await sync.apply_pending() == 2
+        assert torch.equal(backend.model.state_dict()["model.norm.weight"], good["model.norm.weight"])
+    finally:
+        task.cancel()
+        await redis.aclose()
+
+
+@pytest.mark.parametrize("learner", [1, 4])
+async def test_staleness_gate(tiny_model_dir: Path, learner: int) -> None:
+    backend = TransformersBackend.load(str(tiny_model_dir))
+    store = FlakyStore(_perturbed(backend), version=4, failures=0)
+
+    async def learner_version() -> int:
+        return learner
+
+    sync = WeightSync(store, backend, poll_s=0.05, max_staleness=1, learner_version=learner_version)
+    if learner == 1:  # within the bound: no wait
+        assert await sync.wait_until_fresh() < 0.5 and backend.policy_version == 0
+        return
+    task = asyncio.create_task(sync.run())
+    try:
+        held = await asyncio.wait_for(sync.wait_until_fresh(check_s=0.02), 20)
+    finally:
+        task.cancel()
+    assert backend.policy_version == 4 and held > 0
+
+
+async def test_a_batch_waits_briefly_for_a_fetch_in_progress(tiny_model_dir: Path) -> None:
+    backend = TransformersBackend.load(str(tiny_model_dir))
+
+    class SlowStore(FlakyStore):
+        async def fetch(self, version: int | None = None) -> tuple[int, dict[str, Any]]:
+            await asyncio.sleep(0.5)
+            return await super().fetch(version)
+
+    sync = WeightSync(SlowStore(_perturbed(backend), version=1, failures=0), backend, poll_s=0.05)
+    task = asyncio.create_task(sync.run())
+    try:
+        await _until(lambda: not sync._fetched.is_set())  # the fetch has started
+        assert await sync.apply_pending(wait_s=0.0) is None  # no waiting: old weights
+        assert await sync.apply_pending(wait_s=10.0) == 1  # waits for the fetch, then swaps
+    finally:
+        task.cancel()
