@@ -1,0 +1,1 @@
+"""rollstream learner stage package."""

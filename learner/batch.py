@@ -1,0 +1,131 @@
+"""From advantaged groups to padded training tensors; staleness filtering.
+
+Pure functions, no I/O. Consumes ``GroupAdvantaged`` events (their ``AdvantagedRollout`` s),
+produces :class:`Batch` es of right-padded [B, T] tensors over prompt + completion.
+
+Staleness uses ``Rollout.policy_version_first``: the version of the weights that produced the
+rollout's *first* token. It is the oldest policy any token of the rollout came from (a generator
+may swap weights mid-completion, so ``policy_version_last`` can be newer), so bounding it bounds
+the lag of every token; it is what AReaL's eta bounds. A rollout is stale when
+``current_version - policy_version_first > max_staleness`` and is dropped and counted.
+A rollout from a *newer* version than the learner's (possible only after a resume, from a dead
+lineage's weights) is not stale: its behaviour log-probs are recorded, so the IS weight corrects it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from schemas.events import AdvantagedRollout, GroupAdvantaged
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Right-padded tensors of B rollouts; every [B, T] tensor is aligned with ``input_ids``."""
+
+    input_ids: torch.Tensor  # [B, T] long, prompt + completion, padded with pad_id
+    attention_mask: torch.Tensor  # [B, T] long, 1 on real tokens
+    loss_mask: torch.Tensor  # [B, T] float, 1 on generated completion tokens
+    behaviour_logprobs: torch.Tensor  # [B, T] float, log mu of each generated token (0 elsewhere)
+    advantages: torch.Tensor  # [B] float
+    temperatures: torch.Tensor  # [B] float, the rollouts' logprob_temperature (0 -> 1)
+    rollout_ids: tuple[str, ...]
+
+    @property
+    def num_tokens(self) -> int:
+        """Generated (trained) tokens."""
+        return int(self.loss_mask.sum())
+
+    def to(self, device: str | torch.device) -> Batch:
+        return Batch(
+            input_ids=self.input_ids.to(device),
+            attention_mask=self.attention_mask.to(device),
+            loss_mask=self.loss_mask.to(device),
+            behaviour_logprobs=self.behaviour_logprobs.to(device),
+            advantages=self.advantages.to(device),
+            temperatures=self.temperatures.to(device),
+            rollout_ids=self.rollout_ids,
+        )
+
+
+@dataclass
+class Selection:
+    """The rollouts of a step that will be trained, and what was dropped."""
+
+    rollouts: list[AdvantagedRollout] = field(default_factory=list)
+    stale: int = 0  # rollouts dropped for staleness
+    empty: int = 0  # rollouts dropped for having no generated token
+    lags: list[int] = field(default_factory=list)  # current_version - policy_version_first, every rollout
+
+
+def staleness(current_version: int, rollout: AdvantagedRollout) -> int:
+    return current_version - rollout.rollout.policy_version_first
+
+
+def select_rollouts(
+    groups: Iterable[GroupAdvantaged], current_version: int, max_staleness: int
+) -> Selection:
+    """Keep the rollouts that are fresh enough and have something to train on."""
+    selection = Selection()
+    for group in groups:
+        for item in group.rollouts:
+            lag = staleness(current_version, item)
+            selection.lags.append(lag)
+            if lag > max_staleness:
+                selection.stale += 1
+            elif not any(generated_mask(item)):
+                selection.empty += 1
+            else:
+                selection.rollouts.append(item)
+    return selection
+
+
+def generated_mask(item: AdvantagedRollout) -> list[int]:
+    rollout = item.rollout
+    if rollout.generated_mask is None:  # one-shot: every completion token was generated
+        return [1] * len(rollout.completion_token_ids)
+    return list(rollout.generated_mask)
+
+
+def collate(items: Sequence[AdvantagedRollout], pad_id: int = 0) -> Batch:
+    """Pad ``items`` to the longest prompt + completion of the batch."""
+    if not items:
+        raise ValueError("cannot collate an empty batch")
+    lengths = [len(i.rollout.prompt_token_ids) + len(i.rollout.completion_token_ids) for i in items]
+    batch, width = len(items), max(lengths)
+    input_ids = torch.full((batch, width), pad_id, dtype=torch.long)
+    attention = torch.zeros((batch, width), dtype=torch.long)
+    loss_mask = torch.zeros((batch, width), dtype=torch.float32)
+    behaviour = torch.zeros((batch, width), dtype=torch.float32)
+    for row, item in enumerate(items):
+        rollout = item.rollout
+        start = len(rollout.prompt_token_ids)
+        end = start + len(rollout.completion_token_ids)
+        input_ids[row, :end] = torch.tensor(list(rollout.prompt_token_ids) + list(rollout.completion_token_ids))
+        attention[row, :end] = 1
+        loss_mask[row, start:end] = torch.tensor(generated_mask(item), dtype=torch.float32)
+        behaviour[row, start:end] = torch.tensor(rollout.behaviour_logprobs, dtype=torch.float32)
+    behaviour = behaviour * loss_mask  # observation tokens carry no behaviour log-prob
+    temps = [i.rollout.logprob_temperature or 1.0 for i in items]
+    return Batch(
+        input_ids=input_ids,
+        attention_mask=attention,
+        loss_mask=loss_mask,
+        behaviour_logprobs=behaviour,
+        advantages=torch.tensor([i.advantage for i in items], dtype=torch.float32),
+        temperatures=torch.tensor(temps, dtype=torch.float32),
+        rollout_ids=tuple(i.rollout.rollout_id for i in items),
+    )
+
+
+def micro_batches(items: Sequence[AdvantagedRollout], micro_batch: int, pad_id: int = 0) -> list[Batch]:
+    """Split ``items`` into padded batches of at most ``micro_batch`` rollouts.
+
+    Rollouts are sorted by length first so each micro-batch pads little; the order inside a
+    step does not change its gradient (the losses are summed with step-wide denominators).
+    """
+    ordered = sorted(items, key=lambda i: len(i.rollout.prompt_token_ids) + len(i.rollout.completion_token_ids))
+    return [collate(ordered[i : i + micro_batch], pad_id) for i in range(0, len(ordered), micro_batch)]

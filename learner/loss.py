@@ -1,0 +1,149 @@
+"""The off-policy GRPO loss (decoupled PPO with clip-higher and a truncated IS weight).
+
+Pure tensor math, no I/O. For every generated token t of rollout b (``loss_mask[b, t] = 1``):
+
+    r_t   = pi_theta(y_t) / pi_prox(y_t)                    (ratio to the proximal policy)
+    w_t   = min(pi_prox(y_t) / mu(y_t), C)                  (truncated behaviour IS weight, no grad)
+    obj_t = w_t * min(r_t * A_b, clip(r_t, 1 - eps_low, 1 + eps_high) * A_b)
+    loss_t = -obj_t + beta * KL_t
+
+* ``pi_prox`` is the policy at the start of the optimizer step (detached), ``mu`` the
+  behaviour policy that sampled the token (the generator's ``behaviour_logprobs``), ``A_b`` the
+  rollout's group-relative advantage. Decoupling ``pi_prox`` from ``mu`` (Hilton et al. 2022,
+  AReaL) lets the trust region be taken around the current policy while the IS weight corrects
+  for stale samples; ``C`` (``is_cap``) bounds the weight's variance.
+* Clip-higher (DAPO): ``eps_high > eps_low`` gives low-probability tokens with A > 0 more room.
+* ``KL_t`` is the k3 estimator of KL(pi_theta || pi_ref): ``exp(d) - d - 1`` with
+  ``d = log pi_ref - log pi_theta`` (unbiased, always >= 0; Schulman 2020). Off at beta = 0.
+* Aggregation: ``token_mean`` divides the summed token losses by the number of generated tokens
+  in the whole optimizer step; ``sequence_mean`` averages each rollout's tokens, then the
+  rollouts. The step-wide denominators are passed in, so summing the losses of the micro-batches
+  of a step gives exactly the loss of the full batch (gradient accumulation is exact).
+
+With one update per step and pi_prox taken from the same forward (r = 1), the gradient is
+``w * A * grad log pi_theta`` aggregated as above: on-policy (w = 1) the plain policy-gradient
+estimator.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+
+LossAgg = Literal["token_mean", "sequence_mean"]
+
+
+@dataclass(frozen=True)
+class LossSettings:
+    clip_low: float = 0.2
+    clip_high: float = 0.28
+    is_cap: float = 2.0
+    loss_agg: LossAgg = "token_mean"
+    kl_beta: float = 0.0
+
+
+def token_logprobs(
+    logits: torch.Tensor, input_ids: torch.Tensor, temperature: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Log-probs of each next token and the entropy of each next-token distribution.
+
+    ``logits`` [B, T, V] from a causal LM over ``input_ids`` [B, T]; ``temperature`` [B] (the
+    rollouts' ``logprob_temperature``; the behaviour log-probs are of the tempered distribution,
+    so the learner's must be too). Returns ``(logprobs, entropy)``, each [B, T] and aligned with
+    ``input_ids``: position t holds log p(input_ids[t] | input_ids[:t]); position 0 (no
+    prefix) is 0. Entropy is computed without gradient (it is reported, not optimised).
+    """
+    logits = logits[:, :-1].float()  # [B, T-1, V]: position t predicts token t+1
+    if temperature is not None:
+        logits = logits / temperature.clamp_min(1e-6).view(-1, 1, 1).to(logits.dtype)
+    logp_all = torch.log_softmax(logits, dim=-1)  # [B, T-1, V]
+    targets = input_ids[:, 1:].unsqueeze(-1)  # [B, T-1, 1]
+    logprobs = logp_all.gather(-1, targets).squeeze(-1)  # [B, T-1]
+    with torch.no_grad():
+        entropy = -(logp_all.exp() * logp_all).sum(-1)  # [B, T-1]
+    pad = logprobs.new_zeros(logprobs.shape[0], 1)
+    return torch.cat([pad, logprobs], dim=1), torch.cat([pad, entropy], dim=1)
+
+
+def policy_loss(
+    logprobs: torch.Tensor,
+    prox_logprobs: torch.Tensor,
+    behaviour_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    loss_mask: torch.Tensor,
+    settings: LossSettings,
+    *,
+    ref_logprobs: torch.Tensor | None = None,
+    entropy: torch.Tensor | None = None,
+    step_tokens: float | None = None,
+    step_sequences: float | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """The loss of one (micro-)batch and its statistics.
+
+    ``logprobs`` [B, T] (with grad), ``prox_logprobs`` and ``behaviour_logprobs`` [B, T],
+    ``advantages`` [B], ``loss_mask`` [B, T] (1 on generated tokens). ``step_tokens`` /
+    ``step_sequences``: the denominators of the whole optimizer step (default: this batch's).
+    Stats are sums/counts-free ratios over this batch's masked tokens:
+    ``clip_frac_low/high`` (tokens whose clipped branch is active, i.e. whose gradient is
+    zeroed, below/above), ``is_mean/is_max`` (truncated weight), ``is_trunc_frac``
+    (tokens with pi_prox/mu > C), ``kl`` (mean k3), ``entropy`` (mean), ``tokens``.
+    """
+    mask = loss_mask.to(logprobs.dtype)  # [B, T]
+    prox = prox_logprobs.detach()
+    adv = advantages.to(logprobs.dtype).unsqueeze(1)  # [B, 1]
+    ratio = torch.exp(logprobs - prox)  # [B, T]
+    clipped = ratio.clamp(1.0 - settings.clip_low, 1.0 + settings.clip_high)
+    objective = torch.minimum(ratio * adv, clipped * adv)  # [B, T]
+    raw_is = torch.exp((prox - behaviour_logprobs.to(prox.dtype)).clamp(max=50.0))  # [B, T]
+    is_weight = raw_is.clamp(max=settings.is_cap).detach()
+    per_token = -is_weight * objective  # [B, T]
+    kl = None
+    if ref_logprobs is not None and settings.kl_beta > 0:
+        delta = ref_logprobs.detach() - logprobs
+        kl = torch.exp(delta) - delta - 1.0  # [B, T], k3 >= 0
+        per_token = per_token + settings.kl_beta * kl
+    loss = aggregate(per_token, mask, settings.loss_agg, step_tokens, step_sequences)
+    with torch.no_grad():
+        n = mask.sum().clamp_min(1.0)
+        low = ((ratio < 1.0 - settings.clip_low) & (adv < 0)).to(mask.dtype) * mask
+        high = ((ratio > 1.0 + settings.clip_high) & (adv > 0)).to(mask.dtype) * mask
+        masked_is = is_weight * mask
+        stats = {
+            "tokens": float(mask.sum()),
+            "clip_frac_low": float(low.sum() / n),
+            "clip_frac_high": float(high.sum() / n),
+            "is_mean": float(masked_is.sum() / n),
+            "is_max": float(masked_is.max()) if mask.any() else 0.0,
+            "is_trunc_frac": float(((raw_is > settings.is_cap).to(mask.dtype) * mask).sum() / n),
+            "kl": float((kl.detach() * mask).sum() / n) if kl is not None else 0.0,
+            "entropy": float((entropy * mask).sum() / n) if entropy is not None else 0.0,
+        }
+    return loss, stats
+
+
+def aggregate(
+    per_token: torch.Tensor,
+    mask: torch.Tensor,
+    mode: LossAgg,
+    step_tokens: float | None = None,
+    step_sequences: float | None = None,
+) -> torch.Tensor:
+    """Scalar loss from per-token losses [B, T] under ``mask`` [B, T].
+
+    ``token_mean``: sum / ``step_tokens``. ``sequence_mean``: sum over rollouts of (their token
+    sum / their token count) / ``step_sequences``; rollouts with no generated token count for
+    nothing (neither numerator nor denominator).
+    """
+    masked = per_token * mask
+    if mode == "token_mean":
+        denom = float(step_tokens) if step_tokens is not None else float(mask.sum())
+        return masked.sum() / max(denom, 1.0)
+    if mode == "sequence_mean":
+        lengths = mask.sum(1)  # [B]
+        has_tokens = lengths > 0
+        per_seq = masked.sum(1) / lengths.clamp_min(1.0)  # [B]
+        denom = float(step_sequences) if step_sequences is not None else float(has_tokens.sum())
+        return per_seq[has_tokens].sum() / max(denom, 1.0)
+    raise ValueError(f"unknown loss aggregation {mode!r}; expected token_mean or sequence_mean")

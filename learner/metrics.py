@@ -1,0 +1,53 @@
+"""Prometheus metrics of the learner (on the stage's own registry, prefix ``rollstream_learner_``)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from rollstream.metrics import StageMetrics
+
+STEP_BUCKETS = (0.1, 0.5, 1, 2.5, 5, 10, 20, 40, 80, 160, 320, 640)
+STALENESS_BUCKETS = (-1, 0, 1, 2, 3, 4, 6, 8, 12, 16, 32)
+STAT_GAUGES = ("clip_frac_low", "clip_frac_high", "is_mean", "is_max", "is_trunc_frac", "kl", "entropy")
+
+
+class LearnerMetrics:
+    def __init__(self, stage: StageMetrics) -> None:
+        self.stage = stage
+        self.loss = stage.gauge("learner_loss", "Loss of the last optimizer step")
+        self.stats = {name: stage.gauge(f"learner_{name}", f"{name} of the last step (token mean; is_max: max)")
+                      for name in STAT_GAUGES}
+        self.grad_norm = stage.gauge("learner_grad_norm", "Gradient norm before clipping, last step")
+        self.tokens_per_s = stage.gauge("learner_tokens_per_second", "Trained tokens per second, last step")
+        self.lr = stage.gauge("learner_lr", "Learning rate of the last step")
+        self.policy_version = stage.gauge("learner_policy_version", "Policy version (steps of this lineage)")
+        self.step_seconds = stage.histogram("learner_step_seconds", "Wall time of one optimizer step", STEP_BUCKETS)
+        self.broadcast_seconds = stage.histogram("learner_broadcast_seconds", "Publish of one weight version",
+                                                 STEP_BUCKETS)
+        self.staleness = stage.histogram("learner_rollout_staleness", "Learner version minus the rollout's "
+                                         "policy_version_first, every rollout consumed", STALENESS_BUCKETS)
+        self.steps = stage.counter("learner_steps", "Optimizer steps taken")
+        self.tokens = stage.counter("learner_tokens", "Generated tokens trained on")
+        self.rollouts = stage.counter("learner_rollouts", "Rollouts consumed, by outcome", ("outcome",))
+        self.groups = stage.counter("learner_groups", "Groups consumed, by outcome", ("outcome",))
+        self.checkpoints = stage.counter("learner_checkpoints", "Checkpoints written")
+
+    def observe_step(self, loss: float, grad_norm: float, tokens: int, seconds: float, lr: float,
+                     stats: dict[str, float], version: int) -> None:
+        self.loss.set(loss)
+        self.grad_norm.set(grad_norm)
+        self.tokens_per_s.set(tokens / seconds if seconds > 0 else 0.0)
+        self.lr.set(lr)
+        self.policy_version.set(version)
+        self.step_seconds.observe(seconds)
+        self.steps.inc()
+        self.tokens.inc(tokens)
+        for name, gauge in self.stats.items():
+            gauge.set(stats.get(name, 0.0))
+
+    def observe_rollouts(self, lags: Iterable[int], trained: int, stale: int, empty: int) -> None:
+        for lag in lags:
+            self.staleness.observe(lag)
+        self.rollouts.labels("trained").inc(trained)
+        self.rollouts.labels("stale").inc(stale)
+        self.rollouts.labels("empty").inc(empty)

@@ -1,0 +1,318 @@
+"""The learner stage: ``advantages`` in, a trained policy out (weight store + ``policy`` topic).
+
+Consumes ``GroupAdvantaged`` (consumer group ``learner``; one learner process per run). Every
+``rl.groups_per_step`` groups, in arrival order, make one step: rollouts staler than
+``rl.max_staleness`` are dropped and counted, the rest are trained on (learner/trainer.py), and
+the policy version (= steps of this lineage) advances by one. Every ``broadcast_every`` steps
+the weights are published to the weight store, the version is set in Redis and a
+``WeightsPublished`` goes to ``policy``. After each step ``progress:groups_consumed`` is set.
+
+Exactly once per lineage: a group's offset is marked done only once the step that used it has
+run, and offsets are committed to Kafka only right after a checkpoint holding them was written.
+The checkpoint stores, per partition of ``advantages``, the next offset of the lineage; ``resume``
+seeks there (not to the committed offsets, which may lag), so after a crash every group after
+the checkpoint is trained exactly once more and none before it again. Duplicates of a group the
+lineage already consumed (an upstream replay) are skipped by ``group_id``.
+
+SIGTERM/SIGINT: finish the running step, checkpoint, commit, exit 0. ``steps.jsonl`` in the
+checkpoint directory records, per step, the run id and the group ids it consumed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections import deque
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from learner import checkpoint as ckpt
+from learner.batch import select_rollouts
+from learner.loss import LossSettings
+from learner.metrics import LearnerMetrics
+from learner.model import (
+    adapter_state_dict,
+    add_lora,
+    load_model,
+    load_tokenizer,
+    merged_state_dict,
+    pad_id_of,
+)
+from learner.trainer import Trainer, TrainerSettings
+from rollstream.config import Config
+from rollstream.infra import resolve_endpoints
+from rollstream.kafka import Delivery, EventConsumer, EventProducer, ensure_topics
+from rollstream.lifecycle import stop_event
+from rollstream.metrics import StageMetrics, serve_metrics
+from rollstream.redis import connect, set_groups_consumed, set_policy_version
+from rollstream.weights import WeightStore
+from schemas.events import GroupAdvantaged
+
+log = logging.getLogger(__name__)
+RECENT_GROUPS = 20000  # group ids remembered (and checkpointed) to skip upstream duplicates
+
+
+class RecentIds:
+    """The last ``size`` ids, with O(1) membership."""
+
+    def __init__(self, size: int = RECENT_GROUPS) -> None:
+        self.order: deque[str] = deque()
+        self.members: set[str] = set()
+        self.size = size
+
+    def __contains__(self, item: str) -> bool:
+        return item in self.members
+
+    def extend(self, items: Any) -> None:
+        for item in items:
+            if item in self.members:
+                continue
+            self.order.append(item)
+            self.members.add(item)
+            if len(self.order) > self.size:
+                self.members.discard(self.order.popleft())
+
+    def __iter__(self) -> Any:
+        return iter(self.order)
+
+
+@dataclass
+class Lineage:
+    """What the checkpoint carries besides weights and optimizer."""
+
+    step: int = 0
+    version: int = 0
+    groups_consumed: int = 0
+    recent: RecentIds = field(default_factory=RecentIds)
+
+
+def trainer_settings(config: Config) -> TrainerSettings:
+    c = config.learner
+    return TrainerSettings(
+        lr=c.lr, weight_decay=c.weight_decay, warmup_steps=c.warmup_steps, grad_clip=c.grad_clip,
+        micro_batch=c.micro_batch, updates_per_step=c.updates_per_step,
+        loss=LossSettings(clip_low=c.clip_low, clip_high=c.clip_high, is_cap=c.is_cap, loss_agg=c.loss_agg,
+                          kl_beta=c.kl_beta),
+    )
+
+
+def build_trainer(config: Config, resume_from: Path | None) -> tuple[Trainer, Any, Lineage, dict[int, int]]:
+    """Model, tokenizer and trainer, restored from ``resume_from`` when given (blocking: run in a thread)."""
+    c = config.learner
+    torch.manual_seed(config.rl.seed)
+    state = ckpt.load_state(resume_from) if resume_from is not None else None
+    if state is not None and not state.lora:
+        model = load_model(str(resume_from / "model"), c.device)
+    else:
+        model = load_model(c.model, c.device)
+    ref_model = None
+    if c.kl_beta > 0 and not c.lora:  # LoRA: the reference is the base with adapters off
+        ref_model = load_model(c.model, c.device).eval().requires_grad_(False)
+    if c.lora:
+        model = add_lora(model, c.lora_rank)
+        if state is not None:
+            from peft import set_peft_model_state_dict
+            from safetensors.torch import load_file
+
+            set_peft_model_state_dict(model, load_file(str(resume_from / "adapter" / "adapter_model.safetensors")))
+    # The checkpoint's copy loads in a second; the GGUF's takes ~20 s.
+    tokenizer = (load_tokenizer(str(resume_from / "model")) if resume_from is not None else None) or \
+        load_tokenizer(c.model)
+    trainer = Trainer(model, trainer_settings(config), ref_model=ref_model, pad_id=pad_id_of(model, tokenizer),
+                      device=c.device)
+    lineage, offsets = Lineage(), {}
+    if state is not None:
+        ckpt.load_trainer_state(resume_from, trainer.optimizer, trainer.scheduler)
+        lineage = Lineage(state.step, state.policy_version, state.groups_consumed)
+        lineage.recent.extend(ckpt_recent_groups(resume_from))
+        offsets = state.offsets
+    return trainer, tokenizer, lineage, offsets
+
+
+def ckpt_recent_groups(path: Path) -> list[str]:
+    recent = path / "recent_groups.txt"
+    return recent.read_text().split() if recent.exists() else []
+
+
+def broadcast_weights(config: Config, model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    dtype = getattr(torch, config.learner.broadcast_dtype)
+    if config.learner.lora and config.learner.lora_broadcast == "adapters":
+        return adapter_state_dict(model, dtype)
+    return merged_state_dict(model, dtype)
+
+
+async def run(config: Config, resume: bool = False) -> None:
+    """Run the learner until ``max_steps``, SIGTERM or SIGINT; ``resume`` continues from ``latest``."""
+    c = config.learner
+    root = Path(c.checkpoint_dir)
+    resume_from = ckpt.latest_checkpoint(root) if resume else None
+    if resume and resume_from is None:
+        log.warning("--resume: no checkpoint in %s; starting a new lineage", root)
+    trainer, tokenizer, lineage, offsets = await asyncio.to_thread(build_trainer, config, resume_from)
+    run_id = uuid.uuid4().hex[:12]
+    log.info("learner run %s: step %d, version %d, from %s, offsets %s", run_id, lineage.step, lineage.version,
+             resume_from or c.model, offsets)
+    stage_metrics = StageMetrics("learner")
+    metrics = LearnerMetrics(stage_metrics)
+    serve_metrics(c.metrics_port, stage_metrics)
+    endpoints = resolve_endpoints(config)
+    stop = stop_event()
+    async with AsyncExitStack() as stack:
+        redis = connect(endpoints.redis_url)
+        stack.push_async_callback(redis.aclose)
+        store = WeightStore(redis, key_prefix=config.infra.key_prefix, chunk_bytes=config.weights.chunk_bytes,
+                            keep_versions=config.weights.keep_versions)
+        await ensure_topics(config.infra, ["advantages", "policy"])
+        producer = await stack.enter_async_context(
+            EventProducer(config.infra, client_id=f"learner-{run_id}", metrics=stage_metrics, stage="learner"))
+        consumer = await stack.enter_async_context(EventConsumer(
+            config.infra, "advantages", group_id=f"{config.infra.topic_prefix}learner", producer=producer,
+            stage="learner",
+            metrics=stage_metrics, start_offsets=offsets, max_poll_records=max(1, config.rl.groups_per_step)))
+        loop = LearnerLoop(config, trainer, tokenizer, lineage, consumer, producer, store, redis, metrics, run_id)
+        if resume_from is not None:  # generators must serve this lineage's weights, not a dead one's
+            await loop.publish()
+        else:
+            await set_policy_version(redis, config.infra, lineage.version)
+        await set_groups_consumed(redis, config.infra, lineage.groups_consumed)
+        await loop.run(stop)
+
+
+class LearnerLoop:
+    """Fetch, step, broadcast, checkpoint: the stage's one loop (state lives in ``lineage``)."""
+
+    def __init__(self, config: Config, trainer: Trainer, tokenizer: Any, lineage: Lineage,
+                 consumer: EventConsumer[GroupAdvantaged], producer: EventProducer, store: WeightStore,
+                 redis: Any, metrics: LearnerMetrics, run_id: str) -> None:
+        self.config, self.trainer, self.tokenizer, self.lineage = config, trainer, tokenizer, lineage
+        self.consumer, self.producer, self.store, self.redis = consumer, producer, store, redis
+        self.metrics, self.run_id = metrics, run_id
+        self.buffer: deque[Delivery[GroupAdvantaged]] = deque()
+        self.checkpointed = (lineage.step, lineage.groups_consumed)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        c, per_step = self.config.learner, self.config.rl.groups_per_step
+        while not stop.is_set() and not (c.max_steps and self.lineage.step >= c.max_steps):
+            await self.fill(per_step)
+            if len(self.buffer) < per_step:
+                continue
+            groups = [self.buffer.popleft() for _ in range(per_step)]
+            trained = await self.consume(groups)
+            if trained and self.lineage.step % c.broadcast_every == 0:
+                await self.publish()
+            if trained and c.checkpoint_every and self.lineage.step % c.checkpoint_every == 0:
+                await self.checkpoint()
+        if self.checkpointed != (self.lineage.step, self.lineage.groups_consumed):
+            await self.checkpoint()
+        log.info("learner run %s stopped at step %d (version %d)", self.run_id, self.lineage.step,
+                 self.lineage.version)
+
+    async def fill(self, wanted: int) -> None:
+        """Poll until ``wanted`` groups are buffered (or a poll comes back empty)."""
+        while len(self.buffer) < wanted:
+            got = await self.consumer.getmany(max_records=wanted - len(self.buffer), timeout_s=0.5)
+            if not got:
+                return
+            self.accept(got)
+
+    def accept(self, deliveries: list[Delivery[GroupAdvantaged]]) -> None:
+        """Buffer new groups; a group this lineage already has is skipped (marked done, counted)."""
+        for delivery in deliveries:
+            group_id = delivery.event.group_id
+            if group_id in self.lineage.recent or any(d.event.group_id == group_id for d in self.buffer):
+                log.warning("skipping duplicate group %s (%s[%d]@%d)", group_id, delivery.topic,
+                            delivery.partition, delivery.offset)
+                self.metrics.groups.labels("duplicate").inc()
+                self.consumer.done(delivery)
+                continue
+            self.buffer.append(delivery)
+
+    async def consume(self, deliveries: list[Delivery[GroupAdvantaged]]) -> bool:
+        """Train one step on ``deliveries`` (unless all of it is stale); returns whether a step ran."""
+        groups = [d.event for d in deliveries]
+        selection = select_rollouts(groups, self.lineage.version, self.config.rl.max_staleness)
+        self.metrics.observe_rollouts(selection.lags, len(selection.rollouts), selection.stale, selection.empty)
+        result = None
+        if selection.rollouts:
+            # In a thread: the event loop keeps the consumer's heartbeats and metrics alive meanwhile.
+            result = await self.run_polling(asyncio.to_thread(self.trainer.step, selection.rollouts))
+            self.lineage.step += 1
+            self.lineage.version += 1
+            self.metrics.observe_step(result.loss, result.grad_norm, result.tokens, result.seconds, result.lr,
+                                      result.stats, self.lineage.version)
+        self.lineage.groups_consumed += len(groups)
+        self.lineage.recent.extend(g.group_id for g in groups)
+        self.metrics.groups.labels("trained" if result else "stale").inc(len(groups))
+        for delivery in deliveries:
+            self.consumer.done(delivery)
+        record: dict[str, Any] = {
+            "run_id": self.run_id, "step": self.lineage.step, "policy_version": self.lineage.version,
+            "groups_consumed": self.lineage.groups_consumed,
+            "trained": result is not None, "groups": [g.group_id for g in groups],
+            "rollouts": len(selection.rollouts), "stale": selection.stale, "time": time.time(),
+        }
+        if result is not None:
+            record.update(loss=result.loss, grad_norm=result.grad_norm, tokens=result.tokens,
+                          seconds=result.seconds, **result.stats)
+            log.info("step %d: loss %.4f grad %.3f tokens %d (%.0f tok/s) stale %d groups %s", self.lineage.step,
+                     result.loss, result.grad_norm, result.tokens, result.tokens / max(result.seconds, 1e-9),
+                     selection.stale, record["groups"])
+        ckpt.append_step_log(self.config.learner.checkpoint_dir, record)
+        await set_groups_consumed(self.redis, self.config.infra, self.lineage.groups_consumed)
+        return result is not None
+
+    async def run_polling(self, work: Any) -> Any:
+        """Await ``work`` while keeping the consumer polled (paused), so a long step never counts
+        as a dead consumer (max.poll.interval) and nothing piles up unboundedly."""
+        task = asyncio.ensure_future(work)
+        raw = self.consumer.raw
+        try:
+            while not task.done():
+                await asyncio.wait({task}, timeout=1.0)
+                if task.done():
+                    break
+                if len(self.buffer) >= self.config.rl.groups_per_step:
+                    raw.pause(*raw.assignment())
+                else:
+                    raw.resume(*raw.paused())
+                wanted = max(1, self.config.rl.groups_per_step - len(self.buffer))
+                self.accept(await self.consumer.getmany(max_records=wanted, timeout_s=0.05))
+        finally:
+            raw.resume(*raw.paused())
+        return task.result()
+
+    async def publish(self) -> None:
+        started = time.perf_counter()
+        weights = await asyncio.to_thread(broadcast_weights, self.config, self.trainer.model)
+        published = await self.store.publish(self.lineage.version, weights, step=self.lineage.step)
+        await self.producer.send("policy", published)
+        await set_policy_version(self.redis, self.config.infra, self.lineage.version)
+        self.metrics.broadcast_seconds.observe(time.perf_counter() - started)
+        log.info("published policy version %d (%d bytes)", published.version, published.num_bytes)
+
+    async def checkpoint(self) -> None:
+        offsets = dict(self.consumer.safe_offsets())
+        for tp in self.consumer.raw.assignment():  # partitions never read: their current position
+            if tp.partition not in offsets:
+                offsets[tp.partition] = await self.consumer.raw.position(tp)
+        state = ckpt.CheckpointState(
+            step=self.lineage.step, policy_version=self.lineage.version, groups_consumed=self.lineage.groups_consumed,
+            offsets=offsets, topic=self.consumer.topic, lora=self.config.learner.lora, written_at=time.time())
+        c = self.config.learner
+        merged = None
+        if c.lora:
+            merged = await asyncio.to_thread(merged_state_dict, self.trainer.model)
+        path = await asyncio.to_thread(
+            ckpt.save_checkpoint, c.checkpoint_dir, state, model=self.trainer.model, tokenizer=self.tokenizer,
+            optimizer=self.trainer.optimizer, scheduler=self.trainer.scheduler, merged_weights=merged,
+            keep=c.checkpoint_keep, extra_files={"recent_groups.txt": "\n".join(self.lineage.recent)})
+        await self.consumer.commit()  # only now: committed offsets never run ahead of a checkpoint
+        self.checkpointed = (self.lineage.step, self.lineage.groups_consumed)
+        self.metrics.checkpoints.inc()
+        log.info("checkpoint %s (offsets %s)", path, offsets)

@@ -1,0 +1,172 @@
+"""The training step: model, AdamW, LR warm-up, gradient accumulation and clipping. No I/O.
+
+One *step* trains on the rollouts of ``groups_per_step`` groups and advances the policy version
+by one. It is split into ``updates_per_step`` mini-batches (one optimizer update each), each into
+micro-batches of ``micro_batch`` rollouts whose gradients are accumulated (the loss uses the
+mini-batch's token/sequence counts as denominators, so accumulation is exact).
+
+pi_prox is the policy before the step's first update:
+
+* ``updates_per_step == 1`` (default): every forward of the step runs on the pre-update
+  weights, so pi_prox is the detached log-prob of the *same* forward (no extra pass; r = 1 and
+  the clip is inactive, the IS weight still corrects for the behaviour policy).
+* ``updates_per_step > 1``: pi_prox is recomputed for every rollout under ``no_grad`` before
+  the first update; later updates see r != 1 and the clip acts.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from learner.batch import Batch, micro_batches
+from learner.loss import LossSettings, policy_loss, token_logprobs
+from schemas.events import AdvantagedRollout
+
+MEAN_STATS = ("clip_frac_low", "clip_frac_high", "is_mean", "is_trunc_frac", "kl", "entropy")
+
+
+@dataclass(frozen=True)
+class TrainerSettings:
+    lr: float = 1e-6
+    weight_decay: float = 0.0
+    warmup_steps: int = 0
+    grad_clip: float = 1.0
+    micro_batch: int = 8
+    updates_per_step: int = 1
+    loss: LossSettings = field(default_factory=LossSettings)
+
+
+@dataclass
+class StepResult:
+    loss: float
+    grad_norm: float
+    tokens: int
+    sequences: int
+    seconds: float
+    lr: float
+    stats: dict[str, float]
+
+
+def build_optimizer(model: torch.nn.Module, settings: TrainerSettings) -> tuple[torch.optim.Optimizer, object]:
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=settings.lr, weight_decay=settings.weight_decay)
+    warmup = settings.warmup_steps
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: min(1.0, (step + 1) / warmup) if warmup > 0 else 1.0
+    )
+    return optimizer, scheduler
+
+
+class Trainer:
+    """Owns the policy's parameters and optimizer; ``step`` is the only thing that changes them."""
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        settings: TrainerSettings,
+        *,
+        ref_model: torch.nn.Module | None = None,
+        pad_id: int = 0,
+        device: str | torch.device = "cpu",
+    ) -> None:
+        self.model = model
+        self.settings = settings
+        self.ref_model = ref_model
+        self.pad_id = pad_id
+        self.device = torch.device(device)
+        self.optimizer, self.scheduler = build_optimizer(model, settings)
+        self.model.train()
+
+    def step(self, rollouts: Sequence[AdvantagedRollout]) -> StepResult:
+        """One policy version's worth of training on ``rollouts`` (already filtered for staleness)."""
+        started = time.perf_counter()
+        s = self.settings
+        n_updates = max(1, min(s.updates_per_step, len(rollouts)))
+        chunks = [list(rollouts[i::n_updates]) for i in range(n_updates)]
+        batches = [[b.to(self.device) for b in micro_batches(c, s.micro_batch, self.pad_id)] for c in chunks]
+        prox = None
+        if n_updates > 1:
+            prox = [[self._logprobs_no_grad(self.model, b) for b in mini] for mini in batches]
+        total_loss, norms, weighted, is_max, tokens = 0.0, [], {k: 0.0 for k in MEAN_STATS}, 0.0, 0
+        for u, mini in enumerate(batches):
+            step_tokens = sum(b.num_tokens for b in mini)
+            step_sequences = sum(int((b.loss_mask.sum(1) > 0).sum()) for b in mini)
+            for m, batch in enumerate(mini):
+                loss, stats = self._micro_step(
+                    batch, None if prox is None else prox[u][m], step_tokens, step_sequences
+                )
+                total_loss += loss
+                tokens += int(stats["tokens"])
+                is_max = max(is_max, stats["is_max"])
+                for key in MEAN_STATS:
+                    weighted[key] += stats[key] * stats["tokens"]
+            norm = torch.nn.utils.clip_grad_norm_(self._params(), s.grad_clip)
+            norms.append(float(norm))
+            self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
+        lr = self.scheduler.get_last_lr()[0]
+        self.scheduler.step()
+        stats = {k: v / max(tokens, 1) for k, v in weighted.items()}
+        stats["is_max"] = is_max
+        return StepResult(
+            loss=total_loss / n_updates,
+            grad_norm=max(norms),
+            tokens=tokens,
+            sequences=len(rollouts),
+            seconds=time.perf_counter() - started,
+            lr=lr,
+            stats=stats,
+        )
+
+    def _micro_step(
+        self, batch: Batch, prox: torch.Tensor | None, step_tokens: int, step_sequences: int
+    ) -> tuple[float, dict[str, float]]:
+        logits = self.model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits  # [B, T, V]
+        logprobs, entropy = token_logprobs(logits, batch.input_ids, batch.temperatures)  # [B, T]
+        del logits
+        ref = self._ref_logprobs(batch) if self.settings.loss.kl_beta > 0 else None
+        loss, stats = policy_loss(
+            logprobs,
+            logprobs.detach() if prox is None else prox,
+            batch.behaviour_logprobs,
+            batch.advantages,
+            batch.loss_mask,
+            self.settings.loss,
+            ref_logprobs=ref,
+            entropy=entropy,
+            step_tokens=step_tokens,
+            step_sequences=step_sequences,
+        )
+        loss.backward()
+        return float(loss.detach()), stats
+
+    def _ref_logprobs(self, batch: Batch) -> torch.Tensor:
+        """Log-probs under the frozen reference: a separate model, or (LoRA) the base model
+        with the adapters switched off, which costs no memory."""
+        if self.ref_model is not None:
+            return self._logprobs_no_grad(self.ref_model, batch)
+        disable = getattr(self.model, "disable_adapter", None)
+        if disable is None:
+            raise ValueError("kl_beta > 0 needs a reference model (or a LoRA model)")
+        with disable():
+            return self._logprobs_no_grad(self.model, batch)
+
+    def _logprobs_no_grad(self, model: torch.nn.Module, batch: Batch) -> torch.Tensor:
+        with torch.no_grad():
+            logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
+            return token_logprobs(logits, batch.input_ids, batch.temperatures)[0]  # [B, T]
+
+    def _params(self) -> list[torch.nn.Parameter]:
+        return [p for p in self.model.parameters() if p.requires_grad]
+
+
+def sequence_logprob(model: torch.nn.Module, batch: Batch) -> torch.Tensor:
+    """Sum of the log-probs of each rollout's generated tokens [B] (for tests and evaluation)."""
+    with torch.no_grad():
+        logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
+        logprobs, _ = token_logprobs(logits, batch.input_ids, batch.temperatures)
+        return (logprobs * batch.loss_mask).sum(1)

@@ -1,0 +1,199 @@
+"""``rollstream run``: the whole pipeline on one machine, as separate processes.
+
+Brings up the local infrastructure (unless endpoints are configured), creates the topics,
+starts learner, stream, executor(s), generator(s) and sampler as child processes of this
+one (each with its own log), prints progress, and when the learner has taken
+``--max-steps`` optimizer steps stops everything it started, by pid. Each run gets its own
+topic and key prefix, so runs never see each other's events or state.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from rollstream import infra
+from rollstream.config import Config, load_config
+from rollstream.errors import ConfigError, InfraError
+
+# A short run that fits a 2-core CPU machine; anything the user sets wins over these.
+QUICK_PROFILE = (
+    "rl.group_size=4",
+    "rl.groups_per_step=2",
+    "rl.max_staleness=1",
+    "generator.max_new_tokens=160",
+    "generator.max_batch_prompts=2",
+    "generator.torch_threads=1",  # learner and generator share 2 cores: one thread each is faster
+    "learner.micro_batch=4",
+    "learner.lr=2e-6",
+    "executor.concurrency=4",
+)
+PROGRESS_EVERY_S = 10.0
+
+
+@dataclass
+class Child:
+    name: str
+    proc: subprocess.Popen[bytes]
+    log: Path
+
+
+def _docker_image_present(image: str) -> bool:
+    try:
+        result = subprocess.run(["docker", "image", "inspect", image], capture_output=True, timeout=30)
+    except (FileNotFoundError, subprocess.TimeoutExpired):
+        return False
+    return result.returncode == 0
+
+
+def run_pipeline(config: Config, args: argparse.Namespace) -> int:
+    run_id = time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:4]
+    base = Path(config.infra.state_dir).resolve()
+    run_dir = base / "runs" / run_id
+    user_keys = _user_keys(args)
+    overrides = [
+        *(o for o in QUICK_PROFILE if o.split("=")[0] not in user_keys),  # the user's choices win
+        *args.overrides,
+        f"learner.max_steps={args.max_steps}",
+        f"infra.state_dir={base}",
+        f"infra.topic_prefix={config.infra.topic_prefix}{run_id}.",
+        f"infra.key_prefix={config.infra.key_prefix}{run_id}:",
+        f"learner.checkpoint_dir={run_dir / 'checkpoints'}",
+    ]
+    resolved = load_config(args.config, overrides)
+    if not _docker_image_present(resolved.executor.image):
+        raise ConfigError(
+            f"sandbox image {resolved.executor.image!r} not found: build it with "
+            "`rollstream sandbox build --offline` (or set executor.image)"
+        )
+    was_up = infra.resolve_endpoints_or_none(resolved.infra) is not None
+    endpoints = infra.up(resolved.infra)
+    print(f"run {run_id}: kafka {endpoints['kafka_bootstrap']}, redis {endpoints['redis_url']}, logs {run_dir}")
+    from rollstream.kafka import ensure_topics
+    from schemas import TOPICS
+
+    asyncio.run(ensure_topics(resolved.infra, list(TOPICS)))
+    children: list[Child] = []
+    cli_args = (["--config", args.config] if args.config else []) + [a for o in overrides for a in ("--set", o)]
+    try:
+        plan = [("learner", 1), ("stream", 1), ("executor", args.executors), ("generator", args.generators),
+                ("sampler", 1)]
+        for stage, count in plan:
+            for i in range(count):
+                children.append(_spawn(stage, i, cli_args, run_dir))
+        return _supervise(resolved, children)
+    finally:
+        _stop_all(children)
+        asyncio.run(_delete_run_keys(resolved))
+        if not was_up and not args.keep_infra:
+            infra.down(resolved.infra)
+
+
+def _user_keys(args: argparse.Namespace) -> set[str]:
+    keys = {o.split("=")[0].strip() for o in args.overrides}
+    keys |= {name[len("ROLLSTREAM__"):].lower().replace("__", ".") for name in os.environ
+             if name.startswith("ROLLSTREAM__")}
+    if args.config:
+        import tomllib
+
+        for section, table in tomllib.loads(Path(args.config).read_text()).items():
+            keys |= {f"{section}.{key}" for key in table}
+    return keys
+
+
+def _spawn(stage: str, index: int, cli_args: list[str], run_dir: Path) -> Child:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    name = f"{stage}-{index}" if stage in ("executor", "generator") else stage
+    log = run_dir / f"{name}.log"
+    argv = [sys.executable, "-m", "rollstream.cli", stage, *cli_args]
+    with open(log, "ab") as out:
+        out.write(f"$ {shlex.join(argv)}\n".encode())
+        out.flush()
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    print(f"started {name} (pid {proc.pid}), log {log}")
+    return Child(name, proc, log)
+
+
+def _supervise(config: Config, children: list[Child]) -> int:
+    learner = next(c for c in children if c.name == "learner")
+    last_report = 0.0
+    while True:
+        for child in children:
+            code = child.proc.poll()
+            if code is None:
+                continue
+            if child is learner and code == 0:
+                print(f"learner finished {config.learner.max_steps} steps")
+                _print_tail(learner, 15)
+                print(f"checkpoints: {config.learner.checkpoint_dir}")
+                return 0
+            print(f"{child.name} exited with {code}; stopping the run. Last lines of {child.log}:")
+            _print_tail(child, 30)
+            return 1
+        if time.monotonic() - last_report > PROGRESS_EVERY_S:
+            last_report = time.monotonic()
+            print(asyncio.run(_progress(config)), flush=True)
+        time.sleep(0.5)
+
+
+async def _progress(config: Config) -> str:
+    from rollstream.infra import resolve_endpoints
+    from rollstream.redis import connect, get_policy_version, groups_resolved
+
+    client = connect(resolve_endpoints(config).redis_url)
+    try:
+        version = await get_policy_version(client, config.infra)
+        resolved = await groups_resolved(client, config.infra)
+    except Exception as exc:  # progress is best effort; the run goes on
+        return f"progress unavailable: {exc}"
+    finally:
+        await client.aclose()
+    return f"[{time.strftime('%H:%M:%S')}] policy version {version}/{config.learner.max_steps}, groups done {resolved}"
+
+
+def _print_tail(child: Child, lines: int) -> None:
+    try:
+        text = child.log.read_text(errors="replace").splitlines()[-lines:]
+    except OSError:
+        return
+    for line in text:
+        print(f"  {child.name}| {line}")
+
+
+def _stop_all(children: list[Child]) -> None:
+    """SIGTERM every child (they commit and exit), SIGKILL what is left after 30 s."""
+    for child in reversed(children):  # producers first, so downstream can drain
+        if child.proc.poll() is None:
+            child.proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + 30
+    for child in children:
+        try:
+            child.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            child.proc.kill()
+            child.proc.wait()
+
+
+async def _delete_run_keys(config: Config) -> None:
+    from rollstream.redis import connect
+
+    try:
+        endpoints = infra.resolve_endpoints(config)
+    except InfraError:
+        return
+    client = connect(endpoints.redis_url)
+    try:
+        keys = [k async for k in client.scan_iter(match=f"{config.infra.key_prefix}*", count=1000)]
+        if keys:
+            await client.delete(*keys)
+    finally:
+        await client.aclose()

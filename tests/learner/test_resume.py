@@ -1,0 +1,142 @@
+"""Exact resume against the real broker and Redis: SIGKILL the learner mid-run, resume from its
+last checkpoint, and count group ids per step (from ``steps.jsonl``)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import msgspec
+
+from learner.checkpoint import latest_checkpoint, load_state, read_step_log
+from rollstream.config import Config, LearnerConfig, RLConfig, to_toml
+from rollstream.kafka import EventProducer, ensure_topics
+from rollstream.redis import connect, get_policy_version, key
+from tests.learner.conftest import group
+
+ROOT = Path(__file__).resolve().parents[2]
+GROUPS = 16
+PER_STEP = 2
+
+
+def write_config(config: Config, path: Path) -> Path:
+    path.write_text(to_toml(config))
+    return path
+
+
+def spawn(config_path: Path, tmp: Path, name: str, *extra: str) -> subprocess.Popen[bytes]:
+    with open(tmp / f"{name}.log", "wb") as log:  # the child keeps its own copy of the descriptor
+        return subprocess.Popen([sys.executable, "-m", "tests.learner.learner_proc", str(config_path), *extra],
+                                cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+
+
+async def wait_for(predicate, timeout_s: float, proc: subprocess.Popen[bytes], what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if proc.poll() is not None:
+            raise AssertionError(f"learner exited with {proc.returncode} while waiting for {what}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.1)
+
+
+async def test_sigkill_then_resume_trains_every_group_exactly_once(config: Config, tiny_model_dir: str,
+                                                                   tmp_path: Path) -> None:
+    ckpt_dir = tmp_path / "ckpt"
+    config = msgspec.structs.replace(
+        config,
+        rl=RLConfig(groups_per_step=PER_STEP, max_staleness=1000, seed=1),
+        learner=LearnerConfig(model=tiny_model_dir, lr=1e-3, micro_batch=4, checkpoint_every=2,
+                              checkpoint_dir=str(ckpt_dir), broadcast_every=1, max_steps=GROUPS // PER_STEP),
+    )
+    groups = [group(f"g{i:02d}", [1.0, -1.0, 0.5, -0.5], seed=i) for i in range(GROUPS)]
+    await ensure_topics(config.infra, ["advantages", "policy"])
+    async with EventProducer(config.infra, client_id="test") as producer:
+        await producer.send_many([("advantages", g) for g in groups])
+        await producer.send("advantages", groups[3])  # an upstream replay: must not be trained twice
+
+    config_path = write_config(config, tmp_path / "learner.toml")
+    first = spawn(config_path, tmp_path, "first", "--step-sleep", "0.4")
+    try:
+        await wait_for(lambda: len(read_step_log(ckpt_dir)) >= 5, 240, first, "5 steps")
+        first.send_signal(signal.SIGKILL)
+        first.wait(10)
+    finally:
+        if first.poll() is None:
+            os.kill(first.pid, signal.SIGKILL)
+            first.wait(10)
+    resumed_from = latest_checkpoint(ckpt_dir)
+    assert resumed_from is not None
+    state = load_state(resumed_from)
+    dead_run = read_step_log(ckpt_dir)
+    assert state.step in (2, 4) and max(r["step"] for r in dead_run) > state.step  # killed past it
+
+    second = spawn(config_path, tmp_path, "second", "--resume")
+    try:
+        assert second.wait(240) == 0, (tmp_path / "second.log").read_text()[-3000:]
+    finally:
+        if second.poll() is None:
+            os.kill(second.pid, signal.SIGKILL)
+    log = read_step_log(ckpt_dir)
+    first_id = dead_run[0]["run_id"]
+    second_id = next(r["run_id"] for r in log if r["run_id"] != first_id)
+    before = [r for r in log if r["run_id"] == first_id and r["step"] <= state.step]
+    after = [r for r in log if r["run_id"] == second_id]
+    lineage = before + after
+    assert [r["step"] for r in lineage] == list(range(1, GROUPS // PER_STEP + 1))
+    counts = Counter(g for r in lineage for g in r["groups"])
+    assert counts == Counter({g.group_id: 1 for g in groups})  # every group exactly once, none twice
+    trained_before = {g for r in before for g in r["groups"]}
+    assert not trained_before & {g for r in after for g in r["groups"]}
+    killed = {g for r in dead_run if r["step"] > state.step for g in r["groups"]}
+    assert killed and killed <= {g for r in after for g in r["groups"]}  # the dead steps were redone
+
+    final = load_state(latest_checkpoint(ckpt_dir))
+    assert final.step == GROUPS // PER_STEP and final.groups_consumed == GROUPS
+    redis = connect(config.infra.redis_url)
+    try:
+        assert await get_policy_version(redis, config.infra) == GROUPS // PER_STEP
+        assert int(await redis.get(key(config.infra, "progress:groups_consumed"))) == GROUPS
+    finally:
+        await redis.aclose()
+
+
+async def test_sigterm_checkpoints_the_current_step_and_exits_cleanly(config: Config, tiny_model_dir: str,
+                                                                      tmp_path: Path) -> None:
+    ckpt_dir = tmp_path / "ckpt"
+    config = msgspec.structs.replace(
+        config,
+        rl=RLConfig(groups_per_step=PER_STEP, max_staleness=1000),
+        learner=LearnerConfig(model=tiny_model_dir, micro_batch=4, checkpoint_every=100,
+                              checkpoint_dir=str(ckpt_dir), broadcast_every=100, max_steps=4),
+    )
+    groups = [group(f"h{i}", [1.0, -1.0], seed=i) for i in range(8)]
+    await ensure_topics(config.infra, ["advantages", "policy"])
+    async with EventProducer(config.infra, client_id="test") as producer:
+        await producer.send_many([("advantages", g) for g in groups])
+    config_path = write_config(config, tmp_path / "learner.toml")
+    proc = spawn(config_path, tmp_path, "first", "--step-sleep", "0.5")
+    try:
+        await wait_for(lambda: len(read_step_log(ckpt_dir)) >= 2, 240, proc, "2 steps")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+    done = read_step_log(ckpt_dir)
+    state = load_state(latest_checkpoint(ckpt_dir))
+    assert state.step == done[-1]["step"] >= 2  # nothing trained is lost on a graceful stop
+    second = spawn(config_path, tmp_path, "second", "--resume")
+    try:
+        assert second.wait(240) == 0
+    finally:
+        if second.poll() is None:
+            os.kill(second.pid, signal.SIGKILL)
+    counts = Counter(g for r in read_step_log(ckpt_dir) for g in r["groups"])
+    assert counts == Counter({g.group_id: 1 for g in groups})
