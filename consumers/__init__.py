@@ -1,0 +1,1 @@
+"""rollstream consumers stage package."""
