@@ -82,11 +82,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("eval", help="pass@1 / pass@k per task family at a fixed policy")
     _common(p)
-    p.add_argument("--model", default=None, help="checkpoint directory or 'smollm2' (default: generator.model)")
-    p.add_argument("--samples", "-k", type=int, default=1, help="samples per task (pass@k for k <= samples)")
-    p.add_argument("--families", default=None, help="comma-separated families (default: all)")
-    p.add_argument("--limit", type=int, default=0, help="at most this many tasks per family (0 = all)")
-    p.add_argument("--json", dest="json_out", default=None, help="also write the report as JSON here")
+    from rollstream.evaluate import add_arguments  # argparse only: stays fast
+
+    add_arguments(p)
     return parser
 
 

@@ -116,8 +116,11 @@ class EvalOptions:
     limit_per_family: int = 0  # 0: every task
     batch: int = 8
     seed: int = 0
+    threads: int = 0  # torch intra-op threads (0: torch's default); 1 avoids thread thrash on busy shared cores
     json_out: str | None = None
     completions_out: str | None = None
+    resume: bool = False  # reuse the samples already in completions_out; generate only the missing ones
+    task_ids: tuple[str, ...] = ()  # empty: all
 
 
 def select_tasks(config: Config, options: EvalOptions) -> list[Any]:
@@ -126,6 +129,8 @@ def select_tasks(config: Config, options: EvalOptions) -> list[Any]:
     tasks = load_tasks(options.sources or config.sampler.sources)
     if options.families:
         tasks = [t for t in tasks if t.family in options.families]
+    if options.task_ids:
+        tasks = [t for t in tasks if t.task_id in options.task_ids]
     if options.limit_per_family:
         taken: dict[str, int] = defaultdict(int)
         kept = []
@@ -139,72 +144,30 @@ def select_tasks(config: Config, options: EvalOptions) -> list[Any]:
 
 async def run(config: Config, options: EvalOptions = EvalOptions()) -> dict[str, Any]:
     """Evaluate; prints the table, writes JSON (and completions) if asked, returns the report."""
-    from consumers.backends.base import GenerationRequest
-    from consumers.backends.hf import TransformersBackend
-    from consumers.backends.sampling import derive_seed
-    from consumers.generator import resolve_sampling
-    from consumers.models import chat_prompt_ids
-    from consumers.rewards import default_registry
-    from consumers.sandbox import DockerSandboxPool
-    from consumers.score import evaluate
-    from schemas.events import SamplingParams
-
     if max(options.ks) > options.samples:
         raise ValueError(f"pass@{max(options.ks)} needs --samples >= {max(options.ks)}")
     tasks = select_tasks(config, options)
     model = options.model or config.generator.model
     started = time.monotonic()
-    backend = await asyncio.to_thread(TransformersBackend.load, model, config.generator.device)
-    log.info("loaded %s in %.0f s; %d tasks x %d samples", model, time.monotonic() - started, len(tasks), options.samples)
-    requests, owners = [], {}
-    for task in tasks:
-        prompt_ids = chat_prompt_ids(backend.tokenizer, [msgspec.structs.asdict(m) for m in _messages(config, task)])
-        sampling = resolve_sampling(config.generator, task.sampling or SamplingParams())
-        for i in range(options.samples):
-            request_id = f"{task.task_id}/{i}"
-            requests.append(GenerationRequest(request_id, prompt_ids, sampling, derive_seed(options.seed, task.task_id, i)))
-            owners[request_id] = (task, i)
-    requests.sort(key=lambda r: len(r.prompt_token_ids))  # similar lengths batch with less padding
-    registry = default_registry()
-    results: list[SampleResult] = []
-    completions_file = open(options.completions_out, "w") if options.completions_out else None  # noqa: SIM115
-    gate = asyncio.Semaphore(config.executor.concurrency)
+    results = previous_results(options, tasks)
+    done = {(r.task_id, r.sample_index) for r in results}
+    missing = [(t, i) for t in tasks for i in range(options.samples) if (t.task_id, i) not in done]
     tokens = 0
-    gen_started = time.monotonic()
-    try:
-        async with DockerSandboxPool(config.executor) as pool:
-            async def score(completion: Any) -> None:
-                task, index = owners[completion.request_id]
-                spec = eval_spec(task, options.tests)
-                async with gate:
-                    ev = await evaluate(pool, registry, spec, completion.text, f"eval-{completion.request_id}")
-                ex = ev.scored.execution
-                passed = ex.error_kind == "none" and ex.tests_total > 0 and ex.tests_passed == ex.tests_total
-                results.append(SampleResult(task.task_id, task.family, index, passed, ev.scored.reward, ex.error_kind,
-                                            completion.finish_reason, len(completion.token_ids)))
-                if completions_file:
-                    completions_file.write(json.dumps({"task_id": task.task_id, "sample": index, "passed": passed,
-                                                       "reward": ev.scored.reward, "error_kind": ex.error_kind,
-                                                       "completion": completion.text}) + "\n")
-                    completions_file.flush()
+    if missing:
+        if options.threads:
+            import torch
 
-            scoring: list[asyncio.Task[None]] = []
-            for start in range(0, len(requests), options.batch):
-                batch = requests[start:start + options.batch]
-                completions = await backend.generate(batch)
-                tokens += sum(len(c.token_ids) for c in completions)
-                scoring += [asyncio.create_task(score(c)) for c in completions]
-                elapsed = time.monotonic() - gen_started
-                log.info("generated %d/%d (%.0f tok/s), %d scored, %d passed", start + len(batch), len(requests),
-                         tokens / max(elapsed, 1e-9), len(results), sum(r.passed for r in results))
-            await asyncio.gather(*scoring)
-    finally:
-        if completions_file:
-            completions_file.close()
+            torch.set_num_threads(options.threads)
+        from consumers.backends.hf import TransformersBackend
+
+        backend = await asyncio.to_thread(TransformersBackend.load, model, config.generator.device)
+        log.info("loaded %s in %.0f s; %d samples to generate (%d tasks x %d, %d already scored)", model,
+                 time.monotonic() - started, len(missing), len(tasks), options.samples, len(done))
+        tokens = await generate_and_score(config, options, backend, missing, results)
     summary = summarize(results, options.ks)
     report = {
         "model": model, "sources": list(options.sources or config.sampler.sources), "tests": options.tests,
-        "samples_per_task": options.samples, "seed": options.seed,
+        "samples_per_task": options.samples, "seed": options.seed, "threads": options.threads,
         "sampling": {"temperature": config.generator.temperature, "top_p": config.generator.top_p,
                      "top_k": config.generator.top_k, "max_new_tokens": config.generator.max_new_tokens},
         "generated_tokens": tokens, "wall_s": round(time.monotonic() - started, 1), "families": summary,
@@ -213,6 +176,96 @@ async def run(config: Config, options: EvalOptions = EvalOptions()) -> dict[str,
     if options.json_out:
         Path(options.json_out).write_text(json.dumps(report, indent=2) + "\n")
     return report
+
+
+def build_requests(config: Config, options: EvalOptions, tokenizer: Any,
+                   missing: Sequence[tuple[Any, int]]) -> tuple[list[Any], dict[str, tuple[Any, int]]]:
+    """Generation requests of the (task, sample index) pairs, shortest prompts first."""
+    from consumers.backends.base import GenerationRequest
+    from consumers.backends.sampling import derive_seed
+    from consumers.generator import resolve_sampling
+    from consumers.models import chat_prompt_ids
+    from schemas.events import SamplingParams
+
+    requests, owners = [], {}
+    prompt_cache: dict[str, list[int]] = {}
+    for task, i in missing:
+        if task.task_id not in prompt_cache:
+            messages = [msgspec.structs.asdict(m) for m in _messages(config, task)]
+            prompt_cache[task.task_id] = chat_prompt_ids(tokenizer, messages)
+        sampling = resolve_sampling(config.generator, task.sampling or SamplingParams())
+        request_id = f"{task.task_id}/{i}"
+        requests.append(GenerationRequest(request_id, prompt_cache[task.task_id], sampling,
+                                          derive_seed(options.seed, task.task_id, i)))
+        owners[request_id] = (task, i)
+    requests.sort(key=lambda r: len(r.prompt_token_ids))  # similar lengths batch with less padding
+    return requests, owners
+
+
+async def generate_and_score(config: Config, options: EvalOptions, backend: Any,
+                             missing: Sequence[tuple[Any, int]], results: list[SampleResult]) -> int:
+    """Generate the missing samples in batches; score each batch in the sandbox pool while the
+    next one generates. Appends to ``results`` (and the completions file); returns tokens generated."""
+    from consumers.rewards import default_registry
+    from consumers.sandbox import DockerSandboxPool
+    from consumers.score import evaluate
+
+    requests, owners = build_requests(config, options, backend.tokenizer, missing)
+    registry = default_registry()
+    mode = "a" if options.resume else "w"
+    completions_file = open(options.completions_out, mode) if options.completions_out else None  # noqa: SIM115
+    gate = asyncio.Semaphore(config.executor.concurrency)
+    tokens = 0
+    started = time.monotonic()
+    try:
+        async with DockerSandboxPool(config.executor) as pool:
+            async def score(completion: Any) -> None:
+                task, index = owners[completion.request_id]
+                async with gate:
+                    ev = await evaluate(pool, registry, eval_spec(task, options.tests), completion.text,
+                                        f"eval-{completion.request_id}")
+                ex = ev.scored.execution
+                passed = ex.error_kind == "none" and ex.tests_total > 0 and ex.tests_passed == ex.tests_total
+                results.append(SampleResult(task.task_id, task.family, index, passed, ev.scored.reward, ex.error_kind,
+                                            completion.finish_reason, len(completion.token_ids)))
+                if completions_file:
+                    completions_file.write(json.dumps({
+                        "task_id": task.task_id, "family": task.family, "sample": index, "passed": passed,
+                        "reward": ev.scored.reward, "error_kind": ex.error_kind,
+                        "finish_reason": completion.finish_reason, "completion_tokens": len(completion.token_ids),
+                        "completion": completion.text}) + "\n")
+                    completions_file.flush()
+
+            scoring: list[asyncio.Task[None]] = []
+            for start in range(0, len(requests), options.batch):
+                completions = await backend.generate(requests[start:start + options.batch])
+                tokens += sum(len(c.token_ids) for c in completions)
+                scoring += [asyncio.create_task(score(c)) for c in completions]
+                log.info("generated %d/%d (%.0f tok/s), %d scored, %d passed", start + len(completions),
+                         len(requests), tokens / max(time.monotonic() - started, 1e-9), len(results),
+                         sum(r.passed for r in results))
+            await asyncio.gather(*scoring)
+    finally:
+        if completions_file:
+            completions_file.close()
+    return tokens
+
+
+def previous_results(options: EvalOptions, tasks: Sequence[Any]) -> list[SampleResult]:
+    """With ``resume``: the samples of the selected tasks already scored in ``completions_out``."""
+    path = Path(options.completions_out) if options.completions_out else None
+    if not options.resume or path is None or not path.exists():
+        return []
+    family = {t.task_id: t.family for t in tasks}
+    out = {}
+    for line in path.read_text().splitlines():
+        row = json.loads(line)
+        if row["task_id"] in family and row["sample"] < options.samples:
+            out[(row["task_id"], row["sample"])] = SampleResult(
+                row["task_id"], family[row["task_id"]], row["sample"], row["passed"], row["reward"],
+                row["error_kind"], row.get("finish_reason", "unknown"), row.get("completion_tokens", 0))
+    log.info("resuming: %d samples already scored in %s", len(out), path)
+    return list(out.values())
 
 
 def _messages(config: Config, task: Any) -> list[Any]:
@@ -237,17 +290,38 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--limit-per-family", type=int, default=0, help="first N tasks of each family (0 = all)")
     parser.add_argument("--batch", type=int, default=8, help="completions per generate call")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default)")
     parser.add_argument("--json", dest="json_out", help="write the report as JSON here")
     parser.add_argument("--completions", dest="completions_out", help="write every completion and verdict (JSONL)")
+    parser.add_argument("--resume", action="store_true",
+                        help="keep the samples already in --completions and generate only the missing ones")
+    parser.add_argument("--task", action="append", default=[], dest="task_ids", help="only these task ids")
 
 
 def options_from(args: argparse.Namespace) -> EvalOptions:
+    """EvalOptions from ``add_arguments``'s namespace (tolerates the CLI's shorter variant:
+    ``--families a,b`` and ``--limit``)."""
+    families = getattr(args, "families", None) or ()
+    if isinstance(families, str):
+        families = [f for f in families.split(",") if f.strip()]
+    samples = int(getattr(args, "samples", 1) or 1)
+    k_text = getattr(args, "k", None)
+    ks = {int(k) for k in str(k_text).split(",") if k.strip()} if k_text else {1, samples}
     return EvalOptions(
-        model=args.model, sources=tuple(args.sources), families=tuple(args.families), samples=args.samples,
-        ks=tuple(sorted({int(k) for k in str(args.k).split(",") if k.strip()})), tests=args.tests,
-        limit_per_family=args.limit_per_family, batch=args.batch, seed=args.seed,
-        json_out=args.json_out, completions_out=args.completions_out,
+        model=getattr(args, "model", None), sources=tuple(getattr(args, "sources", None) or ()),
+        families=tuple(families), samples=samples, ks=tuple(sorted(ks)), tests=getattr(args, "tests", "all"),
+        limit_per_family=int(getattr(args, "limit_per_family", None) or getattr(args, "limit", 0) or 0),
+        batch=int(getattr(args, "batch", 8)), seed=int(getattr(args, "seed", 0)),
+        threads=int(getattr(args, "threads", 0)), json_out=getattr(args, "json_out", None),
+        completions_out=getattr(args, "completions_out", None), resume=bool(getattr(args, "resume", False)),
+        task_ids=tuple(getattr(args, "task_ids", None) or ()),
     )
+
+
+async def eval_main(config: Config, args: argparse.Namespace) -> int:
+    """`rollstream eval`: what rollstream/cli.py calls; exit code 0."""
+    await run(config, options_from(args))
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> None:

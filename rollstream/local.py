@@ -37,7 +37,7 @@ QUICK_PROFILE = (
     "learner.lr=2e-6",
     "executor.concurrency=4",
 )
-PROGRESS_EVERY_S = 10.0
+PROGRESS_EVERY_S = 5.0
 
 
 @dataclass
@@ -125,7 +125,8 @@ def _spawn(stage: str, index: int, cli_args: list[str], run_dir: Path) -> Child:
 
 def _supervise(config: Config, children: list[Child]) -> int:
     learner = next(c for c in children if c.name == "learner")
-    last_report = 0.0
+    last_poll = last_report = 0.0
+    last_line = ""
     while True:
         for child in children:
             code = child.proc.poll()
@@ -133,36 +134,41 @@ def _supervise(config: Config, children: list[Child]) -> int:
                 continue
             if child is learner and code == 0:
                 print(f"learner finished {config.learner.max_steps} steps")
-                _print_tail(learner, 15)
+                _print_tail(learner, 40, only="learner.train")
                 print(f"checkpoints: {config.learner.checkpoint_dir}")
                 return 0
             print(f"{child.name} exited with {code}; stopping the run. Last lines of {child.log}:")
             _print_tail(child, 30)
             return 1
-        if time.monotonic() - last_report > PROGRESS_EVERY_S:
-            last_report = time.monotonic()
-            print(asyncio.run(_progress(config)), flush=True)
+        if time.monotonic() - last_poll > PROGRESS_EVERY_S:
+            last_poll = time.monotonic()
+            line = asyncio.run(_progress(config))
+            if line != last_line or time.monotonic() - last_report > 6 * PROGRESS_EVERY_S:
+                print(f"[{time.strftime('%H:%M:%S')}] {line}", flush=True)
+                last_report, last_line = time.monotonic(), line
         time.sleep(0.5)
 
 
 async def _progress(config: Config) -> str:
     from rollstream.infra import resolve_endpoints
-    from rollstream.redis import connect, get_policy_version, groups_resolved
+    from rollstream.redis import connect, get_policy_version, groups_issued, groups_resolved
 
     client = connect(resolve_endpoints(config).redis_url)
     try:
         version = await get_policy_version(client, config.infra)
         resolved = await groups_resolved(client, config.infra)
+        issued = await groups_issued(client, config.infra)
     except Exception as exc:  # progress is best effort; the run goes on
         return f"progress unavailable: {exc}"
     finally:
         await client.aclose()
-    return f"[{time.strftime('%H:%M:%S')}] policy version {version}/{config.learner.max_steps}, groups done {resolved}"
+    return (f"policy version {version}/{config.learner.max_steps}: "
+            f"groups issued {issued}, trained or dropped {resolved}")
 
 
-def _print_tail(child: Child, lines: int) -> None:
+def _print_tail(child: Child, lines: int, only: str = "") -> None:
     try:
-        text = child.log.read_text(errors="replace").splitlines()[-lines:]
+        text = [line for line in child.log.read_text(errors="replace").splitlines() if only in line][-lines:]
     except OSError:
         return
     for line in text:

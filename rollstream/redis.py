@@ -10,6 +10,8 @@ Keys (all under ``infra.key_prefix``):
 * ``progress:groups_dropped`` — a set of group ids the stream dropped (filtered or
   incomplete): they will never reach the learner. A set, so re-processing is idempotent.
 
+* ``sampler:issued`` — groups the sampler has issued (acknowledged by the broker).
+
 The sampler's backpressure reads ``issued - consumed - |dropped|``.
 """
 
@@ -53,3 +55,7 @@ async def groups_resolved(client: aioredis.Redis, infra: InfraConfig) -> int:
         pipe.scard(key(infra, "progress:groups_dropped"))
         consumed, dropped = await pipe.execute()
     return int(consumed or 0) + int(dropped or 0)
+
+
+async def groups_issued(client: aioredis.Redis, infra: InfraConfig) -> int:
+    return int(await client.get(key(infra, "sampler:issued")) or 0)

@@ -1,0 +1,1 @@
+"""rollstream producers stage package."""

@@ -1,0 +1,1 @@
+"""The built-in task suite: ``<family>.jsonl`` files made by ``build_suite.py`` (do not edit by hand)."""

@@ -1,0 +1,92 @@
+"""`rollstream eval`: the pass@k math, the summary, and one tiny end-to-end run."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from rollstream.config import Config, ExecutorConfig, GeneratorConfig
+from rollstream.evaluate import EvalOptions, SampleResult, format_table, pass_at_k, run, summarize
+from tests.consumers.conftest import make_tiny_model_dir
+
+
+def test_pass_at_k() -> None:
+    assert pass_at_k(1, 1, 1) == 1.0 and pass_at_k(1, 0, 1) == 0.0
+    assert pass_at_k(10, 3, 1) == pytest.approx(0.3)
+    assert pass_at_k(4, 1, 2) == pytest.approx(0.5)  # 1 - C(3,2)/C(4,2)
+    assert pass_at_k(5, 4, 2) == 1.0
+    with pytest.raises(ValueError):
+        pass_at_k(1, 0, 2)
+
+
+def test_summarize_per_family() -> None:
+    results = [SampleResult("a/1", "a", i, i == 0, 1.0 if i == 0 else 0.0, "none", "stop", 5) for i in range(2)]
+    results += [SampleResult("b/1", "b", i, False, -0.5, "syntax", "length", 9) for i in range(2)]
+    summary = summarize(results, (1, 2))
+    assert summary["a"]["pass@1"] == 0.5 and summary["a"]["pass@2"] == 1.0
+    assert summary["b"]["pass@1"] == 0.0 and summary["ALL"]["tasks"] == 2
+    assert summary["ALL"]["pass@1"] == 0.25 and summary["ALL"]["tasks_solved"] == 1
+    table = format_table(summary, (1, 2))
+    assert "| a | 1 | 2 | 0.500 | 1.000 | 1/1 |" in table and table.splitlines()[-1].startswith("| ALL")
+
+
+def _sandbox_ready() -> bool:
+    probe = subprocess.run(["docker", "image", "inspect", ExecutorConfig().image], capture_output=True)
+    return probe.returncode == 0
+
+
+async def test_eval_end_to_end_with_a_tiny_model(tmp_path: Path) -> None:
+    if not _sandbox_ready():
+        pytest.skip("sandbox image not built")
+    model = make_tiny_model_dir(tmp_path / "tiny")
+    config = Config(generator=GeneratorConfig(model=str(model), max_new_tokens=8),
+                    executor=ExecutorConfig(pool_size=1, concurrency=2, owner="rollstream-test-eval"))
+    out = tmp_path / "report.json"
+    completions = tmp_path / "completions.jsonl"
+    report = await run(config, EvalOptions(sources=("builtin",), families=("math", "bits"), limit_per_family=2,
+                                           samples=2, ks=(1, 2), batch=4, json_out=str(out),
+                                           completions_out=str(completions)))
+    assert set(report["families"]) == {"math", "bits", "ALL"}
+    assert report["families"]["ALL"]["samples"] == 8 and report["families"]["ALL"]["tasks"] == 4
+    assert json.loads(out.read_text())["families"]["math"]["tasks"] == 2
+    lines = [json.loads(line) for line in completions.read_text().splitlines()]
+    assert len(lines) == 8 and all(not line["passed"] for line in lines)  # a random model solves nothing
+    assert msgspec.json.decode(out.read_bytes())["sampling"]["max_new_tokens"] == 8
+
+
+async def test_eval_resume_generates_only_missing_samples(tmp_path: Path) -> None:
+    if not _sandbox_ready():
+        pytest.skip("sandbox image not built")
+    model = make_tiny_model_dir(tmp_path / "tiny")
+    config = Config(generator=GeneratorConfig(model=str(model), max_new_tokens=4),
+                    executor=ExecutorConfig(pool_size=1, concurrency=2, owner="rollstream-test-eval"))
+    completions = tmp_path / "completions.jsonl"
+    first = EvalOptions(sources=("builtin",), task_ids=("math/add",), batch=4, completions_out=str(completions))
+    await run(config, first)
+    assert len(completions.read_text().splitlines()) == 1
+    from dataclasses import replace
+
+    nothing_new = await run(config, replace(first, resume=True))
+    assert nothing_new["generated_tokens"] == 0 and nothing_new["families"]["ALL"]["samples"] == 1
+    more = await run(config, replace(first, resume=True, task_ids=("math/add", "math/square")))
+    assert more["families"]["ALL"]["samples"] == 2 and more["generated_tokens"] > 0
+    rows = [json.loads(line) for line in completions.read_text().splitlines()]
+    assert sorted(r["task_id"] for r in rows) == ["math/add", "math/square"]
+
+
+def test_options_from_both_cli_variants() -> None:
+    import argparse
+
+    from rollstream.evaluate import add_arguments, options_from
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    full = options_from(parser.parse_args(["--samples", "4", "--k", "1,4", "--family", "math", "--resume",
+                                           "--completions", "c.jsonl", "--task", "math/add"]))
+    assert full.ks == (1, 4) and full.families == ("math",) and full.resume and full.task_ids == ("math/add",)
+    short = options_from(argparse.Namespace(model=None, samples=3, families="a,b", limit=2, json_out=None))
+    assert short.families == ("a", "b") and short.limit_per_family == 2 and short.ks == (1, 3)

@@ -1,0 +1,102 @@
+"""The built-in suite: well-formed, up to date, and every task separates right from wrong.
+
+Through the real sandbox (``rollstream-sandbox:latest``, Docker): each task's reference
+solution scores 1.0 on its visible tests and on its held-out tests, and its wrong solution
+scores below 1.0 on the visible tests (the reward the learner sees).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import Counter
+
+import msgspec
+import pytest
+
+from producers.sources import SUITE_DIR, builtin_tasks
+from producers.suite import build_suite
+from rollstream.config import ExecutorConfig
+from schemas.tasks import TaskSpec
+
+
+def wrong_solutions() -> dict[str, str]:
+    lines = (SUITE_DIR / build_suite.WRONG_FILE).read_text().splitlines()
+    return {row["task_id"]: row["wrong_solution"] for row in map(json.loads, lines)}
+
+
+def fenced(code: str) -> str:
+    return f"Here is the function:\n\n```python\n{code}```\n"
+
+
+def test_suite_size_and_families() -> None:
+    tasks = builtin_tasks()
+    families = Counter(t.family for t in tasks)
+    assert len(tasks) >= 200 and len(families) >= 10, families
+    assert min(families.values()) >= 15
+    for task in tasks:
+        assert task.reward.entry_point and task.reward.tests and task.heldout_tests and task.reference_solution
+        assert all(f"{task.reward.entry_point}(" in t for t in task.reward.tests + task.heldout_tests)
+        assert f"`{task.reward.entry_point}(" in task.prompt and "```python" in task.prompt
+        assert set(task.heldout_tests).isdisjoint(task.reward.tests)
+    assert set(wrong_solutions()) == {t.task_id for t in tasks}
+    assert Counter(t.difficulty == 0 for t in tasks)[True] >= 5 * len(families)  # easy tasks in every family
+
+
+def test_suite_files_are_up_to_date() -> None:
+    """The JSONL files are exactly what build_suite.py makes (which also runs every reference
+    and wrong solution in-process)."""
+    files = build_suite.render(build_suite.all_defs())
+    for name, content in files.items():
+        assert (SUITE_DIR / name).read_bytes() == content, f"{name} is stale: run python -m producers.suite.build_suite"
+
+
+async def _score_all(tasks: list[TaskSpec], wrong: dict[str, str]) -> list[tuple[str, str, float, object]]:
+    from consumers.rewards import default_registry
+    from consumers.sandbox import DockerSandboxPool
+    from consumers.score import evaluate
+
+    registry = default_registry()
+    config = ExecutorConfig(pool_size=2, concurrency=4, owner="rollstream-test-suite")
+    jobs = []
+    for t in tasks:
+        heldout = msgspec.structs.replace(t.reward, tests=list(t.heldout_tests))
+        jobs += [(t.task_id, "reference", t.reward, fenced(t.reference_solution or "")),
+                 (t.task_id, "reference-heldout", heldout, fenced(t.reference_solution or "")),
+                 (t.task_id, "wrong", t.reward, fenced(wrong[t.task_id]))]
+    gate = asyncio.Semaphore(config.concurrency)
+    async with DockerSandboxPool(config) as pool:
+        async def one(job: tuple) -> tuple[str, str, float, object]:
+            task_id, what, spec, completion = job
+            async with gate:
+                ev = await evaluate(pool, registry, spec, completion, f"suite-{task_id}-{what}")
+            return task_id, what, ev.scored.reward, ev.scored.execution
+        return await asyncio.gather(*(one(j) for j in jobs))
+
+
+def _sandbox_available() -> str | None:
+    import subprocess
+
+    probe = subprocess.run(["docker", "image", "inspect", ExecutorConfig().image], capture_output=True)
+    return None if probe.returncode == 0 else f"sandbox image {ExecutorConfig().image} not built"
+
+
+async def test_every_task_through_the_real_sandbox() -> None:
+    reason = _sandbox_available()
+    if reason:
+        pytest.skip(reason)
+    tasks = builtin_tasks()
+    results = await _score_all(tasks, wrong_solutions())
+    bad = []
+    for task_id, what, reward, execution in results:
+        ok = reward < 1.0 if what == "wrong" else reward == 1.0
+        if what != "wrong":
+            assert execution.sandbox_id and execution.tests_total > 0  # it really ran in a sandbox
+        if not ok:
+            bad.append((task_id, what, reward, getattr(execution, "error_kind", None),
+                        getattr(execution, "error_message", "")[:200]))
+    assert not bad, bad
+    assert len(results) == 3 * len(tasks)
+    wrong_rewards = [reward for _, what, reward, _ in results if what == "wrong"]
+    print(f"wrong solutions: mean reward {sum(wrong_rewards) / len(wrong_rewards):.3f}, "
+          f"{sum(r > 0 for r in wrong_rewards)} of {len(wrong_rewards)} partly right")
