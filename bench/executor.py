@@ -26,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from consumers.sandbox import (  # noqa: E402
+from consumers.sandbox import (
     LABEL,
     OWNER_LABEL,
     DockerSandboxPool,
@@ -34,7 +34,7 @@ from consumers.sandbox import (  # noqa: E402
     hardened_config,
     limits_from_config,
 )
-from rollstream.config import ExecutorConfig  # noqa: E402
+from rollstream.config import ExecutorConfig
 
 CODE = "def add(a, b):\n    return a + b\n"
 TESTS = ["assert add(1, 2) == 3", "assert add(-1, 1) == 0", "assert add(2, 3) == 5"]

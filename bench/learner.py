@@ -48,7 +48,7 @@ from learner.train import run
 from rollstream.config import Config, InfraConfig, LearnerConfig, RLConfig, WeightsConfig, to_toml
 from rollstream.infra import free_port, start_broker, stop_pid
 from rollstream.kafka import EventProducer, delete_topics, ensure_topics, topic_name
-from rollstream.redis import connect
+from rollstream.redis import connect, delete_prefix
 from rollstream.weights import WeightStore, pack
 from schemas.events import AdvantagedRollout, GroupAdvantaged, GroupStats, Rollout
 
@@ -293,9 +293,7 @@ async def cleanup(infra: InfraConfig, redis_url: str) -> None:
         print(f"topic cleanup failed: {exc}", file=sys.stderr)
     client = connect(redis_url)
     try:
-        keys = [k async for k in client.scan_iter(match=f"{infra.key_prefix}*", count=1000)]
-        if keys:
-            await client.delete(*keys)
+        await delete_prefix(client, infra.key_prefix)
     finally:
         await client.aclose()
 

@@ -31,13 +31,14 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from rollstream.config import InfraConfig  # noqa: E402
-from rollstream.infra import free_port, start_broker, stop_pid  # noqa: E402
-from rollstream.kafka import EventConsumer, EventProducer, delete_topics, ensure_topics, topic_name  # noqa: E402
-from rollstream.redis import connect  # noqa: E402
-from rollstream.weights import WeightStore, pack  # noqa: E402
-from schemas import RewardScored, codec  # noqa: E402
-from tests.factories import make_reward  # noqa: E402
+from rollstream.config import InfraConfig
+from rollstream.infra import free_port, start_broker, stop_pid
+from rollstream.lifecycle import tune_gc  # noqa: E402
+from rollstream.kafka import EventConsumer, EventProducer, delete_topics, ensure_topics, topic_name
+from rollstream.redis import connect, delete_prefix
+from rollstream.weights import WeightStore, pack
+from schemas import RewardScored, codec
+from tests.factories import make_reward
 
 
 def realistic_reward(i: int) -> RewardScored:
@@ -50,6 +51,12 @@ def realistic_reward(i: int) -> RewardScored:
     return msgspec.structs.replace(base, rollout=rollout)
 
 
+async def _joined(consumer: AIOKafkaConsumer) -> None:
+    """Wait until the consumer has its partitions, so group joins stay out of both timings."""
+    while not consumer.assignment():
+        await consumer.getmany(timeout_ms=100)
+
+
 async def raw_hop(infra: InfraConfig, topic: str, values: list[tuple[bytes, bytes]]) -> float:
     producer = AIOKafkaProducer(bootstrap_servers=infra.kafka_bootstrap, acks="all",
                                 linger_ms=infra.linger_ms, max_batch_size=infra.max_batch_bytes)
@@ -58,6 +65,7 @@ async def raw_hop(infra: InfraConfig, topic: str, values: list[tuple[bytes, byte
     await producer.start()
     await consumer.start()
     try:
+        await _joined(consumer)
         start = time.perf_counter()
         futures = [await producer.send(topic, value, key=key) for key, value in values]
         await asyncio.gather(*futures)
@@ -76,6 +84,7 @@ async def plumbing_hop(infra: InfraConfig, events: list[RewardScored]) -> float:
     async with EventProducer(infra, client_id="bench") as producer:
         async with EventConsumer(infra, "rewards", group_id=f"plumb-{uuid.uuid4().hex[:6]}", producer=producer,
                                  stage="bench", max_poll_records=2000) as consumer:
+            await _joined(consumer.raw)
             start = time.perf_counter()
             await producer.send_many([("rewards", e) for e in events])
             seen = 0
@@ -136,18 +145,21 @@ async def bench(quick: bool, redis_url: str, bootstrap: str) -> dict[str, float]
     events = [realistic_reward(i) for i in range(n)]
     reward_codec = codec(RewardScored)
     raw_values = [(e.rollout.group_id.encode(), reward_codec.encode(e)) for e in events]
-    # The raw baseline gets the same topic layout (partitions) under its own prefix.
-    raw_infra = msgspec.structs.replace(infra, topic_prefix=f"bench{run}raw.")
-    await ensure_topics(infra, ["rewards"])
-    await ensure_topics(raw_infra, ["rewards"], with_dlq=False)
-    raw_topic = topic_name(raw_infra, "rewards")
     raw_rates, plumbing_rates = [], []
+    created: list[str] = []
     try:
-        for _ in range(rounds):  # interleaved, best of each: the machine is noisy
-            raw_rates.append(await raw_hop(infra, raw_topic, raw_values))
-            plumbing_rates.append(await plumbing_hop(infra, events))
+        for r in range(rounds):  # interleaved, best of each: the machine is noisy
+            # Fresh, empty topics with the same layout for each side of each round, so both
+            # consumers join their group before any data exists.
+            ours = msgspec.structs.replace(infra, topic_prefix=f"bench{run}r{r}.")
+            raw = msgspec.structs.replace(infra, topic_prefix=f"bench{run}r{r}raw.")
+            await ensure_topics(ours, ["rewards"])
+            await ensure_topics(raw, ["rewards"], with_dlq=False)
+            created += [topic_name(ours, "rewards"), topic_name(ours, "rewards.dlq"), topic_name(raw, "rewards")]
+            plumbing_rates.append(await plumbing_hop(ours, events))
+            raw_rates.append(await raw_hop(raw, topic_name(raw, "rewards"), raw_values))
     finally:
-        await delete_topics(infra, [raw_topic, topic_name(infra, "rewards"), topic_name(infra, "rewards.dlq")])
+        await delete_topics(infra, created)
 
     state = smollm2_shaped_state()
     client = connect(redis_url)
@@ -160,9 +172,7 @@ async def bench(quick: bool, redis_url: str, bootstrap: str) -> dict[str, float]
             raw_bps.append(await raw_redis(client, infra.key_prefix, chunks, store.pipeline_bytes))
             store_bps.append(await store_round(store, state, version, nbytes))
     finally:
-        keys = [k async for k in client.scan_iter(match=f"{infra.key_prefix}*", count=1000)]
-        if keys:
-            await client.delete(*keys)
+        await delete_prefix(client, infra.key_prefix)
         await client.aclose()
     return {
         "hop_ratio": round(max(plumbing_rates) / max(raw_rates), 3),
@@ -181,6 +191,7 @@ def main() -> None:
     parser.add_argument("--json", dest="json_out", help="write the figures here")
     args = parser.parse_args()
     redis_url = os.environ.get("ROLLSTREAM_BENCH_REDIS", "redis://127.0.0.1:6379/0")
+    tune_gc()  # as every stage process does (rollstream.cli); applies to both sides of each ratio
     port = free_port()
     proc = start_broker(port, Path(tempfile.mkdtemp()) / "broker.log")
     try:

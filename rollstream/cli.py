@@ -125,7 +125,11 @@ def dispatch(args: argparse.Namespace, config: Config) -> int:
     if command in STAGES:
         log.info("resolved config:\n%s", to_toml(config))
         options = {"resume": args.resume} if command == "learner" else {}
-        asyncio.run(_stage_runner(command)(config, **options))
+        runner = _stage_runner(command)  # imports the stage's heavy libraries
+        from rollstream.lifecycle import tune_gc
+
+        tune_gc()
+        asyncio.run(runner(config, **options))
         return 0
     if command == "run":
         from rollstream.local import run_pipeline

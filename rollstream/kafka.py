@@ -28,7 +28,8 @@ from typing import Any, Generic, TypeVar
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.errors import KafkaConnectionError, KafkaError as AIOKafkaError, TopicAlreadyExistsError
+from aiokafka.errors import KafkaConnectionError, TopicAlreadyExistsError
+from aiokafka.errors import KafkaError as AIOKafkaError
 
 from rollstream.config import InfraConfig
 from rollstream.errors import KafkaError

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import signal
 
@@ -33,3 +34,17 @@ def setup_logging(level: str = "INFO") -> None:
     )
     # aiokafka logs every rebalance at INFO; keep it at WARNING unless asked.
     logging.getLogger("aiokafka").setLevel(max(logging.WARNING, logging.getLogger().level))
+
+
+def tune_gc(young_threshold: int = 20_000) -> None:
+    """Tune the garbage collector for a long-running stage.
+
+    Stages allocate many short-lived containers per batch (every decoded event holds lists of
+    token ids), and by default the collector runs every 700 allocations and rescans everything
+    imported at start-up (torch, transformers). Freezing the start-up heap and collecting the
+    young generation less often cut event decoding cost by about a third (bench/plumbing.py).
+    Reference cycles are still collected, only less often.
+    """
+    gc.freeze()
+    _, middle, old = gc.get_threshold()
+    gc.set_threshold(young_threshold, middle, old)

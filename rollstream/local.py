@@ -190,7 +190,7 @@ def _stop_all(children: list[Child]) -> None:
 
 
 async def _delete_run_keys(config: Config) -> None:
-    from rollstream.redis import connect
+    from rollstream.redis import connect, delete_prefix
 
     try:
         endpoints = infra.resolve_endpoints(config)
@@ -198,8 +198,6 @@ async def _delete_run_keys(config: Config) -> None:
         return
     client = connect(endpoints.redis_url)
     try:
-        keys = [k async for k in client.scan_iter(match=f"{config.infra.key_prefix}*", count=1000)]
-        if keys:
-            await client.delete(*keys)
+        await delete_prefix(client, config.infra.key_prefix)
     finally:
         await client.aclose()

@@ -59,3 +59,11 @@ async def groups_resolved(client: aioredis.Redis, infra: InfraConfig) -> int:
 
 async def groups_issued(client: aioredis.Redis, infra: InfraConfig) -> int:
     return int(await client.get(key(infra, "sampler:issued")) or 0)
+
+
+async def delete_prefix(client: aioredis.Redis, prefix: str) -> int:
+    """Delete every key starting with ``prefix`` (tests, benchmarks and runs clean up with it)."""
+    keys = [k async for k in client.scan_iter(match=f"{prefix}*", count=1000)]
+    if keys:
+        await client.delete(*keys)
+    return len(keys)
