@@ -14,7 +14,7 @@
 * ``peak_rss_gb``: peak RSS of a separate learner stage process that loads the model (from a
   Hugging Face directory) and takes one step at micro_batch 8 (the default) x 128 tokens.
 
-Batch: ``--quick``: one group of 8 rollouts per step (one default micro-batch), 3 steps each;
+Batch: ``--quick``: one group of 8 rollouts per step (one default micro-batch), 2 steps each;
 full: the default 4 groups x 8 per step, 4 steps. Sequences: 64 prompt + 64 completion tokens.
 Starts a local broker (Redis: $ROLLSTREAM_BENCH_REDIS or 127.0.0.1:6379), removes its keys,
 topics and temp files, stops what it started (by pid).
@@ -233,7 +233,7 @@ async def raw_set_get(client, prefix: str, chunks: list[memoryview]) -> float:
 
 async def main_async(args: argparse.Namespace) -> dict[str, float]:
     redis_url = os.environ.get("ROLLSTREAM_BENCH_REDIS", "redis://127.0.0.1:6379/0")
-    groups_per_step, steps = (1, 3) if args.quick else (4, 4)
+    groups_per_step, steps = (1, 2) if args.quick else (4, 4)  # the first step of each side is a warm-up
     with tempfile.TemporaryDirectory(prefix="bench-learner-") as tmp_name:
         tmp = Path(tmp_name)
         model = load_model(args.model)
@@ -241,7 +241,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, float]:
         model.save_pretrained(model_dir)
         vocab = model.config.vocab_size
         groups = make_groups(groups_per_step * steps, vocab)
-        ours_bps, raw_bps, nbytes = await broadcast(model, redis_url, WeightsConfig().chunk_bytes, 3)
+        ours_bps, raw_bps, nbytes = await broadcast(model, redis_url, WeightsConfig().chunk_bytes, 2 if args.quick else 3)
         del model
         release_freed_memory()
         port = free_port()

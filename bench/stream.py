@@ -37,6 +37,7 @@ sys.path.insert(0, str(REPO))
 
 from rollstream.config import Config, InfraConfig, RLConfig, StreamConfig, load_config
 from rollstream.infra import free_port, start_broker, stop_pid
+from rollstream.lifecycle import tune_gc
 
 
 def bench_config(bootstrap: str, redis_url: str, state_dir: str, group_size: int, within_s: float) -> Config:
@@ -89,6 +90,7 @@ def run_bare(config_path: str, n_events: int, out: str) -> None:
                 os._exit(0)
 
     app.agent(topic, name="bare")(bare)
+    tune_gc()  # the same process tuning as the stream worker
     faust.Worker(app, loglevel="info", quiet=True, redirect_stdouts=False).execute_from_commandline()
 
 

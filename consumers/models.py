@@ -26,18 +26,17 @@ from __future__ import annotations
 import copy
 import importlib.util
 import logging
-import os
-import shutil
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from rollstream.assets import MODEL_CACHE, converted_dir, save_converted
 from rollstream.errors import BackendError
 
 log = logging.getLogger(__name__)
 SMOLLM2 = "smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-DEFAULT_CACHE = Path.home() / ".cache" / "rollstream" / "models"
+DEFAULT_CACHE = MODEL_CACHE
 
 
 def smollm2_gguf() -> tuple[Path, str]:
@@ -118,29 +117,13 @@ def load_policy(model: str, device: str = "cpu", dtype: Any = None,
         raise BackendError(f"cannot load model {model!r}: {exc}") from exc
     tokenizer = load_tokenizer(model, cache_dir)
     if gguf and cache_dir is not None:
-        _write_cache(loaded, tokenizer, _cache_path(directory, gguf, cache_dir))
+        save_converted(loaded, tokenizer, _cache_path(directory, gguf, cache_dir))
     loaded = loaded.to(device=device, dtype=dtype).eval()
     return loaded, tokenizer
 
 
 def _cache_path(directory: str, gguf: str, cache_dir: str | Path) -> Path:
-    stat = (Path(directory) / gguf).stat()
-    return Path(cache_dir) / f"{Path(gguf).stem}-{stat.st_size}-{stat.st_mtime_ns}"
-
-
-def _write_cache(model: Any, tokenizer: Any, path: Path) -> None:
-    """Save the plain model + tokenizer to ``path`` atomically (best effort: a failure only logs)."""
-    if path.exists():
-        return
-    partial = path.with_name(f"{path.name}.partial-{os.getpid()}")
-    try:
-        model.save_pretrained(partial)
-        tokenizer.save_pretrained(partial)
-        partial.rename(path)  # readers only ever see a complete directory
-    except OSError as exc:
-        log.warning("could not cache the converted model at %s: %s", path, exc)
-    finally:
-        shutil.rmtree(partial, ignore_errors=True)
+    return converted_dir(Path(directory) / gguf, cache_dir)
 
 
 def plain_model_from(model: Any) -> Any:

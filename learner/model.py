@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from rollstream.assets import SMOLLM2_GGUF, smollm2_gguf
+from rollstream.assets import SMOLLM2_GGUF, converted_dir, save_converted, smollm2_gguf
 from rollstream.errors import CheckpointError
 
 log = logging.getLogger(__name__)
@@ -27,23 +27,36 @@ def smollm2_dir() -> Path:
 
 def load_model(spec: str, device: str = "cpu", dtype: torch.dtype = torch.float32) -> torch.nn.Module:
     """A trainable causal LM (``train()`` mode off; callers choose)."""
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM
 
     if spec == "smollm2":
-        directory, gguf = smollm2_dir(), SMOLLM2_GGUF
-        quantized = AutoModelForCausalLM.from_pretrained(directory, gguf_file=gguf, dtype=dtype)
-        config = AutoConfig.from_pretrained(directory, gguf_file=gguf)
-        if hasattr(config, "quantization_config"):
-            del config.quantization_config
-        config.name_or_path = "HuggingFaceTB/SmolLM2-135M-Instruct"
-        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
-        model.load_state_dict(quantized.state_dict())
-        del quantized
+        cached = converted_dir(smollm2_gguf())
+        if (cached / "config.json").is_file():  # converted once already (by a generator or a learner)
+            model = AutoModelForCausalLM.from_pretrained(cached, dtype=dtype)
+        else:
+            model = _convert_smollm2(dtype)
+            tokenizer = load_tokenizer("smollm2")
+            if tokenizer is not None:
+                save_converted(model, tokenizer, cached)
     else:
         if not Path(spec).is_dir():
             raise CheckpointError(f"learner model {spec!r} is neither 'smollm2' nor a local model directory")
         model = AutoModelForCausalLM.from_pretrained(spec, dtype=dtype)
     return model.to(device)
+
+
+def _convert_smollm2(dtype: torch.dtype) -> torch.nn.Module:
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    directory, gguf = smollm2_dir(), SMOLLM2_GGUF
+    quantized = AutoModelForCausalLM.from_pretrained(directory, gguf_file=gguf, dtype=dtype)
+    config = AutoConfig.from_pretrained(directory, gguf_file=gguf)
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    config.name_or_path = "HuggingFaceTB/SmolLM2-135M-Instruct"
+    model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    model.load_state_dict(quantized.state_dict())
+    return model
 
 
 def load_tokenizer(spec: str) -> Any | None:

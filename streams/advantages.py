@@ -50,7 +50,7 @@ from aiokafka.partitioner import DefaultPartitioner
 from rollstream.config import Config, load_config
 from rollstream.infra import Endpoints, resolve_endpoints
 from rollstream.kafka import EventProducer, RawRecord, ensure_topics, topic_name
-from rollstream.lifecycle import setup_logging
+from rollstream.lifecycle import setup_logging, tune_gc
 from rollstream.metrics import StageMetrics, serve_metrics
 from rollstream.redis import connect
 from schemas import RewardScored, SchemaError, codec, topic
@@ -387,7 +387,9 @@ def cli(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--log-level", default="INFO")
     args = parser.parse_args(argv)
     setup_logging(args.log_level)
-    main(load_config(args.config, args.set))
+    config = load_config(args.config, args.set)
+    tune_gc()  # as `rollstream stream` does
+    main(config)
 
 
 if __name__ == "__main__":
