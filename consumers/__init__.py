@@ -1,1 +1,2 @@
-"""rollstream consumers stage package."""
+"""Generators (``consumers/generator.py``: ``prompts`` -> ``actions``, transformers or SGLang) and
+executors (``consumers/executor.py``: ``actions`` -> ``rewards`` + ``audit``, Docker sandboxes)."""

@@ -1,1 +1,2 @@
-"""rollstream producers stage package."""
+"""Prompt samplers: task sources, the built-in suite, the family mixture and the sampler stage
+(``producers/sampler.py``: tasks -> ``prompts``)."""
