@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import sys
 import tempfile
@@ -40,11 +39,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.common import report, with_local_broker
 from consumers.backends.hf import TransformersBackend
 from consumers.generator import group_requests, run
 from consumers.models import chat_prompt_ids
 from rollstream.config import Config, GeneratorConfig, InfraConfig
-from rollstream.infra import free_port, start_broker, stop_pid
 from rollstream.kafka import EventConsumer, EventProducer, delete_topics, ensure_topics, topic_name
 from rollstream.redis import connect
 from rollstream.weights import WeightStore
@@ -279,15 +278,8 @@ def main() -> None:
         from tests.consumers.tiny_model import make_tiny_model_dir
 
         model = str(make_tiny_model_dir(Path(tempfile.mkdtemp()) / "tiny"))
-    port = free_port()
-    proc = start_broker(port, Path(tempfile.mkdtemp()) / "broker.log")
-    try:
-        figures = asyncio.run(bench(args.quick, model, redis_url, f"127.0.0.1:{port}"))
-    finally:
-        stop_pid(proc.pid)
-    if args.json_out:
-        Path(args.json_out).write_text(json.dumps(figures, indent=2))
-    print(" ".join(f"{k}={v}" for k, v in figures.items()))
+    figures = with_local_broker(lambda bootstrap: bench(args.quick, model, redis_url, bootstrap))
+    report(figures, args.json_out)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import sys
 import tempfile
@@ -31,10 +30,10 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.common import report, with_local_broker
 from rollstream.config import InfraConfig
-from rollstream.infra import free_port, start_broker, stop_pid
-from rollstream.lifecycle import tune_gc  # noqa: E402
 from rollstream.kafka import EventConsumer, EventProducer, delete_topics, ensure_topics, topic_name
+from rollstream.lifecycle import tune_gc
 from rollstream.redis import connect, delete_prefix
 from rollstream.weights import WeightStore, pack
 from schemas import RewardScored, codec
@@ -192,15 +191,7 @@ def main() -> None:
     args = parser.parse_args()
     redis_url = os.environ.get("ROLLSTREAM_BENCH_REDIS", "redis://127.0.0.1:6379/0")
     tune_gc()  # as every stage process does (rollstream.cli); applies to both sides of each ratio
-    port = free_port()
-    proc = start_broker(port, Path(tempfile.mkdtemp()) / "broker.log")
-    try:
-        figures = asyncio.run(bench(args.quick, redis_url, f"127.0.0.1:{port}"))
-    finally:
-        stop_pid(proc.pid)
-    if args.json_out:
-        Path(args.json_out).write_text(json.dumps(figures, indent=2))
-    print(" ".join(f"{k}={v}" for k, v in figures.items()))
+    report(with_local_broker(lambda bootstrap: bench(args.quick, redis_url, bootstrap)), args.json_out)
 
 
 if __name__ == "__main__":

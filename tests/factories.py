@@ -68,3 +68,24 @@ def make_reward(group_id: str = "g0", sample_index: int = 0, reward: float = 1.0
         executor_id="exec-0",
         scored_at=time.time(),
     )
+
+
+async def read_dead_letters(infra, name: str, want: int, timeout_s: float = 20.0) -> list:
+    """The DeadLetter records of registry topic ``name``'s DLQ (reads without a consumer group)."""
+    from aiokafka import AIOKafkaConsumer
+
+    from rollstream.kafka import topic_name
+    from schemas import DeadLetter, codec
+
+    consumer = AIOKafkaConsumer(topic_name(infra, f"{name}.dlq"), bootstrap_servers=infra.kafka_bootstrap,
+                                auto_offset_reset="earliest", enable_auto_commit=False, group_id=None)
+    await consumer.start()
+    letters: list[DeadLetter] = []
+    try:
+        deadline = time.monotonic() + timeout_s
+        while len(letters) < want and time.monotonic() < deadline:
+            for records in (await consumer.getmany(timeout_ms=500)).values():
+                letters += [codec(DeadLetter).decode(r.value) for r in records]
+    finally:
+        await consumer.stop()
+    return letters

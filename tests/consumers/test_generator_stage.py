@@ -15,7 +15,6 @@ from typing import Any
 import msgspec
 import pytest
 import torch
-from aiokafka import AIOKafkaConsumer
 
 from consumers.backends.base import Sampling
 from consumers.backends.hf import TransformersBackend, score_completion
@@ -24,9 +23,8 @@ from rollstream.config import Config, GeneratorConfig, RLConfig, to_toml
 from rollstream.kafka import EventConsumer, EventProducer, ensure_topics, topic_name
 from rollstream.redis import connect, set_policy_version
 from rollstream.weights import WeightStore
-from schemas import DeadLetter, codec
 from schemas.events import ActionGenerated, Continuation, Message, PromptIssued, SamplingParams
-from tests.factories import make_prompt
+from tests.factories import make_prompt, read_dead_letters
 
 TOLERANCE = 1e-4
 REPO = Path(__file__).resolve().parents[2]
@@ -59,21 +57,6 @@ async def _collect(config: Config, want: int, timeout_s: float = 60.0,
             if (until(got) if until else len({a.rollout.rollout_id for a in got}) >= want):
                 break
     return got
-
-
-async def _read_dlq(config: Config, want: int) -> list[DeadLetter]:
-    consumer = AIOKafkaConsumer(topic_name(config.infra, "prompts.dlq"), bootstrap_servers=config.infra.kafka_bootstrap,
-                                auto_offset_reset="earliest", enable_auto_commit=False, group_id=None)
-    await consumer.start()
-    letters: list[DeadLetter] = []
-    try:
-        deadline = time.monotonic() + 20
-        while len(letters) < want and time.monotonic() < deadline:
-            for records in (await consumer.getmany(timeout_ms=500)).values():
-                letters += [codec(DeadLetter).decode(r.value) for r in records]
-    finally:
-        await consumer.stop()
-    return letters
 
 
 def _check_fidelity(backend: TransformersBackend, config: Config, action: ActionGenerated,
@@ -128,7 +111,7 @@ async def test_groups_fidelity_overrides_and_dead_letters(config: Config, tiny_m
     print(f"stage: max log-prob difference vs teacher forcing {worst:.2e}")
     assert worst < TOLERANCE
     assert {a.rollout.logprob_temperature for a in by_group["gb"]} == {0.5}
-    letters = await _read_dlq(config, 2)
+    letters = await read_dead_letters(config.infra, "prompts", 2)
     reasons = sorted(letter.reason for letter in letters)
     assert len(letters) == 2 and any("continuation" in r for r in reasons), reasons
     assert {letter.key for letter in letters} == {b"gd", b"gx"}

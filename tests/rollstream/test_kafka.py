@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 import subprocess
@@ -11,13 +10,12 @@ import time
 from pathlib import Path
 
 import msgspec
-from aiokafka import AIOKafkaConsumer
 
 from rollstream.config import InfraConfig
 from rollstream.kafka import EventConsumer, EventProducer, ensure_topics, topic_name
 from rollstream.metrics import StageMetrics, read_counter
-from schemas import DeadLetter, codec
-from tests.factories import make_prompt, make_reward
+from schemas import codec
+from tests.factories import make_prompt, make_reward, read_dead_letters
 
 
 async def _drain(consumer: EventConsumer, want: int, timeout_s: float = 20.0) -> list:
@@ -28,23 +26,6 @@ async def _drain(consumer: EventConsumer, want: int, timeout_s: float = 20.0) ->
             got.append(delivery)
             consumer.done(delivery)
     return got
-
-
-async def _read_dlq(infra: InfraConfig, name: str, want: int) -> list[DeadLetter]:
-    consumer = AIOKafkaConsumer(
-        topic_name(infra, name + ".dlq"), bootstrap_servers=infra.kafka_bootstrap,
-        auto_offset_reset="earliest", enable_auto_commit=False, group_id=None,
-    )
-    await consumer.start()
-    letters: list[DeadLetter] = []
-    try:
-        deadline = time.monotonic() + 15
-        while len(letters) < want and time.monotonic() < deadline:
-            for records in (await consumer.getmany(timeout_ms=500)).values():
-                letters += [codec(DeadLetter).decode(r.value) for r in records]
-    finally:
-        await consumer.stop()
-    return letters
 
 
 async def test_round_trip_keyed_by_group(infra_config: InfraConfig) -> None:
@@ -88,7 +69,7 @@ async def test_bad_records_go_to_dlq_and_the_next_is_processed(infra_config: Inf
             assert [d.event.group_id for d in got] == ["good"]
             assert consumer.safe_offsets()[0] == 5  # bad records count as done: nothing blocks the commit
 
-    letters = await _read_dlq(infra_config, "prompts", 4)
+    letters = await read_dead_letters(infra_config, "prompts", 4, timeout_s=15)
     by_key = {letter.key: letter for letter in letters}
     assert set(by_key) == set(bad)
     for key, value in bad.items():

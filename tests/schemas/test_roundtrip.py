@@ -9,7 +9,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.factories import make_action, make_prompt, make_reward
 from schemas import TOPICS, Codec, SchemaError, codec, dlq_spec
 from schemas.events import (
     SCHEMA_VERSION,
@@ -21,6 +20,7 @@ from schemas.events import (
     SandboxAudit,
     WeightsPublished,
 )
+from tests.factories import make_action, make_prompt, make_reward
 
 EVENTS = [PromptIssued, ActionGenerated, RewardScored, GroupAdvantaged, WeightsPublished, SandboxAudit, DeadLetter]
 
