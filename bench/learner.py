@@ -197,9 +197,7 @@ async def broadcast(model: torch.nn.Module, redis_url: str, chunk: int, repeats:
             del weights, fetched
             best_raw = max(best_raw, await raw_set_get(client, prefix, chunks))
     finally:
-        keys = [k async for k in client.scan_iter(match=f"{prefix}*", count=1000)]
-        if keys:
-            await client.delete(*keys)
+        await delete_prefix(client, prefix)
         await client.aclose()
     return best_ours, best_raw, size
 
