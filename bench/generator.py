@@ -45,7 +45,7 @@ from consumers.generator import group_requests, run
 from consumers.models import chat_prompt_ids
 from rollstream.config import Config, GeneratorConfig, InfraConfig
 from rollstream.kafka import EventConsumer, EventProducer, delete_topics, ensure_topics, topic_name
-from rollstream.redis import connect
+from rollstream.redis import connect, delete_prefix
 from rollstream.weights import WeightStore
 from schemas.events import Message, PromptIssued, SamplingParams
 from tests.factories import make_prompt
@@ -176,9 +176,7 @@ async def bench(quick: bool, model: str, redis_url: str, bootstrap: str) -> dict
         stop.set()
         await asyncio.wait_for(stage, 120)
         await delete_topics(infra, [topic_name(infra, n) for n in ("prompts", "actions", "prompts.dlq", "actions.dlq")])
-        keys = [k async for k in redis.scan_iter(match=f"{infra.key_prefix}*", count=1000)]
-        if keys:
-            await redis.delete(*keys)
+        await delete_prefix(redis, infra.key_prefix)
         await redis.aclose()
     return {
         "overhead_ratio": round(stage_rate / direct, 3),

