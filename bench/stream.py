@@ -1,17 +1,28 @@
 """Throughput of the advantage stream, side by side with its floors, in one run.
 
 Starts a local broker (Tansu, by pid) and uses the Redis at --redis (its own key prefix,
-deleted afterwards). Pre-loads N rewards (groups of G) on ``rewards``, then measures, one
-after the other on the same events:
+deleted afterwards). Pre-loads N rewards (groups of G) on ``rewards`` and waits for every
+ack before anything is timed, so no producer competes for the CPUs while a side reads. Then
+it measures, one after the other, on the same events:
 
-* ``bare``:   a Faust agent that only reads them (``async for event in stream``): Faust's floor;
-* ``stream``: one ``python -m streams.advantages`` worker (Redis store, advantages, acks);
+* ``bare``:   a Faust agent that only reads them (``async for event in stream``): Faust's
+  floor. Its app comes from the stage's own ``streams.advantages.faust_app`` (same fetch
+  size, stream buffer, schema, sensor, GC tuning, log level info), so both sides of
+  ``stream_ratio`` run Faust with the same settings;
+* ``stream``: one ``python -m streams.advantages`` worker (Redis store, advantages, acks),
+  observed from outside, on ``advantages``;
 * ``plain``:  a plain aiokafka loop: consume, decode, re-encode, produce, await acks.
 
-rewards/s of a run = events between its first and last observed output / elapsed time
-(worker start-up is excluded). ``stream`` is observed from outside, on ``advantages``. The
-JSON also has the worker's CPU time per reward (``cpu_ratio`` = bare / stream CPU per
-reward), which depends less on other load on the machine than the wall-clock rates.
+Timing. ``bare`` and ``stream`` both run from their worker's "Worker ready" log line
+(partitions assigned; the start-up before it is excluded) until their last event is done
+(bare: the last event read; stream: the last group seen on ``advantages``, which also counts
+its produce and the observer's fetch), over all N*G events. Timing the stream only from its
+first output batch instead would flatter it: by then Faust has already taken in up to a
+buffer's worth of the following events (that figure is in the JSON as
+``stream_steady_rewards_per_s``, next to the bare reader's own first-to-last-event rate).
+``plain`` runs from its first to its last produced batch. The JSON also has the worker's CPU
+time per reward (``cpu_ratio`` = bare / stream CPU per reward), which depends less on other
+load on the machine than the wall-clock rates.
 
     python bench/stream.py --quick --json OUT
 
@@ -26,10 +37,13 @@ import asyncio
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -67,14 +81,18 @@ async def preload(config: Config, n_groups: int, group_size: int, tokens: int) -
 
 
 def run_bare(config_path: str, n_events: int, out: str) -> None:
-    """Subprocess role: a Faust agent that only counts events; writes its rate and exits."""
+    """Subprocess role: a Faust agent that only counts events; writes its rate and exits.
+
+    Its app is built by the stage's own ``faust_app`` (same fetch size, stream buffer, schema,
+    monitor, log level, GC tuning), so that it is Faust's floor under the stage's settings."""
     import faust
 
+    from rollstream.infra import resolve_endpoints
+    from streams.advantages import faust_app, rewards_topic
+
     config = load_config(config_path)
-    app = faust.App(f"{config.infra.topic_prefix}bare", broker=f"kafka://{config.infra.kafka_bootstrap}",
-                    value_serializer="raw", key_serializer="raw", web_enabled=False,
-                    consumer_auto_offset_reset="earliest", datadir=tempfile.mkdtemp(), loghandlers=[])
-    topic = app.topic(f"{config.infra.topic_prefix}rewards", value_serializer="raw", key_serializer="raw")
+    app = faust_app(f"{config.infra.topic_prefix}bare", config, resolve_endpoints(config), tempfile.mkdtemp())
+    topic = rewards_topic(app, f"{config.infra.topic_prefix}rewards")
     seen = {"n": 0, "t0": 0.0, "c0": 0.0}
 
     async def bare(stream):
@@ -85,7 +103,7 @@ def run_bare(config_path: str, n_events: int, out: str) -> None:
             if seen["n"] >= n_events:
                 elapsed = time.perf_counter() - seen["t0"]
                 cpu = time.process_time() - seen["c0"]
-                Path(out).write_text(json.dumps({"rate": (n_events - 1) / elapsed,
+                Path(out).write_text(json.dumps({"end": time.time(), "steady_rate": (n_events - 1) / elapsed,
                                                  "cpu_us": 1e6 * cpu / (n_events - 1)}))
                 os._exit(0)
 
@@ -111,9 +129,28 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-async def measure_stream(config: Config, bootstrap: str, n_groups: int, group_size: int,
-                         log: Path) -> tuple[float, float]:
-    """Start the worker, then time its output on ``advantages`` (first to last batch seen)."""
+READY_LINE = "Recovery]: Worker ready"  # Faust's line: partitions assigned, flow resumed
+_LOG_TIME = re.compile(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})")
+
+
+def ready_time(log: Path) -> float | None:
+    """Unix time of the first "Worker ready" line of a Faust worker's log (ms resolution)."""
+    for line in log.read_text(errors="replace").splitlines():
+        if READY_LINE in line and (found := _LOG_TIME.search(line)):
+            return datetime.strptime(found.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp()
+    return None
+
+
+@dataclass(frozen=True)
+class StreamRun:
+    rate: float  # all events / (last group seen on advantages - worker ready)
+    steady_rate: float  # events after the first output batch / (last - first output batch seen)
+    cpu_us: float  # worker CPU per event, from when its ready line was seen
+
+
+async def measure_stream(config: Config, bootstrap: str, n_groups: int, group_size: int, log: Path) -> StreamRun:
+    """Start the worker, then time its output on ``advantages`` from its ready line to the
+    last group."""
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
     from rollstream.kafka import topic_name
@@ -126,23 +163,32 @@ async def measure_stream(config: Config, bootstrap: str, n_groups: int, group_si
         name = topic_name(config.infra, "advantages")
         consumer.assign([TopicPartition(name, p) for p in range(config.infra.partitions or 8)])
         await consumer.seek_to_beginning()
-        seen, t0, t_last, first_batch, c0, c_last = 0, 0.0, 0.0, 0, 0.0, 0.0
         deadline = time.monotonic() + 300
+        # Poll the log closely so that the CPU count starts at the ready line (startup excluded).
+        while (t_ready := ready_time(log)) is None:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit(f"stream worker exited or never got ready; see {log}")
+            await asyncio.sleep(0.005)
+        c_ready = cpu_seconds(proc.pid)
+        seen, t0, t_last, first_batch, t_end = 0, 0.0, 0.0, 0, 0.0
         while seen < n_groups and time.monotonic() < deadline:
             batch = await consumer.getmany(timeout_ms=100)
             got = sum(len(v) for v in batch.values())
             if got:
                 now = time.perf_counter()
                 if not seen:
-                    t0, first_batch, c0 = now, got, cpu_seconds(proc.pid)
+                    t0, first_batch = now, got
                 seen += got
-                t_last, c_last = now, cpu_seconds(proc.pid)
+                t_last, t_end = now, time.time()
             if proc.poll() is not None:
                 raise SystemExit(f"stream worker exited with {proc.returncode}; see {log}")
+        c_end = cpu_seconds(proc.pid)
         if seen < n_groups:
             raise SystemExit(f"stream emitted {seen}/{n_groups} groups in time; see {log}")
-        events = (seen - first_batch) * group_size
-        return events / (t_last - t0), 1e6 * (c_last - c0) / events
+        events = n_groups * group_size
+        return StreamRun(rate=events / (t_end - t_ready),
+                         steady_rate=(seen - first_batch) * group_size / (t_last - t0),
+                         cpu_us=1e6 * (c_end - c_ready) / events)
     finally:
         stop_pid(proc.pid)
         await consumer.stop()
@@ -236,9 +282,12 @@ def main() -> None:
         finally:
             stop_pid(proc.pid)
         bare_result = json.loads(bare_out.read_text())
-        bare, bare_cpu_us = bare_result["rate"], bare_result["cpu_us"]
-        stream, stream_cpu_us = asyncio.run(
-            measure_stream(config, bootstrap, n_groups, args.group_size, work / "stream.log"))
+        bare_ready = ready_time(work / "bare.log")
+        if bare_ready is None:
+            raise SystemExit(f"no ready line in {work / 'bare.log'}")
+        bare, bare_cpu_us = n_events / (bare_result["end"] - bare_ready), bare_result["cpu_us"]
+        run = asyncio.run(measure_stream(config, bootstrap, n_groups, args.group_size, work / "stream.log"))
+        stream, stream_cpu_us = run.rate, run.cpu_us
         plain = asyncio.run(measure_plain(config, bootstrap, n_events))
     finally:
         stop_pid(broker.pid)
@@ -254,6 +303,10 @@ def main() -> None:
         "bare_faust_cpu_us_per_reward": round(bare_cpu_us, 1),
         "cpu_ratio": round(bare_cpu_us / stream_cpu_us, 3),
         "plain_rewards_per_s": round(plain, 1),
+        # The same runs timed from their first event / first output batch instead of from
+        # the ready line (see the docstring for why the headline does not use these).
+        "stream_steady_rewards_per_s": round(run.steady_rate, 1),
+        "bare_steady_rewards_per_s": round(bare_result["steady_rate"], 1),
         "events": n_events,
         "group_size": args.group_size,
         "completion_tokens": args.tokens,

@@ -149,7 +149,8 @@ return frame(out)
 """
 
 # ARGV = [prefix, ttl, framed(per group: group_id, outcome, output partition or -1)]
-# Reply: framed(per group: the staged outcome, "1" if this call staged it else "0", watermark).
+# Reply: framed(per group: "1" if this call staged it else "0", watermark, and the outcome
+# staged earlier, or "" when this call staged it: the caller has those bytes already).
 # The watermark is the highest acknowledged output offset of that partition known when the
 # outcome was first staged: a record produced for it afterwards lies above it.
 _STAGE_SCRIPT = _LUA_FRAMING + """
@@ -160,9 +161,9 @@ for i = 1, #f, 3 do
   if first then
     redis.call('SET', wm, redis.call('GET', prefix .. 'outpos:' .. f[i + 2]) or '-1', 'EX', ttl)
   end
-  out[#out + 1] = redis.call('GET', key)
   out[#out + 1] = first and '1' or '0'
   out[#out + 1] = redis.call('GET', wm) or '-1'
+  out[#out + 1] = first and '' or redis.call('GET', key)
 end
 return frame(out)
 """
@@ -347,10 +348,11 @@ class GroupStore:
         fields = [x for gid, o in outcomes.items()
                   for x in (gid, _outcome_encoder.encode(o), out_partitions.get(gid, -1))]
         reply = unframe(await self._stage(keys=[], args=[self.prefix, self.done_ttl_s, frame(fields)]))
-        return {
-            gid: Staged(_outcome_decoder.decode(reply[3 * i]), reply[3 * i + 1] == b"1", int(reply[3 * i + 2]))
-            for i, gid in enumerate(outcomes)
-        }
+        staged: dict[str, Staged] = {}
+        for i, (gid, outcome) in enumerate(outcomes.items()):
+            first, watermark, earlier = reply[3 * i] == b"1", int(reply[3 * i + 1]), reply[3 * i + 2]
+            staged[gid] = Staged(outcome if first else _outcome_decoder.decode(earlier), first, watermark)
+        return staged
 
     async def finish(self, finished: Sequence[Finished]) -> None:
         """Mark groups done and clear their state (atomically). Filtered/dropped ones are first
