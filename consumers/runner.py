@@ -18,22 +18,30 @@ copies it, so a runner doing its per-job work (JSON, pipes, cleanup) next to a f
 copy hundreds of pages per job; the zygote only forks, waits and kills, and copies almost none.
 
 Per job the runner writes the job (marshal, with the task's setup and tests compiled once and
-cached) to an in-memory file and tells the zygote "go". The child reads it, leads a new
-process group, gets /dev/null as stdin, pipes to the runner as stdout and stderr and, on a
-random descriptor, as the report channel; closes every other fd; sets rlimits (address space,
-CPU, file size, no core); and runs, in the fixed environment and the tmpfs ``/work``,
+cached) to an in-memory file and tells the zygote "go". The zygote loads it and forks; the child
+leads a new process group, gets /dev/null as stdin, pipes to the runner as stdout and stderr
+and, on a random descriptor, as the report channel; closes every other fd; sets rlimits
+(address space, CPU, file size); and runs, in the fixed environment and the tmpfs ``/work``,
 ``setup``, then the completion's ``code`` (compiled as ``<completion>``), then each test,
 reporting one event per step, each carrying a per-job key.
 
-When the child exits the zygote SIGKILLs every other process (``kill(-1)``, which spares init
-and the caller, and cannot race with fork) and reports the exit status and how many processes
-had outlived the child. At the deadline or over the output cap the runner SIGKILLs the child's
-process group itself first. The runner then reaps the orphans, checks that nothing but the
-zygote is left (else it kills everything, zygote included, itself), wipes ``/work`` (restoring
-permissions the code removed) and replies; ``clean: false`` tells the host to recycle the
-container. If the zygote dies or stops answering (only the code can do that), the runner
-kills everything and reports a ``runner_zygote_*`` violation. SysV IPC and POSIX message queues
-need no cleaning: the container's sysctls make creating them impossible; there is no /dev/shm.
+When the child exits the zygote reaps it and makes sure nothing else is left: when the
+container's pids cgroup counts exactly two tasks (the runner and the zygote) there is nothing
+to kill; otherwise it SIGKILLs every other process (``kill(-1)``, which spares init and the
+caller, and cannot race with fork) until none is left, and reports the exit status and how many
+processes had outlived the child. At the deadline or over the output cap the runner SIGKILLs
+the child's process group itself first. The runner then checks on its own that nothing but the
+zygote is left (the same cgroup count, else it reaps the orphans, scans ``/proc`` and if need be
+kills everything, zygote included, itself), wipes ``/work`` (restoring permissions the code
+removed) and replies; ``clean: false`` tells the host to recycle the container. If the zygote
+dies or stops answering (only the code can do that), the runner kills everything and reports a
+``runner_zygote_*`` violation. SysV IPC and POSIX message queues need no cleaning: the
+container's sysctls make creating them impossible; there is no /dev/shm.
+
+Wake-ups are kept to two per job (the request, the zygote's final status): the job's pid and
+its test reports wait in their pipes until the runner needs them (the pid only to kill; the
+reports are drained after the job, and every ``REPORT_DRAIN_S`` while it runs). Only stdout
+and stderr are watched as they are written, so that the output cap acts at once.
 
 Why PID 1: the kernel drops signals sent to a namespace's init from inside the namespace unless
 init installed a handler, so the code cannot kill the runner (we install none, and reset
@@ -51,6 +59,7 @@ import select
 import signal
 import sys
 import time
+from _json import encode_basestring_ascii as _json_string  # json.dumps' own C string quoting
 
 WORK = "/work"
 MQUEUE = "/dev/mqueue"
@@ -63,17 +72,22 @@ CHILD_ENV = {
 }
 MAX_REPORT_BYTES = 1 << 20
 ZYGOTE_GRACE_S = 2.0  # how long the zygote may take to report after its job was killed
+REPORT_DRAIN_S = 0.02  # how often a running job's report pipe is emptied (it wakes nobody)
 PR_SET_DUMPABLE = 4
+# The container's pids cgroup counter (v1, v2): every task in the container, zombies included.
+TASK_COUNTERS = ("/sys/fs/cgroup/pids/pids.current", "/sys/fs/cgroup/pids.current")
+# OOM kills in the container's memory cgroup (v2, or v1 on kernels >= 4.13).
+OOM_COUNTERS = ("/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control")
 
 
-def harness(job, report):
+def harness(code, setup, tests, report):
     """Run setup, code and tests in this process; ``report(dict)`` writes one event.
 
-    ``job["_setup"]`` and ``job["_tests"]`` are the task's sources compiled by the runner before
-    the fork (a code object, or the compile error as text); only the completion is compiled here.
+    ``setup`` and ``tests`` are the task's sources compiled by the runner before the fork (a code
+    object, or the compile error as text; ``setup`` None when there is none); only the
+    completion's ``code`` is compiled here.
     """
     namespace = {"__name__": "solution", "__builtins__": __builtins__}
-    setup = job.get("_setup")
     if setup is not None:
         try:
             if isinstance(setup, str):
@@ -83,7 +97,7 @@ def harness(job, report):
             report({"e": "setup_error", "type": type(exc).__name__, "msg": str(exc)[:500]})
             return 1
     try:
-        code = compile(job["code"], "<completion>", "exec")
+        code = compile(code, "<completion>", "exec")
     except (SyntaxError, ValueError) as exc:  # ValueError: source contains NUL bytes
         _print_exception(exc)
         report(
@@ -106,7 +120,7 @@ def harness(job, report):
         report({"e": "code_error", "type": type(exc).__name__, "msg": _text(exc, 500), "line": _line_of(exc)})
         return 1
     report({"e": "code_ok"})
-    for index, test in enumerate(job.get("_tests", [])):
+    for index, test in enumerate(tests):
         try:
             if isinstance(test, str):
                 raise SyntaxError(f"the task's test does not compile: {test}")
@@ -190,21 +204,29 @@ class Host:
         self.page = os.sysconf("SC_PAGE_SIZE")
         # An unread text stream on fd 0: in a child, fd 0 is /dev/null, so this reads EOF.
         self.stdin = open(0, closefd=False)
+        self.null = os.open("/dev/null", os.O_RDWR)
         self.compiled = {}
         self.jobs = 0
         self._vsz = 0
-        self.oom_kills = _oom_kills()
+        self.tasks_fd = _open_first(TASK_COUNTERS)
+        self.oom_fd = _open_first(OOM_COUNTERS)
+        self.oom_kills = self.read_oom_kills()
         # Channels shared with the zygote and, through it, with every job: the job itself (an
         # in-memory file the runner rewrites per job), the job's stdout/stderr/report pipes (read
-        # here), the zygote's commands and its status messages.
+        # here), the zygote's commands, the job's pid and the zygote's final status per job.
         self.job_fd = os.memfd_create("job")
         self.out_r, self.out_w = os.pipe()
         self.err_r, self.err_w = os.pipe()
         self.rep_r, self.rep_w = os.pipe()
         self.cmd_r, self.cmd_w = os.pipe()
+        self.pid_r, self.pid_w = os.pipe()
         self.status_r, self.status_w = os.pipe()
-        for fd in (self.out_r, self.err_r, self.rep_r, self.status_r):
+        for fd in (self.out_r, self.err_r, self.rep_r, self.pid_r, self.status_r):
             os.set_blocking(fd, False)
+        # Registered once; the zygote's pidfd is added and removed as zygotes come and go.
+        self.poller = select.poll()
+        for fd in (self.out_r, self.err_r, self.status_r):
+            self.poller.register(fd, select.POLLIN)
         self.zygote = None
         self.zygote_fd = None
 
@@ -216,6 +238,47 @@ class Host:
         self.jobs += 1
         return self._vsz
 
+    def tasks(self):
+        """How many tasks the container's pids cgroup holds (None when it cannot be read).
+
+        This is cheap, sound evidence that nothing is left: the count includes every process
+        and thread of the container, zombies until they are reaped, and nothing can leave the
+        cgroup (cgroupfs is read-only in the container and every capability is dropped). A
+        ``docker exec`` from outside would only raise it, which is the safe direction."""
+        if self.tasks_fd is None:
+            return None
+        try:
+            return int(os.pread(self.tasks_fd, 32, 0))
+        except (OSError, ValueError):
+            return None
+
+    def read_oom_kills(self):
+        """OOM kills in this container's memory cgroup so far."""
+        if self.oom_fd is not None:
+            try:
+                for line in os.pread(self.oom_fd, 4096, 0).split(b"\n"):
+                    if line.startswith(b"oom_kill "):
+                        return int(line.split()[1])
+            except (OSError, ValueError):
+                pass
+        return 0
+
+    def drop_zygote(self):
+        """Forget the zygote (cleanup kills it with everything else if it still lives)."""
+        if self.zygote_fd is not None:
+            self.poller.unregister(self.zygote_fd)
+            os.close(self.zygote_fd)
+        self.zygote = self.zygote_fd = None
+
+
+def _open_first(paths):
+    for path in paths:
+        try:
+            return os.open(path, os.O_RDONLY)
+        except OSError:
+            continue
+    return None
+
 
 def start_zygote(host):
     """Fork the zygote: the process every job is forked from.
@@ -225,38 +288,48 @@ def start_zygote(host):
     hundred pages per job. The zygote does nothing but fork, wait and kill, so it writes (and
     copies) almost nothing, and the runner's pages stay private to the runner.
     """
+    for fd in (host.pid_r, host.status_r):  # whatever an earlier zygote left there
+        _drain(fd, Capture(0))
     pid = os.fork()
     if pid == 0:
         zygote_main(host)
     host.zygote = pid
     host.zygote_fd = os.pidfd_open(pid)
+    host.poller.register(host.zygote_fd, select.POLLIN)
 
 
 def zygote_main(host):
-    """Per "g" on the command pipe: fork a job, report its pid, wait for it, kill everything
-    but init and itself (kill(-1) spares both), report. Never returns."""
+    """Per "g" on the command pipe: load the job, fork it, report its pid, wait for it, make
+    sure nothing else is left (kill(-1) spares init and the zygote), report. Never returns."""
     try:
-        null = os.open("/dev/null", os.O_RDWR)
         for fd in (0, 1, 2):  # never hold the runner's channel to the host
-            os.dup2(null, fd)
-        for fd in (null, host.cmd_w, host.status_r, host.out_r, host.err_r, host.rep_r):
+            os.dup2(host.null, fd)
+        for fd in (host.cmd_w, host.pid_r, host.status_r, host.out_r, host.err_r, host.rep_r):
             os.close(fd)
         me = str(os.getpid())
         while os.read(host.cmd_r, 1) == b"g":
+            # Loaded here, not in the child: unmarshalling allocates all over the heap, and in
+            # the child every page that touches is a copy-on-write fault, paid per job.
+            job = marshal.loads(os.pread(host.job_fd, os.fstat(host.job_fd).st_size, 0))
             pid = os.fork()
             if pid == 0:
-                child_main(host)
-            os.write(host.status_w, b"%d\n" % pid)
+                child_main(host, job)
+            job = None
+            os.write(host.pid_w, b"%d\n" % pid)
             _, status = os.waitpid(pid, 0)
-            survivors = len(_live_pids(me))
-            for _ in range(200):
-                if not _live_pids(me):
-                    break
-                try:
-                    os.kill(-1, signal.SIGKILL)  # atomic w.r.t. fork; spares init and us
-                except ProcessLookupError:
-                    pass
-                time.sleep(0.0005)
+            survivors = 0
+            # Only the runner and this zygote in the container: nothing outlived the job.
+            # Otherwise find the survivors (zombies are the runner's to reap) and kill them.
+            if host.tasks() != 2:
+                survivors = len(_live_pids(me))
+                for _ in range(200):
+                    if not _live_pids(me):
+                        break
+                    try:
+                        os.kill(-1, signal.SIGKILL)  # atomic w.r.t. fork; spares init and us
+                    except ProcessLookupError:
+                        pass
+                    time.sleep(0.0005)
             os.write(host.status_w, b"%d %d\n" % (status, survivors))
     except BaseException:
         pass
@@ -278,35 +351,34 @@ def _live_pids(*exclude):
     return live
 
 
-def child_main(host):
-    """In the forked job: read the job, isolate, limit, run the harness, exit. Never returns."""
+def child_main(host, job):
+    """In the forked job: isolate, limit, run the harness, exit. Never returns.
+
+    Everything here runs in a fresh fork, where each page written is first copied: the less
+    distinct code and data it touches, the cheaper an execution (see docs/executor.md)."""
     status = 70
     try:
-        size = os.fstat(host.job_fd).st_size
-        job = marshal.loads(os.pread(host.job_fd, size, 0))
+        code, setup, tests, key, report_fd, limits = job
         os.setpgid(0, 0)  # its own process group (a new session would also cost a scheduler group)
-        null = os.open("/dev/null", os.O_RDONLY)
-        os.dup2(null, 0)
+        os.dup2(host.null, 0)
         os.dup2(host.out_w, 1)
         os.dup2(host.err_w, 2)
         # The report channel sits on a random descriptor and every event carries a per-job key:
         # code that just writes to fd 3 cannot fake test results (see docs/executor.md).
-        report_fd, key = job["report_fd"], job["key"]
         os.dup2(host.rep_w, report_fd)
         os.closerange(3, report_fd)
         os.closerange(report_fd + 1, 65536)
-        _set_limits(host, job)
+        _set_limits(host, limits)
         # sys.stdout/sys.stderr are the runner's, never written by it (it uses os.write), so
         # their buffers are empty; fds 1 and 2 now are this job's pipes. Reusing them saves
         # building new stream objects (and the copy-on-write faults that costs) per job.
         sys.stdin = host.stdin
         sys.argv = ["solution"]
 
-        def report(event, _write=os.write, _dumps=json.dumps):
-            event["k"] = key
-            _write(report_fd, (_dumps(event) + "\n").encode())
+        def report(event, _write=os.write, _encode=_event_line):
+            _write(report_fd, _encode(event, key))
 
-        status = harness(job, report)
+        status = harness(code, setup, tests, report)
         sys.stdout.flush()
         sys.stderr.flush()
     except MemoryError:
@@ -320,17 +392,38 @@ def child_main(host):
     os._exit(status)
 
 
-def _set_limits(host, job):
+def _event_line(event, key):
+    """One event as a JSON line carrying the job's key.
+
+    By hand rather than with json.dumps, which builds a fresh encoder per call: in the forked
+    child that machinery alone copied some 60 pages per job. Strings are quoted by json's own C
+    function (ASCII-only, like json.dumps); the names are the harness's own identifiers."""
+    parts = []
+    for name, value in event.items():
+        if value is None:
+            text = "null"
+        elif value is True:
+            text = "true"
+        elif value is False:
+            text = "false"
+        elif type(value) is int:
+            text = int.__repr__(value)
+        else:
+            text = _json_string(value if type(value) is str else _text(value, 500))
+        parts.append(f'"{name}":{text}')
+    parts.append(f'"k":"{key}"')
+    return ("{" + ",".join(parts) + "}\n").encode()
+
+
+def _set_limits(host, limits):
     # The runner is non-dumpable and fork inherits that, which would make /proc/self root-owned
     # for the code; the job's own processes may see themselves normally. (The container's
-    # OomScoreAdj of 1000 is inherited, so the OOM killer already prefers them.)
+    # OomScoreAdj of 1000 is inherited, so the OOM killer already prefers them; no core dumps
+    # is set once in the runner and inherited.)
     host.libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
-    mem = job["vsz"] + (int(job.get("memory_mb", 256)) << 20)
-    resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
-    cpu = int(float(job.get("timeout_s", 5.0))) + 2
+    memory, cpu, fsize = limits
+    resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
     resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu))
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    fsize = int(job.get("file_bytes", 64 << 20))
     resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
 
 
@@ -357,45 +450,42 @@ def run_job(host, job):
     if host.zygote is None:
         start_zygote(host)
     setup = compile_trusted(host, job["setup"], "<setup>") if job.get("setup") else None
+    tests = [compile_trusted(host, t, f"<test {i}>") for i, t in enumerate(job.get("tests", []))]
     key = os.urandom(8).hex()
-    payload = {
-        "code": job.get("code", ""),
-        "_setup": setup,
-        "_tests": [compile_trusted(host, t, f"<test {i}>") for i, t in enumerate(job.get("tests", []))],
-        "key": key,
-        "report_fd": 10 + int.from_bytes(os.urandom(1), "little") % 200,  # below nofile (256)
-        "memory_mb": int(job.get("memory_mb", 256)),
-        "timeout_s": float(job.get("timeout_s", 5.0)),
-        "file_bytes": int(job.get("file_bytes", 64 << 20)),
-        "vsz": host.vsz(),
-    }
-    data = marshal.dumps(payload)
+    report_fd = 10 + os.urandom(1)[0] % 200  # below nofile (256)
+    timeout = float(job.get("timeout_s", 5.0))
+    limits = (
+        host.vsz() + (int(job.get("memory_mb", 256)) << 20),  # address space
+        int(timeout) + 2,  # CPU seconds
+        int(job.get("file_bytes", 64 << 20)),  # file size
+    )
+    data = marshal.dumps((job.get("code", ""), setup, tests, key, report_fd, limits))
     os.ftruncate(host.job_fd, 0)
     os.pwrite(host.job_fd, data, 0)
     tail = int(job.get("tail_bytes", 4000))
-    streams = {host.out_r: Capture(tail), host.err_r: Capture(tail), host.rep_r: Capture(MAX_REPORT_BYTES)}
-    for fd in streams:  # nothing should be there; whatever is, is not this job's
-        _drain(fd, Capture(0))
+    out, err, rep = Capture(tail), Capture(tail), Capture(MAX_REPORT_BYTES)
     start = time.monotonic()
     os.write(host.cmd_w, b"g")
-    result, survivors, zygote_problem = supervise(host, job, streams, start)
+    result, survivors, zygote_problem = supervise(
+        host, start + timeout, int(job.get("output_bytes", 65536)), out, err, rep
+    )
     violations = []
     if survivors and not result["timed_out"] and not result["output_limit"]:
         # something outlived the job's main process (a daemonised child, a fork bomb)
         violations.append(f"stray_processes:{survivors}")
     if zygote_problem:
         violations.append(zygote_problem)
-        host.zygote = None  # cleanup() below kills it with everything else
-        os.close(host.zygote_fd)
+        host.drop_zygote()  # cleanup() below kills it with everything else
     problems = cleanup(host, keep=host.zygote)
-    for fd, capture in streams.items():
-        _drain(fd, capture)
+    # Every writer is gone now (the zygote only writes pid and status): empty the pipes.
+    for fd, capture in ((host.out_r, out), (host.err_r, err), (host.rep_r, rep), (host.pid_r, Capture(0))):
+        if not _drain(fd, capture):
+            problems.append("cleanup_failed:pipes")
     result["duration_s"] = time.monotonic() - start
-    out, err, rep = streams[host.out_r], streams[host.err_r], streams[host.rep_r]
     result["stdout_tail"], result["stderr_tail"] = out.text(), err.text()
     result["output_bytes"] = out.total + err.total
     result["events"] = _events(rep, key)
-    oom_kills = _oom_kills()
+    oom_kills = host.read_oom_kills()
     result["oom_killed"] = oom_kills > host.oom_kills
     host.oom_kills = oom_kills
     result["violations"] = violations + problems
@@ -404,56 +494,73 @@ def run_job(host, job):
     return result
 
 
-def supervise(host, job, streams, start):
-    """Pump the job's pipes and the zygote's status until the job is over.
+def supervise(host, deadline, cap, out, err, rep):
+    """Pump the job's output and the zygote's status until the job is over.
 
     Returns (result, survivors, zygote problem or None). At the deadline or over the output
     cap the job is SIGKILLed (the zygote then kills the rest); a zygote that dies or stops
-    answering is a violation, and the runner kills everything itself.
+    answering is a violation, and the runner kills everything itself. Reports are not watched
+    (each would wake the runner): they are emptied every ``REPORT_DRAIN_S`` and after the job.
     """
-    deadline = start + float(job.get("timeout_s", 5.0))
-    cap = int(job.get("output_bytes", 65536))
-    poller = select.poll()
-    for fd in (*streams, host.status_r, host.zygote_fd):
-        poller.register(fd, select.POLLIN)
+    poller = host.poller
+    streams = {host.out_r: out, host.err_r: err}
     result = {"exit_code": None, "signal": None, "timed_out": False, "output_limit": False}
-    status, pid, killed_at = b"", None, None
-    while True:
-        now = time.monotonic()
-        if killed_at is None and now >= deadline:
-            result["timed_out"] = True
-        if killed_at is None and (result["timed_out"] or result["output_limit"]):
-            killed_at = now
-            if pid is not None:
-                _kill(pid)  # its process group at once (a fork bomb starves the zygote of CPU)
-        if killed_at is not None and now - killed_at > ZYGOTE_GRACE_S:
-            return result, 0, "runner_zygote_unresponsive"
-        wait = (deadline if killed_at is None else killed_at + ZYGOTE_GRACE_S) - now
-        for fd, _ in poller.poll(max(wait, 0.001) * 1000):
-            if fd == host.zygote_fd:
-                return result, 0, "runner_zygote_died"
-            if fd == host.status_r:
-                try:
-                    status += os.read(fd, 256)
-                except BlockingIOError:
-                    continue
-                lines = status.split(b"\n")
-                if pid is None and len(lines) > 1:
-                    pid = int(lines[0])
-                    if killed_at is not None:
-                        _kill(pid)
-                if len(lines) > 2:
-                    code, survivors = (int(x) for x in lines[1].split())
-                    if os.WIFSIGNALED(code):
-                        result["signal"] = os.WTERMSIG(code)
-                    else:
-                        result["exit_code"] = os.WEXITSTATUS(code)
-                    return result, survivors, None
-            elif not _read_some(fd, streams[fd]):
-                poller.unregister(fd)
-        output = streams[host.out_r].total + streams[host.err_r].total
-        if killed_at is None and (output > cap or streams[host.rep_r].total > MAX_REPORT_BYTES):
-            result["output_limit"] = True
+    status, killed_at, awaiting_pid = b"", None, False
+    try:
+        while True:
+            now = time.monotonic()
+            if killed_at is None and now >= deadline:
+                result["timed_out"] = True
+            if killed_at is None and (result["timed_out"] or result["output_limit"]):
+                killed_at = now
+                # its process group at once (a fork bomb starves the zygote of CPU); the pid
+                # waits in its pipe, or is about to arrive if the zygote has not forked yet
+                awaiting_pid = not _kill_job(host)
+                if awaiting_pid:
+                    poller.register(host.pid_r, select.POLLIN)
+            if killed_at is not None and now - killed_at > ZYGOTE_GRACE_S:
+                return result, 0, "runner_zygote_unresponsive"
+            wait = min((deadline if killed_at is None else killed_at + ZYGOTE_GRACE_S) - now, REPORT_DRAIN_S)
+            for fd, _ in poller.poll(max(wait, 0.001) * 1000):
+                if fd == host.zygote_fd:
+                    return result, 0, "runner_zygote_died"
+                if fd == host.status_r:
+                    try:
+                        status += os.read(fd, 256)
+                    except BlockingIOError:
+                        continue
+                    if status.endswith(b"\n"):
+                        code, survivors = (int(x) for x in status.split())
+                        if os.WIFSIGNALED(code):
+                            result["signal"] = os.WTERMSIG(code)
+                        else:
+                            result["exit_code"] = os.WEXITSTATUS(code)
+                        return result, survivors, None
+                elif fd == host.pid_r:
+                    if _kill_job(host):
+                        poller.unregister(fd)
+                        awaiting_pid = False
+                elif not _read_some(fd, streams[fd]):
+                    poller.unregister(fd)
+            _read_some(host.rep_r, rep)
+            if killed_at is None and (out.total + err.total > cap or rep.total > MAX_REPORT_BYTES):
+                result["output_limit"] = True
+    finally:
+        if awaiting_pid:
+            poller.unregister(host.pid_r)
+
+
+def _kill_job(host):
+    """SIGKILL the job (its process group, then itself) if the zygote has said which it is;
+    False when it has not yet."""
+    try:
+        line = os.read(host.pid_r, 64)
+    except BlockingIOError:
+        return False
+    if not line:
+        return False
+    _kill(int(line.split()[0]))
+    return True
 
 
 def _kill(pid):
@@ -477,18 +584,22 @@ def _read_some(fd, capture):
     return True
 
 
-def _drain(fd, capture, limit=1 << 20):
-    """After everything is dead: read what is left in the pipe (bounded)."""
+def _drain(fd, capture, limit=2 << 20):
+    """After every writer is dead: read what is left in the pipe (bounded: a pipe holds at
+    most 1 MB). False when it is not empty after ``limit`` bytes."""
     read = 0
     while read < limit:
         try:
             data = os.read(fd, 65536)
-        except (BlockingIOError, OSError):
-            return
+        except BlockingIOError:
+            return True
+        except OSError:
+            return False
         if not data:
-            return
+            return True
         read += len(data)
         capture.add(data)
+    return False
 
 
 def _events(capture, key):
@@ -509,9 +620,29 @@ def _pids():
 
 
 def cleanup(host, keep=None):
-    """Reap what was reparented to us and make sure no process is left but init and the zygote
-    ``keep`` (which normally killed the rest already); if they will not go, kill everything,
-    the zygote too. Then wipe the writable places. Returns the problems found."""
+    """Make sure no process is left but init and the zygote ``keep`` (which normally killed the
+    rest already), then wipe the writable places. Returns the problems found."""
+    problems = []
+    # Two tasks in the container are the runner and the zygote (alive, or a zombie not yet
+    # reaped: only this function reaps): nothing to reap, nothing to kill. The usual case.
+    if keep is None or host.tasks() != 2:
+        problems += _reap_and_kill(host, keep)
+    if os.listdir(WORK):
+        _wipe(WORK)
+        if os.listdir(WORK):
+            problems.append("cleanup_failed:work_dir")
+    try:
+        if os.listdir(MQUEUE):  # creating queues is disabled by sysctl; checked anyway
+            _wipe(MQUEUE)
+            problems.append("cleanup_failed:mqueue")
+    except OSError:
+        pass
+    return problems
+
+
+def _reap_and_kill(host, keep):
+    """Reap what was reparented to us and wait until no process is left but init and ``keep``;
+    if they will not go, kill everything, the zygote too."""
     problems = []
     spare = () if keep is None else (str(keep),)
     for attempt in range(600):
@@ -527,8 +658,7 @@ def cleanup(host, keep=None):
         if spare and attempt == 200:  # 100 ms and still there: the zygote did not manage
             problems.append("cleanup_failed:processes")
             spare = ()
-            host.zygote = None
-            os.close(host.zygote_fd)
+            host.drop_zygote()
         if not spare:
             try:
                 os.kill(-1, signal.SIGKILL)  # everyone but init (us); atomic w.r.t. fork
@@ -537,16 +667,6 @@ def cleanup(host, keep=None):
         time.sleep(0.0005)
     else:
         problems.append("cleanup_failed:processes")
-    if os.listdir(WORK):
-        _wipe(WORK)
-        if os.listdir(WORK):
-            problems.append("cleanup_failed:work_dir")
-    try:
-        if os.listdir(MQUEUE):  # creating queues is disabled by sysctl; checked anyway
-            _wipe(MQUEUE)
-            problems.append("cleanup_failed:mqueue")
-    except OSError:
-        pass
     return problems
 
 
@@ -593,23 +713,6 @@ def sysv_ipc_objects():
     return found
 
 
-def _oom_kills():
-    """OOM kills in this container's memory cgroup so far (v2, or v1 on kernels >= 4.13)."""
-    for path, key in (
-        ("/sys/fs/cgroup/memory.events", "oom_kill"),
-        ("/sys/fs/cgroup/memory/memory.oom_control", "oom_kill"),
-    ):
-        try:
-            with open(path) as f:
-                for line in f:
-                    name, _, value = line.partition(" ")
-                    if name == key:
-                        return int(value)
-        except OSError:
-            continue
-    return 0
-
-
 def _reply(obj):
     data = (json.dumps(obj) + "\n").encode()
     view = memoryview(data)
@@ -624,7 +727,7 @@ def warm_up():
     namespace = {"__name__": "warmup"}
     exec(compile("def f(x):\n    return [x, {'a': 1}, 'x' * 2]\n", "<warmup>", "exec"), namespace)
     exec(compile("assert f(1)[0] == 1", "<warmup test>", "exec"), namespace)
-    json.loads(json.dumps({"e": "test", "i": 0, "ok": True, "msg": "\u00e9"}))
+    json.loads(_event_line({"e": "test", "i": 0, "ok": False, "line": None, "msg": "\u00e9"}, "0"))
     try:
         exec(compile("def g():\n    1 / 0\ng()", "<warmup>", "exec"), namespace)
     except ZeroDivisionError as exc:
@@ -651,7 +754,10 @@ def main():
     os.environ.update(CHILD_ENV)
     os.chdir(WORK)
     os.umask(0o077)
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # inherited by every job (the container's too)
     problems = cleanup(host)
+    if host.tasks() != 1:  # not alone after cleanup (threads?): never trust the count
+        host.tasks_fd = None
     warm_up()
     start_zygote(host)
     _reply(
