@@ -2,7 +2,8 @@
 
 * ``hop_ratio``: events/s through one hop with rollstream's codec and plumbing
   (EventProducer.send_many -> EventConsumer.getmany + done + commit) divided by events/s of
-  raw aiokafka producing and consuming the same pre-encoded bytes. Target >= 0.7.
+  raw aiokafka producing (``send`` per record) and consuming the same pre-encoded bytes, with
+  the same linger, batch size and consumer fetch settings. Target >= 0.7.
 * ``weights_ratio``: publish + fetch throughput of a 135M-parameter bf16 state dict through
   the WeightStore (checksums, manifest, verification, assembly) divided by raw redis-py
   pipelined SET + GET of the same bytes in the same chunk sizes. Target >= 0.7.
@@ -60,7 +61,8 @@ async def raw_hop(infra: InfraConfig, topic: str, values: list[tuple[bytes, byte
     producer = AIOKafkaProducer(bootstrap_servers=infra.kafka_bootstrap, acks="all",
                                 linger_ms=infra.linger_ms, max_batch_size=infra.max_batch_bytes)
     consumer = AIOKafkaConsumer(topic, bootstrap_servers=infra.kafka_bootstrap, group_id=f"raw-{uuid.uuid4().hex[:6]}",
-                                enable_auto_commit=False, auto_offset_reset="earliest", max_poll_records=2000)
+                                enable_auto_commit=False, auto_offset_reset="earliest", max_poll_records=2000,
+                                fetch_max_wait_ms=infra.fetch_max_wait_ms)  # as EventConsumer's
     await producer.start()
     await consumer.start()
     try:

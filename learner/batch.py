@@ -19,7 +19,10 @@ from dataclasses import dataclass, field
 
 import torch
 
+from schemas.arrays import PackedArray
 from schemas.events import AdvantagedRollout, GroupAdvantaged
+
+_TORCH_OF = {"i": torch.int32, "f": torch.float32, "B": torch.uint8}  # array typecode -> dtype
 
 
 @dataclass(frozen=True)
@@ -90,6 +93,13 @@ def generated_mask(item: AdvantagedRollout) -> list[int]:
     return list(rollout.generated_mask)
 
 
+def _tensor(values: PackedArray, dtype: torch.dtype) -> torch.Tensor:
+    """A packed array of an event as a tensor of ``dtype`` (read through its buffer, no per-item work)."""
+    if not len(values):
+        return torch.empty(0, dtype=dtype)
+    return torch.frombuffer(values, dtype=_TORCH_OF[values.typecode]).to(dtype)
+
+
 def collate(items: Sequence[AdvantagedRollout], pad_id: int = 0) -> Batch:
     """Pad ``items`` to the longest prompt + completion of the batch."""
     if not items:
@@ -104,10 +114,14 @@ def collate(items: Sequence[AdvantagedRollout], pad_id: int = 0) -> Batch:
         rollout = item.rollout
         start = len(rollout.prompt_token_ids)
         end = start + len(rollout.completion_token_ids)
-        input_ids[row, :end] = torch.tensor(list(rollout.prompt_token_ids) + list(rollout.completion_token_ids))
+        input_ids[row, :start] = _tensor(rollout.prompt_token_ids, torch.long)
+        input_ids[row, start:end] = _tensor(rollout.completion_token_ids, torch.long)
         attention[row, :end] = 1
-        loss_mask[row, start:end] = torch.tensor(generated_mask(item), dtype=torch.float32)
-        behaviour[row, start:end] = torch.tensor(rollout.behaviour_logprobs, dtype=torch.float32)
+        if rollout.generated_mask is None:  # one-shot: every completion token was generated
+            loss_mask[row, start:end] = 1.0
+        else:
+            loss_mask[row, start:end] = _tensor(rollout.generated_mask, torch.float32)
+        behaviour[row, start:end] = _tensor(rollout.behaviour_logprobs, torch.float32)
     behaviour = behaviour * loss_mask  # observation tokens carry no behaviour log-prob
     temps = [i.rollout.logprob_temperature or 1.0 for i in items]
     return Batch(

@@ -61,6 +61,10 @@ class InfraConfig(Section):
     """Producer linger: how long to wait to fill a batch."""
     max_batch_bytes: PositiveInt = 1 << 20
     """Producer batch size in bytes."""
+    fetch_max_wait_ms: Annotated[int, Meta(ge=1, le=60000)] = 100
+    """Consumers: longest a fetch may wait for data at the broker. Kafka answers as soon as data
+    arrives; a broker that holds an empty fetch for the whole wait (the local one does) would
+    otherwise add up to aiokafka's default 500 ms to a hop."""
 
 
 class RLConfig(Section):

@@ -1,5 +1,6 @@
 """The msgspec contract of every rollstream event and topic."""
 
+from schemas.arrays import LogProbArray, MaskArray, TokenArray
 from schemas.events import (
     SCHEMA_VERSION,
     ActionGenerated,
@@ -30,6 +31,9 @@ __all__ = [
     "ActionGenerated",
     "AdvantagedRollout",
     "Codec",
+    "LogProbArray",
+    "MaskArray",
+    "TokenArray",
     "Continuation",
     "DeadLetter",
     "Event",

@@ -13,9 +13,16 @@ Structs are encoded as maps keyed by field name, so:
   old events would fail validation is a breaking change: bump ``SCHEMA_VERSION``
   and give the topic a new name (``prompts.v2``), so that replaying an old topic
   still decodes with the old definition.
+* A type change whose new readers still accept the old form keeps the topic names but
+  bumps ``SCHEMA_VERSION``, so that old readers dead-letter what they cannot read
+  instead of misreading it.
 * Writers always write the current ``SCHEMA_VERSION``; readers accept any version
   ``<= SCHEMA_VERSION`` and dead-letter newer ones (a newer writer may rely on
   fields this reader does not know).
+
+History: version 2 carries token ids, log-probs and generated masks as packed arrays
+(:mod:`schemas.arrays`) instead of MessagePack arrays of numbers; version-1 events
+still decode.
 
 ``tests/schemas/test_compat.py`` holds frozen copies of the version-1 shapes and
 checks that what they wrote still decodes.
@@ -30,22 +37,19 @@ from typing import Annotated, Literal
 import msgspec
 from msgspec import Meta
 
-SCHEMA_VERSION = 1
+from schemas.arrays import MAX_TOKENS, LogProbArray, MaskArray, PackedArray, TokenArray
+
+SCHEMA_VERSION = 2
 
 # Limits. Floats bounded on both sides also reject NaN and +-inf.
 Finite = Annotated[float, Meta(ge=-1e9, le=1e9)]
 Reward = Annotated[float, Meta(ge=-1e6, le=1e6)]
-LogProb = Annotated[float, Meta(ge=-1e4, le=0.0)]
 Seconds = Annotated[float, Meta(ge=0.0, le=1e7)]
 Timestamp = Annotated[float, Meta(ge=0.0, le=1e11)]
-TokenId = Annotated[int, Meta(ge=0, lt=2**31)]
 Version = Annotated[int, Meta(ge=0)]
 Id = Annotated[str, Meta(min_length=1, max_length=256)]
 ShortText = Annotated[str, Meta(max_length=4096)]
 Text = Annotated[str, Meta(max_length=1 << 20)]
-MAX_TOKENS = 1 << 17
-TokenIds = Annotated[list[TokenId], Meta(max_length=MAX_TOKENS)]
-LogProbs = Annotated[list[LogProb], Meta(max_length=MAX_TOKENS)]
 SchemaVersion = Annotated[int, Meta(ge=1, le=SCHEMA_VERSION)]
 
 FinishReason = Literal["stop", "length", "abort", "error"]
@@ -61,6 +65,22 @@ ErrorKind = Literal[
     "crash",  # died by a signal
     "infra",  # the sandbox failed for reasons not caused by the code
 ]
+
+
+_ROLLOUT_ARRAYS: tuple[tuple[str, type[PackedArray]], ...] = (
+    ("prompt_token_ids", TokenArray), ("completion_token_ids", TokenArray),
+    ("behaviour_logprobs", LogProbArray), ("generated_mask", MaskArray),
+)
+_CONTINUATION_ARRAYS = _ROLLOUT_ARRAYS
+
+
+def _pack_fields(struct: msgspec.Struct, fields: tuple[tuple[str, type[PackedArray]], ...]) -> None:
+    """Convert list values given to a constructor into their packed arrays (decoding already
+    builds them: this is one type check per field there)."""
+    for name, cls in fields:
+        value = getattr(struct, name)
+        if value is not None and type(value) is not cls:
+            msgspec.structs.force_setattr(struct, name, cls.coerce(value))
 
 
 class Event(msgspec.Struct, frozen=True, kw_only=True):
@@ -128,13 +148,16 @@ class Continuation(msgspec.Struct, frozen=True, kw_only=True):
     sample_index: Annotated[int, Meta(ge=0)]
     turn: Annotated[int, Meta(ge=1)]
     messages: Annotated[list[Message], Meta(max_length=1024)]
-    prompt_token_ids: TokenIds
-    completion_token_ids: TokenIds
-    generated_mask: Annotated[list[Annotated[int, Meta(ge=0, le=1)]], Meta(max_length=MAX_TOKENS)]
-    behaviour_logprobs: LogProbs
+    prompt_token_ids: TokenArray
+    completion_token_ids: TokenArray
+    generated_mask: MaskArray
+    behaviour_logprobs: LogProbArray
     observation: Text
     policy_versions: Annotated[list[Version], Meta(max_length=1024)] = []
     subtask_index: Annotated[int, Meta(ge=0)] = 0
+
+    def __post_init__(self) -> None:
+        _pack_fields(self, _CONTINUATION_ARRAYS)
 
 
 class PromptIssued(Event, frozen=True, kw_only=True):
@@ -169,10 +192,10 @@ class Rollout(msgspec.Struct, frozen=True, kw_only=True):
     group_size: Annotated[int, Meta(ge=1, le=1024)]
     task_id: Id
     family: Id
-    prompt_token_ids: TokenIds
-    completion_token_ids: TokenIds
-    behaviour_logprobs: LogProbs
-    generated_mask: Annotated[list[Annotated[int, Meta(ge=0, le=1)]], Meta(max_length=MAX_TOKENS)] | None = None
+    prompt_token_ids: TokenArray
+    completion_token_ids: TokenArray
+    behaviour_logprobs: LogProbArray
+    generated_mask: MaskArray | None = None
     logprob_temperature: Annotated[float, Meta(ge=0.0, le=10.0)] = 1.0
     policy_version_first: Version
     policy_version_last: Version
@@ -180,6 +203,7 @@ class Rollout(msgspec.Struct, frozen=True, kw_only=True):
     finish_reason: FinishReason
 
     def __post_init__(self) -> None:
+        _pack_fields(self, _ROLLOUT_ARRAYS)
         if len(self.behaviour_logprobs) != len(self.completion_token_ids):
             raise ValueError(
                 f"behaviour_logprobs has {len(self.behaviour_logprobs)} entries "

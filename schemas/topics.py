@@ -10,6 +10,7 @@ from typing import Any, Generic, TypeVar
 
 import msgspec
 
+from schemas.arrays import dec_hook, enc_hook
 from schemas.events import (
     SCHEMA_VERSION,
     ActionGenerated,
@@ -77,8 +78,8 @@ class Codec(Generic[E]):
 
     def __init__(self, event: type[E]) -> None:
         self.event = event
-        self._encoder = msgspec.msgpack.Encoder()
-        self._decoder = msgspec.msgpack.Decoder(event)
+        self._encoder = msgspec.msgpack.Encoder(enc_hook=enc_hook)
+        self._decoder = msgspec.msgpack.Decoder(event, dec_hook=dec_hook)
 
     def encode(self, event: E) -> bytes:
         if not isinstance(event, self.event):

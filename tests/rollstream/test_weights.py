@@ -10,7 +10,7 @@ import torch
 from rollstream.config import InfraConfig
 from rollstream.errors import WeightStoreError
 from rollstream.redis import connect
-from rollstream.weights import WeightStore, pack, unpack
+from rollstream.weights import ChunkEntry, Manifest, WeightStore, pack, unpack
 
 
 def _random_state(seed: int = 0) -> dict[str, torch.Tensor]:
@@ -28,12 +28,12 @@ def _random_state(seed: int = 0) -> dict[str, torch.Tensor]:
 def test_pack_unpack_is_exact_for_any_chunk_size(chunk_bytes: int) -> None:
     state = _random_state()
     entries, chunks = pack(state, chunk_bytes)
-    assert all(c.nbytes <= chunk_bytes for c in chunks)
-    from rollstream.weights import Manifest
-
+    assert all(0 < c.nbytes <= chunk_bytes for c in chunks)
+    assert sum(c.nbytes for c in chunks) == sum(t.numel() * t.element_size() for t in state.values())
     manifest = Manifest(version=1, step=1, dtype="mixed", total_bytes=sum(c.nbytes for c in chunks),
-                        tensors=entries, chunks=[], created_at=0.0)
-    out = unpack(manifest, bytearray(b"".join(bytes(c) for c in chunks)))
+                        tensors=entries, chunks=[ChunkEntry(nbytes=c.nbytes, digest="") for c in chunks],
+                        created_at=0.0)
+    out = unpack(manifest, [bytes(c) for c in chunks])
     assert list(out) == list(state)
     for name, tensor in state.items():
         assert out[name].dtype == tensor.dtype and out[name].shape == tensor.shape
@@ -70,6 +70,19 @@ async def test_corrupted_or_missing_chunk_loads_nothing(store: WeightStore) -> N
         await store.fetch(1)
     with pytest.raises(WeightStoreError, match="no manifest"):
         await store.fetch(99)
+
+
+def test_pack_sends_tensor_memory_without_copying() -> None:
+    tensor = torch.arange(1000, dtype=torch.float32)
+    _, chunks = pack({"t": tensor}, 1024)
+    tensor[0] = 42.0  # the chunks are views of the tensor's own memory
+    assert bytes(chunks[0][:4]) == tensor[:1].numpy().tobytes()
+
+
+async def test_manifest_of_another_format_is_a_clear_error(store: WeightStore) -> None:
+    await store.client.set(store._manifest_key(7), b"\x81\xa3old\x01")
+    with pytest.raises(WeightStoreError, match="unreadable manifest"):
+        await store.fetch(7)
 
 
 async def test_keeps_only_the_last_versions(store: WeightStore) -> None:

@@ -75,3 +75,55 @@ def test_every_field_added_to_an_event_has_a_default() -> None:
     for field in msgspec.structs.fields(PromptIssued):
         if field.name not in v1:
             assert field.required is False, f"PromptIssued.{field.name} was added without a default"
+
+
+class V1Rollout(msgspec.Struct, kw_only=True):
+    """A version-1 Rollout: token ids and log-probs as MessagePack arrays of numbers."""
+
+    rollout_id: str
+    group_id: str
+    sample_index: int
+    group_size: int
+    task_id: str
+    family: str
+    prompt_token_ids: list[int]
+    completion_token_ids: list[int]
+    behaviour_logprobs: list[float]
+    policy_version_first: int
+    policy_version_last: int
+    issued_policy_version: int
+    finish_reason: str
+
+
+class V1RewardScored(msgspec.Struct, kw_only=True):
+    schema_version: int = 1
+    rollout: V1Rollout
+    reward: float
+    components: dict[str, float]
+    executor_id: str
+    scored_at: float
+
+
+class V1ExecutionRecord(msgspec.Struct, kw_only=True):
+    sandbox_id: str
+    exit_code: int | None
+    duration_s: float
+    error_kind: str
+
+
+def test_version_1_arrays_of_numbers_still_decode_and_are_checked() -> None:
+    from schemas import RewardScored, TokenArray
+
+    rollout = V1Rollout(rollout_id="g/0", group_id="g", sample_index=0, group_size=2, task_id="t", family="f",
+                        prompt_token_ids=[1, 2, 70000], completion_token_ids=[5, 6], behaviour_logprobs=[-0.25, 0.0],
+                        policy_version_first=0, policy_version_last=0, issued_policy_version=0, finish_reason="stop")
+    old = msgspec.to_builtins(V1RewardScored(rollout=rollout, reward=1.0, components={"tests": 1.0},
+                                                    executor_id="e", scored_at=1.0))
+    old["execution"] = msgspec.to_builtins(V1ExecutionRecord(sandbox_id="s", exit_code=0, duration_s=0.1,
+                                                             error_kind="none"))
+    event = codec(RewardScored).decode(msgspec.msgpack.encode(old))
+    assert type(event.rollout.prompt_token_ids) is TokenArray
+    assert event.rollout.prompt_token_ids == [1, 2, 70000] and event.rollout.behaviour_logprobs == [-0.25, 0.0]
+    old["rollout"]["behaviour_logprobs"] = [-0.25, float("nan")]
+    with pytest.raises(SchemaError, match="log-probs"):
+        codec(RewardScored).decode(msgspec.msgpack.encode(old))

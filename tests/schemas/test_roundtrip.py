@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from schemas import TOPICS, Codec, SchemaError, codec, dlq_spec
+from schemas.arrays import LogProbArray, MaskArray, TokenArray, dec_hook, enc_hook
 from schemas.events import (
     SCHEMA_VERSION,
     ActionGenerated,
@@ -119,7 +120,7 @@ def test_round_trip(event_type: type) -> None:
     @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
     @given(STRATEGIES[event_type])
     def check(fields: dict) -> None:
-        event = msgspec.convert(fields, event_type)
+        event = msgspec.convert(fields, event_type, dec_hook=dec_hook)
         assert event.schema_version == SCHEMA_VERSION
         c = codec(event_type)
         decoded = c.decode(c.encode(event))
@@ -148,7 +149,7 @@ def test_out_of_range_values_are_rejected(field: str, value: object) -> None:
 
 
 def test_logprobs_must_match_completion_length() -> None:
-    fields = msgspec.to_builtins(make_reward())
+    fields = msgspec.to_builtins(make_reward(), enc_hook=enc_hook, builtin_types=(bytes,))
     fields["rollout"] = {**fields["rollout"], "completion_token_ids": [1, 2], "behaviour_logprobs": [-1.0],
                          "generated_mask": None}
     with pytest.raises(SchemaError, match="behaviour_logprobs"):
@@ -156,8 +157,48 @@ def test_logprobs_must_match_completion_length() -> None:
 
 
 def test_positive_logprob_is_rejected() -> None:
-    fields = msgspec.to_builtins(make_action())
+    fields = msgspec.to_builtins(make_action(), enc_hook=enc_hook, builtin_types=(bytes,))
     fields["rollout"] = {**fields["rollout"], "completion_token_ids": [1], "behaviour_logprobs": [0.5],
                          "generated_mask": None}
     with pytest.raises(SchemaError):
         codec(ActionGenerated).decode(msgspec.msgpack.encode(fields))
+
+
+def test_arrays_travel_packed_and_decode_as_arrays() -> None:
+    event = make_reward()  # 4 completion tokens, 10..13, each with log-prob -0.5
+    wire = msgspec.msgpack.decode(codec(RewardScored).encode(event))["rollout"]
+    assert wire["completion_token_ids"] == TokenArray([10, 11, 12, 13]).tobytes()
+    assert wire["behaviour_logprobs"] == LogProbArray([-0.5] * 4).tobytes()
+    rollout = codec(RewardScored).decode(codec(RewardScored).encode(event)).rollout
+    assert type(rollout.completion_token_ids) is TokenArray and rollout.completion_token_ids == [10, 11, 12, 13]
+    assert type(rollout.behaviour_logprobs) is LogProbArray and rollout.behaviour_logprobs.tolist() == [-0.5] * 4
+
+
+@pytest.mark.parametrize(
+    ("field", "packed", "reason"),
+    [
+        ("completion_token_ids", TokenArray([5]).tobytes()[:3], "whole number"),
+        ("completion_token_ids", (-1).to_bytes(4, "little", signed=True), r"\[0, 2\*\*31\)"),
+        ("behaviour_logprobs", LogProbArray([math.nan]).tobytes(), "finite"),
+        ("behaviour_logprobs", LogProbArray([-math.inf]).tobytes(), "finite"),
+        ("behaviour_logprobs", LogProbArray([1e-30]).tobytes(), "finite"),
+        ("behaviour_logprobs", LogProbArray([-2e4]).tobytes(), "finite"),
+        ("generated_mask", bytes([2]), "0 or 1"),
+    ],
+)
+def test_bad_packed_values_are_rejected_with_the_field(field: str, packed: bytes, reason: str) -> None:
+    fields = msgspec.to_builtins(make_reward(), enc_hook=enc_hook, builtin_types=(bytes,))
+    one_token = {"completion_token_ids": TokenArray([5]).tobytes(), "behaviour_logprobs": LogProbArray([-0.5]).tobytes(),
+                 "generated_mask": bytes([1])}
+    fields["rollout"] = {**fields["rollout"], **one_token, field: packed}
+    with pytest.raises(SchemaError, match=reason) as caught:
+        codec(RewardScored).decode(msgspec.msgpack.encode(fields))
+    assert field in str(caught.value)
+
+
+def test_constructors_take_lists_and_check_them() -> None:
+    rollout = make_reward().rollout
+    replaced = msgspec.structs.replace(rollout, prompt_token_ids=[7, 8], generated_mask=[1, 0, 1, 1])
+    assert type(replaced.prompt_token_ids) is TokenArray and type(replaced.generated_mask) is MaskArray
+    with pytest.raises(ValueError, match="token ids"):
+        msgspec.structs.replace(rollout, prompt_token_ids=[-3])
