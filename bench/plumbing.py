@@ -36,7 +36,7 @@ from rollstream.config import InfraConfig
 from rollstream.kafka import EventConsumer, EventProducer, delete_topics, ensure_topics, topic_name
 from rollstream.lifecycle import tune_gc
 from rollstream.redis import connect, delete_prefix
-from rollstream.weights import WeightStore, pack
+from rollstream.weights import WeightStore, pack, pipeline_batches
 from schemas import RewardScored, codec
 from tests.factories import make_reward
 
@@ -115,16 +115,17 @@ def smollm2_shaped_state(dtype: torch.dtype = torch.bfloat16) -> dict[str, torch
 
 
 async def raw_redis(client, prefix: str, chunks: list[memoryview], pipeline_bytes: int) -> float:
+    """Pipelined SET then GET of ``chunks``, grouped into pipelines exactly as the store groups them."""
+    batches = pipeline_batches([c.nbytes for c in chunks], pipeline_bytes)
     start = time.perf_counter()
-    per_batch = max(1, pipeline_bytes // max(1, chunks[0].nbytes))
-    for lo in range(0, len(chunks), per_batch):
+    for batch in batches:
         async with client.pipeline(transaction=False) as pipe:
-            for i in range(lo, min(lo + per_batch, len(chunks))):
+            for i in batch:
                 pipe.set(f"{prefix}raw:{i}", chunks[i])
             await pipe.execute()
-    for lo in range(0, len(chunks), per_batch):
+    for batch in batches:
         async with client.pipeline(transaction=False) as pipe:
-            for i in range(lo, min(lo + per_batch, len(chunks))):
+            for i in batch:
                 pipe.get(f"{prefix}raw:{i}")
             await pipe.execute()
     return sum(c.nbytes for c in chunks) / (time.perf_counter() - start)
@@ -142,7 +143,7 @@ async def bench(quick: bool, redis_url: str, bootstrap: str) -> dict[str, float]
     infra = InfraConfig(kafka_bootstrap=bootstrap, redis_url=redis_url, topic_prefix=f"bench{run}.",
                         key_prefix=f"bench:{run}:", partitions=4, linger_ms=5, state_dir=tempfile.mkdtemp())
     n = 5000 if quick else 40000
-    rounds = 2 if quick else 3
+    rounds = 3 if quick else 5
     events = [realistic_reward(i) for i in range(n)]
     reward_codec = codec(RewardScored)
     raw_values = [(e.rollout.group_id.encode(), reward_codec.encode(e)) for e in events]

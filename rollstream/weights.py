@@ -137,6 +137,21 @@ def unpack(manifest: Manifest, chunks: Sequence[bytes]) -> dict[str, torch.Tenso
     return out
 
 
+def pipeline_batches(sizes: Sequence[int], budget: int) -> list[list[int]]:
+    """Indices of consecutive chunks grouped so that one Redis pipeline carries at most
+    ``budget`` bytes (or one chunk). A few MiB per round trip is fastest here: redis-py and
+    asyncio copy a pipeline's whole payload into one buffer, and 64 MiB ones ran 2.5x slower."""
+    batches: list[list[int]] = []
+    held = 0
+    for i, size in enumerate(sizes):
+        if not batches or held + size > budget:
+            batches.append([])
+            held = 0
+        batches[-1].append(i)
+        held += size
+    return batches
+
+
 def _decode_manifest(version: int, raw: bytes) -> Manifest:
     try:
         return _manifest_codec[1].decode(raw)
@@ -163,10 +178,10 @@ class WeightStore:
         client: aioredis.Redis,
         *,
         key_prefix: str,
-        chunk_bytes: int = 8 << 20,
+        chunk_bytes: int = 16 << 20,
         keep_versions: int = 2,
         expire_grace_s: float = 30.0,
-        pipeline_bytes: int = 64 << 20,
+        pipeline_bytes: int = 16 << 20,  # see pipeline_batches
     ) -> None:
         self.client = client
         self.prefix = f"{key_prefix}weights:"
@@ -190,7 +205,7 @@ class WeightStore:
         entries, chunks = await asyncio.to_thread(pack, state_dict, self.chunk_bytes)
         digests = [chunk_digest(c) for c in chunks]
         try:
-            for batch in self._batches(range(len(chunks)), [c.nbytes for c in chunks]):
+            for batch in pipeline_batches([c.nbytes for c in chunks], self.pipeline_bytes):
                 async with self.client.pipeline(transaction=False) as pipe:
                     for i in batch:
                         pipe.set(self._chunk_key(version, i), chunks[i])
@@ -218,17 +233,6 @@ class WeightStore:
             published_at=time.time(),
         )
 
-    def _batches(self, indices: range, sizes: list[int]) -> list[list[int]]:
-        batches: list[list[int]] = [[]]
-        held = 0
-        for i in indices:
-            if batches[-1] and held + sizes[i] > self.pipeline_bytes:
-                batches.append([])
-                held = 0
-            batches[-1].append(i)
-            held += sizes[i]
-        return [b for b in batches if b]
-
     async def _expire_old(self, newest: int) -> None:
         versions = [int(v) for v in await self.client.zrange(f"{self.prefix}versions", 0, -1)]
         doomed = [v for v in versions if v <= newest - self.keep_versions]
@@ -244,7 +248,7 @@ class WeightStore:
                     if self.expire_grace_s > 0:
                         pipe.expire(key, max(1, int(self.expire_grace_s)))
                     else:
-                        pipe.delete(key)
+                        pipe.unlink(key)  # Redis frees the chunks in the background
                 pipe.zrem(f"{self.prefix}versions", str(v))
             await pipe.execute()
 
@@ -271,7 +275,7 @@ class WeightStore:
             manifest = await self.manifest(version)
             sizes = [c.nbytes for c in manifest.chunks]
             chunks: list[bytes] = []
-            for batch in self._batches(range(len(sizes)), sizes):
+            for batch in pipeline_batches(sizes, self.pipeline_bytes):
                 async with self.client.pipeline(transaction=False) as pipe:
                     for i in batch:
                         pipe.get(self._chunk_key(version, i))
