@@ -6,7 +6,8 @@ the container's command line, so the image does not need rebuilding when it chan
 
 Protocol (over the container's attach stream, one JSON object per line):
 
-* runner -> host, once at start: ``{"ready": true, "python": "3.11.2"}``
+* runner -> host, once at start: ``{"ready": true, "python": "3.11.2", "clean", "sysv_ipc_objects",
+  "tasks_counted"}``
 * host -> runner: a job ``{"id", "setup", "code", "tests", "timeout_s", "memory_mb",
   "output_bytes", "tail_bytes"}``
 * runner -> host: ``{"id", "exit_code", "signal", "duration_s", "timed_out", "output_limit",
@@ -59,7 +60,7 @@ import select
 import signal
 import sys
 import time
-from _json import encode_basestring_ascii as _json_string  # json.dumps' own C string quoting
+from json.encoder import encode_basestring_ascii as _json_string  # json.dumps' own quoting
 
 WORK = "/work"
 MQUEUE = "/dev/mqueue"
@@ -478,7 +479,8 @@ def run_job(host, job):
         host.drop_zygote()  # cleanup() below kills it with everything else
     problems = cleanup(host, keep=host.zygote)
     # Every writer is gone now (the zygote only writes pid and status): empty the pipes.
-    for fd, capture in ((host.out_r, out), (host.err_r, err), (host.rep_r, rep), (host.pid_r, Capture(0))):
+    pipes = ((host.out_r, out), (host.err_r, err), (host.rep_r, rep), (host.pid_r, Capture(0)))
+    for fd, capture in pipes:
         if not _drain(fd, capture):
             problems.append("cleanup_failed:pipes")
     result["duration_s"] = time.monotonic() - start
@@ -520,7 +522,8 @@ def supervise(host, deadline, cap, out, err, rep):
                     poller.register(host.pid_r, select.POLLIN)
             if killed_at is not None and now - killed_at > ZYGOTE_GRACE_S:
                 return result, 0, "runner_zygote_unresponsive"
-            wait = min((deadline if killed_at is None else killed_at + ZYGOTE_GRACE_S) - now, REPORT_DRAIN_S)
+            until = deadline if killed_at is None else killed_at + ZYGOTE_GRACE_S
+            wait = min(until - now, REPORT_DRAIN_S)
             for fd, _ in poller.poll(max(wait, 0.001) * 1000):
                 if fd == host.zygote_fd:
                     return result, 0, "runner_zygote_died"
@@ -540,8 +543,8 @@ def supervise(host, deadline, cap, out, err, rep):
                     if _kill_job(host):
                         poller.unregister(fd)
                         awaiting_pid = False
-                elif not _read_some(fd, streams[fd]):
-                    poller.unregister(fd)
+                elif not _read_some(fd, streams[fd]):  # the runner holds the write ends
+                    raise RuntimeError("an output pipe of the job was closed")
             _read_some(host.rep_r, rep)
             if killed_at is None and (out.total + err.total > cap or rep.total > MAX_REPORT_BYTES):
                 result["output_limit"] = True
@@ -766,6 +769,7 @@ def main():
             "python": sys.version.split()[0],
             "clean": not problems,
             "sysv_ipc_objects": sysv_ipc_objects(),
+            "tasks_counted": host.tasks_fd is not None,  # the cheap "nothing is left" proof works
         }
     )
     stdin = sys.stdin.buffer

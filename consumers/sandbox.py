@@ -209,6 +209,7 @@ class _Warm:
         self.sandbox_id = sandbox_id
         self.container_id = container.id[:12]
         self.executions = 0
+        self.ready: dict[str, Any] = {}  # the runner's first message (its Python, what it can check)
         self.replies: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
         self.runner_stderr = bytearray()
         self.reader = asyncio.create_task(self._read(), name=f"sandbox-reader-{sandbox_id}")
@@ -331,6 +332,7 @@ class DockerSandboxPool:
             detail = bytes(warm.runner_stderr).decode(errors="replace")
             await self._remove(warm)
             raise SandboxError(f"sandbox {name} did not start: {ready!r} {detail}")
+        warm.ready = ready
         return warm
 
     async def _remove(self, warm: _Warm) -> None:

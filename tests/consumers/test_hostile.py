@@ -160,6 +160,47 @@ async def test_child_outlives_parent(pool, registry):
     await assert_clean(pool, registry, evaluation)
 
 
+async def test_zombie_left_behind_is_reaped_without_blame(pool, registry):
+    # Not a survivor (it has exited), but it keeps the cgroup's task count up: the runner must
+    # notice, reap it and find the container clean.
+    code = (
+        "import os, time\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    os._exit(0)\n"
+        "while open(f'/proc/{pid}/stat').read().rsplit(')', 1)[1].split()[0] != 'Z':\n"
+        "    time.sleep(0.001)\n"
+        "def f(x):\n    return x + 1\n"
+    )
+    evaluation, audit = await attack(pool, registry, code, ROOMY)
+    expect(evaluation, "none", 1.0)
+    assert not audit.violations and not audit.recycled
+    await assert_clean(pool, registry, evaluation)
+
+
+async def test_flooding_the_report_channel(pool, registry):
+    # The report pipe wakes nobody; the runner empties it periodically and stops the job at the cap.
+    code = (
+        "import os\n"
+        "fds = []\n"
+        "for fd in range(3, 256):\n"
+        "    try:\n"
+        "        os.fstat(fd)\n"
+        "        fds.append(fd)\n"
+        "    except OSError:\n"
+        "        pass\n"
+        "line = b'x' * 4095 + b'\\n'\n"
+        "while True:\n"
+        "    for fd in fds:\n"
+        "        os.write(fd, line)\n"
+    )
+    started = time.monotonic()
+    evaluation, _ = await attack(pool, registry, code, ROOMY)
+    expect(evaluation, "output_limit", SPEC.crash_reward)
+    assert time.monotonic() - started < ROOMY_S  # stopped at the cap, not at the deadline
+    await assert_clean(pool, registry, evaluation)
+
+
 @pytest.mark.parametrize("stream", ["stdout", "stderr"])
 async def test_gigabyte_of_output(pool, registry, stream):
     code = f"import sys\nchunk = 'x' * (1 << 20)\nfor _ in range(1024):\n    sys.{stream}.write(chunk)"
