@@ -49,7 +49,7 @@ from rollstream.config import Config, InfraConfig, LearnerConfig, RLConfig, Weig
 from rollstream.infra import free_port, start_broker, stop_pid
 from rollstream.kafka import EventProducer, delete_topics, ensure_topics, topic_name
 from rollstream.redis import connect, delete_prefix
-from rollstream.weights import WeightStore, pack
+from rollstream.weights import WeightStore, pack, pipeline_batches
 from schemas.events import AdvantagedRollout, GroupAdvantaged, GroupStats, Rollout
 
 PROMPT, COMPLETION, GROUP = 64, 64, 8
@@ -195,7 +195,7 @@ async def broadcast(model: torch.nn.Module, redis_url: str, chunk: int, repeats:
             best_ours = max(best_ours, size / elapsed)
             _, chunks = pack(weights, chunk)
             del weights, fetched
-            best_raw = max(best_raw, await raw_set_get(client, prefix, chunks))
+            best_raw = max(best_raw, await raw_set_get(client, prefix, chunks, store.pipeline_bytes))
     finally:
         await delete_prefix(client, prefix)
         await client.aclose()
@@ -208,20 +208,20 @@ def load_model_like(model: torch.nn.Module) -> torch.nn.Module:
     return AutoModelForCausalLM.from_config(model.config, dtype=torch.bfloat16)
 
 
-async def raw_set_get(client, prefix: str, chunks: list[memoryview]) -> float:
+async def raw_set_get(client, prefix: str, chunks: list[memoryview], pipeline_bytes: int) -> float:
     total = sum(c.nbytes for c in chunks)
+    batches = pipeline_batches([c.nbytes for c in chunks], pipeline_bytes)  # the store's round trips
     started = time.perf_counter()
-    per_round = max(1, (64 << 20) // max(c.nbytes for c in chunks))  # same round-trip bound as the store
-    for i in range(0, len(chunks), per_round):
+    for batch in batches:
         async with client.pipeline(transaction=False) as pipe:
-            for j in range(i, min(i + per_round, len(chunks))):
+            for j in batch:
                 pipe.set(f"{prefix}raw:{j}", chunks[j])
             await pipe.execute()
     out = bytearray(total)
     offset = 0
-    for i in range(0, len(chunks), per_round):
+    for batch in batches:
         async with client.pipeline(transaction=False) as pipe:
-            for j in range(i, min(i + per_round, len(chunks))):
+            for j in batch:
                 pipe.get(f"{prefix}raw:{j}")
             for value in await pipe.execute():
                 out[offset: offset + len(value)] = value

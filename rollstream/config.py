@@ -259,7 +259,7 @@ class LearnerConfig(Section):
 
 
 class WeightsConfig(Section):
-    chunk_bytes: Annotated[int, Meta(ge=1024, le=512 << 20)] = 8 << 20
+    chunk_bytes: Annotated[int, Meta(ge=1024, le=512 << 20)] = 16 << 20
     """Size of one Redis value of the weight store."""
     keep_versions: PositiveInt = 2
     """Versions kept in Redis; older ones are deleted."""
