@@ -3,7 +3,10 @@
 Consumes ``GroupAdvantaged`` (consumer group ``learner``; one learner process per run). Every
 ``rl.groups_per_step`` groups, in arrival order, make one step: rollouts staler than
 ``rl.max_staleness`` are dropped and counted, the rest are trained on (learner/trainer.py), and
-the policy version (= steps of this lineage) advances by one. Every ``broadcast_every`` steps
+the policy version advances by one. Version numbers are never reused: a learner that starts
+(fresh or resumed) while the weight store holds version V continues at V + 1 and publishes its
+weights at once, so generators, which only ever move to a newer version, switch to this
+lineage's weights instead of keeping a dead or earlier run's. Every ``broadcast_every`` steps
 the weights are published to the weight store, the version is set in Redis and a
 ``WeightsPublished`` goes to ``policy``. After each step ``progress:groups_consumed`` is set.
 
@@ -176,7 +179,12 @@ async def run(config: Config, resume: bool = False) -> None:
             stage="learner",
             metrics=stage_metrics, start_offsets=offsets, max_poll_records=max(1, config.rl.groups_per_step)))
         loop = LearnerLoop(config, trainer, tokenizer, lineage, consumer, producer, store, redis, metrics, run_id)
-        if resume_from is not None:  # generators must serve this lineage's weights, not a dead one's
+        newest = await store.latest_version()
+        if newest is not None and newest >= lineage.version:
+            log.info("the weight store holds version %d from an earlier learner; this lineage continues at %d",
+                     newest, newest + 1)
+            lineage.version = newest + 1
+        if resume_from is not None or newest is not None:  # generators must serve this lineage's weights
             await loop.publish()
         else:
             await set_policy_version(redis, config.infra, lineage.version)

@@ -18,6 +18,7 @@ from learner.checkpoint import latest_checkpoint, load_state, read_step_log
 from rollstream.config import Config, LearnerConfig, RLConfig, to_toml
 from rollstream.kafka import EventProducer, ensure_topics
 from rollstream.redis import connect, get_policy_version, key
+from rollstream.weights import WeightStore
 from tests.learner.conftest import group
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -77,6 +78,13 @@ async def test_sigkill_then_resume_trains_every_group_exactly_once(config: Confi
     dead_run = read_step_log(ckpt_dir)
     assert state.step in (2, 4) and max(r["step"] for r in dead_run) > state.step  # killed past it
 
+    redis = connect(config.infra.redis_url)
+    try:  # broadcast_every=1: the dead run published a version per step it finished
+        dead_version = await WeightStore(redis, key_prefix=config.infra.key_prefix).latest_version()
+    finally:
+        await redis.aclose()
+    assert dead_version is not None and dead_version > state.policy_version
+
     second = spawn(config_path, tmp_path, "second", "--resume")
     try:
         assert second.wait(240) == 0, (tmp_path / "second.log").read_text()[-3000:]
@@ -101,7 +109,8 @@ async def test_sigkill_then_resume_trains_every_group_exactly_once(config: Confi
     assert final.step == GROUPS // PER_STEP and final.groups_consumed == GROUPS
     redis = connect(config.infra.redis_url)
     try:
-        assert await get_policy_version(redis, config.infra) == GROUPS // PER_STEP
+        # Versions are never reused: the resumed lineage continued above the dead run's newest.
+        assert await get_policy_version(redis, config.infra) == dead_version + 1 + GROUPS // PER_STEP - state.step
         assert int(await redis.get(key(config.infra, "progress:groups_consumed"))) == GROUPS
     finally:
         await redis.aclose()
