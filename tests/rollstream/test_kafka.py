@@ -12,7 +12,7 @@ from pathlib import Path
 import msgspec
 
 from rollstream.config import InfraConfig
-from rollstream.kafka import EventConsumer, EventProducer, ensure_topics, topic_name
+from rollstream.kafka import BATCH_API_MIN_RECORDS, EventConsumer, EventProducer, ensure_topics, topic_name
 from rollstream.metrics import StageMetrics, read_counter
 from schemas import codec
 from tests.factories import make_prompt, make_reward, read_dead_letters
@@ -40,6 +40,29 @@ async def test_round_trip_keyed_by_group(infra_config: InfraConfig) -> None:
     # Same key, same partition.
     by_group = {d.event.group_id: d.partition for d in got}
     assert len(set(by_group.values())) > 1
+
+
+async def test_send_many_batches_keep_send_partitions_and_order(infra_config: InfraConfig) -> None:
+    """Many events take the batch path (BATCH_API_MIN_RECORDS), with batches small enough to
+    fill up: each key lands where ``send`` puts it, in order within its partition."""
+    small = msgspec.structs.replace(infra_config, max_batch_bytes=4096)
+    await ensure_topics(small, ["rewards"])
+    events = [make_reward(group_id=f"g{i % 7}", sample_index=i) for i in range(5 * BATCH_API_MIN_RECORDS)]
+    async with EventProducer(small, client_id="t") as producer:
+        await producer.send_many([("rewards", e) for e in events])
+        expected = {}
+        for gid in {e.rollout.group_id for e in events}:  # where aiokafka's own send() puts each key
+            meta = await (await producer.raw.send(topic_name(small, "rewards"), b"probe", key=gid.encode()))
+            expected[gid] = meta.partition
+        async with EventConsumer(small, "rewards", group_id="batches", producer=producer, stage="t") as consumer:
+            got = await _drain(consumer, len(events))
+    assert len(got) == len(events)
+    assert all(d.partition == expected[d.event.rollout.group_id] for d in got)
+    for gid in expected:
+        mine = [d for d in got if d.event.rollout.group_id == gid]
+        assert [d.event.rollout.sample_index for d in sorted(mine, key=lambda d: d.offset)] == \
+            [e.rollout.sample_index for e in events if e.rollout.group_id == gid]
+    assert len({d.partition for d in got}) > 1
 
 
 async def test_bad_records_go_to_dlq_and_the_next_is_processed(infra_config: InfraConfig) -> None:
