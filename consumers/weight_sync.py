@@ -13,8 +13,8 @@ Guarantees:
   with bounded exponential backoff for as long as the store announces something newer.
 * Optionally (``generator.max_staleness_refuse``) :meth:`WeightSync.wait_until_fresh` holds
   generation while the learner (Redis ``policy:version``) is more than ``rl.max_staleness``
-  versions ahead of the loaded weights. It waits for a broadcast, so it needs the learner to
-  publish at least every ``max_staleness`` steps (``learner.broadcast_every``).
+  versions ahead of the loaded weights. The learner moves that version only when it broadcasts,
+  so a refusal lasts until the broadcast version is fetched and loaded.
 """
 
 from __future__ import annotations

@@ -332,9 +332,24 @@ def load_config(
 
 def validate(tree: Mapping[str, Any]) -> Config:
     try:
-        return msgspec.convert(tree, Config, strict=False)
+        config = msgspec.convert(tree, Config, strict=False)
     except msgspec.ValidationError as exc:
         raise ConfigError(explain(exc)) from None
+    check_consistency(config)
+    return config
+
+
+def check_consistency(config: Config) -> None:
+    """Settings of different sections that only work together."""
+    every, staleness = config.learner.broadcast_every, config.rl.max_staleness
+    if every > staleness + 1:
+        # Between broadcasts the generators' weights fall up to every - 1 versions behind the
+        # learner, which drops rollouts more than max_staleness behind: it would stop training.
+        raise ConfigError(
+            f"learner.broadcast_every ({every}) must be at most rl.max_staleness + 1 ({staleness + 1}): "
+            f"otherwise the generators' weights fall more than rl.max_staleness versions behind between "
+            f"broadcasts and the learner drops every rollout; lower learner.broadcast_every or raise "
+            f"rl.max_staleness")
 
 
 _PATH = re.compile(r"at `\$((?:\.\w+|\[\d+\])*)`")

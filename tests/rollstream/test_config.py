@@ -36,6 +36,7 @@ def test_precedence_file_then_env_then_set(tmp_path: Path) -> None:
         ("rl.group_size=0", "'rl.group_size'.*>= 1"),
         ("learner.lr=fast", "'learner.lr'.*float"),
         ("learner=1", "expected section.key"),
+        ("learner.broadcast_every=3", r"broadcast_every \(3\) must be at most rl.max_staleness \+ 1 \(2\)"),
     ],
 )
 def test_wrong_key_or_value_names_it(override: str, message: str) -> None:
@@ -67,3 +68,8 @@ def test_show_round_trips(capsys: pytest.CaptureFixture[str], tmp_path: Path) ->
 def test_cli_reports_config_errors_with_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["config", "show", "--set", "rl.max_staleness=-1"]) == 2
     assert "rl.max_staleness" in capsys.readouterr().err
+
+
+def test_broadcasts_as_rare_as_the_staleness_bound_allows_are_accepted() -> None:
+    config = load_config(None, ["rl.max_staleness=3", "learner.broadcast_every=4"], environ={})
+    assert config.learner.broadcast_every == 4
