@@ -28,7 +28,7 @@ from __future__ import annotations
 import array
 import sys
 from collections.abc import Iterable
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Self
 
 import numpy as np
 
@@ -51,7 +51,7 @@ class PackedArray(array.array):  # type: ignore[type-arg]
         super().__init_subclass__(**kwargs)
         cls.ITEMSIZE = array.array(cls.TYPECODE).itemsize
 
-    def __new__(cls, values: Iterable[Any] | bytes = ()) -> PackedArray:
+    def __new__(cls, values: Iterable[Any] | bytes = ()) -> Self:
         return super().__new__(cls, cls.TYPECODE, values)
 
     def __repr__(self) -> str:
@@ -74,7 +74,7 @@ class PackedArray(array.array):  # type: ignore[type-arg]
         return self.tobytes()
 
     @classmethod
-    def from_wire(cls, raw: Any) -> PackedArray:
+    def from_wire(cls, raw: Any) -> Self:
         """Decode (and validate) the wire form: packed bytes, or a version-1 list."""
         if isinstance(raw, list):
             return cls.coerce(raw)
@@ -91,22 +91,20 @@ class PackedArray(array.array):  # type: ignore[type-arg]
         return out
 
     @classmethod
-    def coerce(cls, values: Iterable[Any]) -> PackedArray:
-        """``values`` (a list, tuple or array) as this class, validated."""
-        if type(values) is cls:
-            return values  # type: ignore[return-value]
-        values = list(values)
-        if len(values) > MAX_TOKENS:
-            raise ValueError(f"{cls.WHAT}: {len(values)} values, at most {MAX_TOKENS}")
-        cls.check_values(values)
-        return cls(values)
+    def coerce(cls, values: Iterable[Any]) -> Self:
+        """``values`` (a list, tuple, array or numpy array) as this class, validated like the wire form."""
+        try:
+            out = values if type(values) is cls else cls(values)
+        except (TypeError, OverflowError) as exc:
+            raise ValueError(f"{cls.WHAT}: {exc}") from None
+        if len(out) > MAX_TOKENS:
+            raise ValueError(f"{cls.WHAT}: {len(out)} values, at most {MAX_TOKENS}")
+        cls.check_packed(out.to_wire())
+        return out
 
     @classmethod
     def check_packed(cls, raw: bytes) -> None:
-        raise NotImplementedError
-
-    @classmethod
-    def check_values(cls, values: list[Any]) -> None:
+        """Raise ValueError when a value of ``raw`` (little-endian) is out of range."""
         raise NotImplementedError
 
 
@@ -121,11 +119,6 @@ class TokenArray(PackedArray):
         # Little-endian int32 is non-negative iff each value's last byte is below 0x80.
         if raw[3::4].translate(None, _BELOW_0X80):
             raise ValueError("token ids must be in [0, 2**31)")
-
-    @classmethod
-    def check_values(cls, values: list[Any]) -> None:
-        if values and not (all(type(v) is int for v in values) and min(values) >= 0 and max(values) < 2**31):
-            raise ValueError("token ids must be integers in [0, 2**31)")
 
 
 class LogProbArray(PackedArray):
@@ -143,12 +136,6 @@ class LogProbArray(PackedArray):
         if values.size and not (values.min() >= -1e4 and values.max() <= 0.0):
             raise ValueError("log-probs must be finite and in [-1e4, 0]")
 
-    @classmethod
-    def check_values(cls, values: list[Any]) -> None:
-        # A chained comparison is False for NaN (min/max would skip it).
-        if not all(type(v) in (float, int) and -1e4 <= v <= 0.0 for v in values):
-            raise ValueError("log-probs must be finite numbers in [-1e4, 0]")
-
 
 class MaskArray(PackedArray):
     """Generated-token masks: uint8, 0 or 1."""
@@ -159,11 +146,6 @@ class MaskArray(PackedArray):
     @classmethod
     def check_packed(cls, raw: bytes) -> None:
         if raw.translate(None, b"\x00\x01"):
-            raise ValueError("generated mask values must be 0 or 1")
-
-    @classmethod
-    def check_values(cls, values: list[Any]) -> None:
-        if any(v not in (0, 1) or type(v) not in (int, bool) for v in values):
             raise ValueError("generated mask values must be 0 or 1")
 
 
