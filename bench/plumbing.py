@@ -31,12 +31,12 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import report, with_local_broker
+from bench.common import raw_redis_set_get, report, with_local_broker
 from rollstream.config import InfraConfig
 from rollstream.kafka import EventConsumer, EventProducer, delete_topics, ensure_topics, topic_name
 from rollstream.lifecycle import tune_gc
 from rollstream.redis import connect, delete_prefix
-from rollstream.weights import WeightStore, pack, pipeline_batches
+from rollstream.weights import WeightStore, pack
 from schemas import RewardScored, codec
 from tests.factories import make_reward
 
@@ -114,23 +114,6 @@ def smollm2_shaped_state(dtype: torch.dtype = torch.bfloat16) -> dict[str, torch
     return state
 
 
-async def raw_redis(client, prefix: str, chunks: list[memoryview], pipeline_bytes: int) -> float:
-    """Pipelined SET then GET of ``chunks``, grouped into pipelines exactly as the store groups them."""
-    batches = pipeline_batches([c.nbytes for c in chunks], pipeline_bytes)
-    start = time.perf_counter()
-    for batch in batches:
-        async with client.pipeline(transaction=False) as pipe:
-            for i in batch:
-                pipe.set(f"{prefix}raw:{i}", chunks[i])
-            await pipe.execute()
-    for batch in batches:
-        async with client.pipeline(transaction=False) as pipe:
-            for i in batch:
-                pipe.get(f"{prefix}raw:{i}")
-            await pipe.execute()
-    return sum(c.nbytes for c in chunks) / (time.perf_counter() - start)
-
-
 async def store_round(store: WeightStore, state: dict[str, torch.Tensor], version: int, nbytes: int) -> float:
     start = time.perf_counter()
     await store.publish(version, state, step=version)
@@ -172,7 +155,7 @@ async def bench(quick: bool, redis_url: str, bootstrap: str) -> dict[str, float]
     raw_bps, store_bps = [], []
     try:
         for version in range(1, weight_rounds + 1):
-            raw_bps.append(await raw_redis(client, infra.key_prefix, chunks, store.pipeline_bytes))
+            raw_bps.append(await raw_redis_set_get(client, infra.key_prefix, chunks, store.pipeline_bytes))
             store_bps.append(await store_round(store, state, version, nbytes))
     finally:
         await delete_prefix(client, infra.key_prefix)

@@ -168,12 +168,16 @@ class EventProducer:
 
     async def enqueue(self, name: str, event: Event) -> asyncio.Future[Any]:
         """Queue ``event`` on registry topic ``name``; the returned future resolves on ack."""
-        spec = topic(name)
-        value = codec(spec.event).encode(event)
+        full_name, key, value = self._record(name, event)
         try:
-            return await self.raw.send(topic_name(self.infra, spec.name), value, key=spec.key(event))
+            return await self.raw.send(full_name, value, key=key)
         except AIOKafkaError as exc:
             raise KafkaError(f"producing to {name} failed: {exc}") from exc
+
+    def _record(self, name: str, event: Event) -> tuple[str, bytes | None, bytes]:
+        """(full topic name, key, encoded value) of ``event`` on registry topic ``name``."""
+        spec = topic(name)
+        return topic_name(self.infra, spec.name), spec.key(event), codec(spec.event).encode(event)
 
     async def send(self, name: str, event: Event) -> None:
         """Produce ``event`` to registry topic ``name`` and wait for the broker's ack."""
@@ -200,14 +204,11 @@ class EventProducer:
         partitions: dict[str, list[int]] = {}
         try:
             for name, event in items:
-                spec = topic(name)
-                full_name = topic_name(self.infra, spec.name)
+                full_name, key, value = self._record(name, event)
                 if full_name not in partitions:
                     partitions[full_name] = sorted(await raw.partitions_for(full_name))
-                key = spec.key(event)
                 all_partitions = partitions[full_name]
                 where = (full_name, self._partitioner(key, all_partitions, all_partitions))
-                value = codec(spec.event).encode(event)
                 batch = open_batches.get(where)
                 if batch is None:
                     batch = open_batches[where] = raw.create_batch()

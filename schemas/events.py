@@ -67,11 +67,11 @@ ErrorKind = Literal[
 ]
 
 
-_ROLLOUT_ARRAYS: tuple[tuple[str, type[PackedArray]], ...] = (
+# The packed-array fields of Rollout and Continuation (both have all four).
+_PACKED_FIELDS: tuple[tuple[str, type[PackedArray]], ...] = (
     ("prompt_token_ids", TokenArray), ("completion_token_ids", TokenArray),
     ("behaviour_logprobs", LogProbArray), ("generated_mask", MaskArray),
 )
-_CONTINUATION_ARRAYS = _ROLLOUT_ARRAYS
 
 
 def _pack_fields(struct: msgspec.Struct, fields: tuple[tuple[str, type[PackedArray]], ...]) -> None:
@@ -157,7 +157,7 @@ class Continuation(msgspec.Struct, frozen=True, kw_only=True):
     subtask_index: Annotated[int, Meta(ge=0)] = 0
 
     def __post_init__(self) -> None:
-        _pack_fields(self, _CONTINUATION_ARRAYS)
+        _pack_fields(self, _PACKED_FIELDS)
 
 
 class PromptIssued(Event, frozen=True, kw_only=True):
@@ -203,7 +203,7 @@ class Rollout(msgspec.Struct, frozen=True, kw_only=True):
     finish_reason: FinishReason
 
     def __post_init__(self) -> None:
-        _pack_fields(self, _ROLLOUT_ARRAYS)
+        _pack_fields(self, _PACKED_FIELDS)
         if len(self.behaviour_logprobs) != len(self.completion_token_ids):
             raise ValueError(
                 f"behaviour_logprobs has {len(self.behaviour_logprobs)} entries "
