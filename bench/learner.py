@@ -41,6 +41,7 @@ from aiokafka.errors import KafkaError as AIOKafkaError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.common import raw_redis_set_get
 from learner.batch import micro_batches
 from learner.checkpoint import read_step_log
 from learner.model import load_model, merged_state_dict
@@ -49,7 +50,7 @@ from rollstream.config import Config, InfraConfig, LearnerConfig, RLConfig, Weig
 from rollstream.infra import free_port, start_broker, stop_pid
 from rollstream.kafka import EventProducer, delete_topics, ensure_topics, topic_name
 from rollstream.redis import connect, delete_prefix
-from rollstream.weights import WeightStore, pack, pipeline_batches
+from rollstream.weights import WeightStore, pack
 from schemas.events import AdvantagedRollout, GroupAdvantaged, GroupStats, Rollout
 
 PROMPT, COMPLETION, GROUP = 64, 64, 8
@@ -195,7 +196,8 @@ async def broadcast(model: torch.nn.Module, redis_url: str, chunk: int, repeats:
             best_ours = max(best_ours, size / elapsed)
             _, chunks = pack(weights, chunk)
             del weights, fetched
-            best_raw = max(best_raw, await raw_set_get(client, prefix, chunks, store.pipeline_bytes))
+            best_raw = max(best_raw, await raw_redis_set_get(client, prefix, chunks, store.pipeline_bytes,
+                                                             assemble=True))
     finally:
         await delete_prefix(client, prefix)
         await client.aclose()
@@ -206,27 +208,6 @@ def load_model_like(model: torch.nn.Module) -> torch.nn.Module:
     from transformers import AutoModelForCausalLM
 
     return AutoModelForCausalLM.from_config(model.config, dtype=torch.bfloat16)
-
-
-async def raw_set_get(client, prefix: str, chunks: list[memoryview], pipeline_bytes: int) -> float:
-    total = sum(c.nbytes for c in chunks)
-    batches = pipeline_batches([c.nbytes for c in chunks], pipeline_bytes)  # the store's round trips
-    started = time.perf_counter()
-    for batch in batches:
-        async with client.pipeline(transaction=False) as pipe:
-            for j in batch:
-                pipe.set(f"{prefix}raw:{j}", chunks[j])
-            await pipe.execute()
-    out = bytearray(total)
-    offset = 0
-    for batch in batches:
-        async with client.pipeline(transaction=False) as pipe:
-            for j in batch:
-                pipe.get(f"{prefix}raw:{j}")
-            for value in await pipe.execute():
-                out[offset: offset + len(value)] = value
-                offset += len(value)
-    return total / (time.perf_counter() - started)
 
 
 async def main_async(args: argparse.Namespace) -> dict[str, float]:
@@ -274,9 +255,12 @@ async def with_infra(redis_url: str, port: int, tmp: Path, name: str, groups_per
     run_id = uuid.uuid4().hex[:8]
     infra = InfraConfig(kafka_bootstrap=f"127.0.0.1:{port}", redis_url=redis_url, topic_prefix=f"bench{run_id}.",
                         key_prefix=f"bench:{run_id}:", partitions=1, state_dir=str(tmp / "state"))
-    config = Config(infra=infra, rl=RLConfig(groups_per_step=groups_per_step, max_staleness=1000),
+    # No broadcast within the few steps of a run: the largest interval config validation accepts
+    # (rl.max_staleness + 1; the stage process of peak_rss loads this config from TOML).
+    staleness = 1000
+    config = Config(infra=infra, rl=RLConfig(groups_per_step=groups_per_step, max_staleness=staleness),
                     learner=LearnerConfig(model=str(model_dir), checkpoint_dir=str(tmp / f"ckpt-{name}"),
-                                          broadcast_every=10**6, checkpoint_every=0, max_steps=max_steps))
+                                          broadcast_every=staleness + 1, checkpoint_every=0, max_steps=max_steps))
     try:
         return await body(config)
     finally:
