@@ -65,6 +65,13 @@ class ExecutorMetrics:
         self.executions = metrics.counter("executions", "Sandbox executions by verdict", ("verdict",))
         self.violations = metrics.counter("sandbox_violations", "Violations seen by the sandbox", ("kind",))
         self.recycled = metrics.counter("sandbox_recycled", "Containers retired after an execution")
+        self.tamper = metrics.counter(
+            "sandbox_tamper", "Executions whose code attacked its verdict, by what it did", ("kind",)
+        )
+        self.in_process = metrics.counter(
+            "sandbox_in_process_verdicts",
+            "Verdicts decided in the completion's own process (tasks with trust = in_process)",
+        )
         self.seconds = metrics.histogram(
             "execution_seconds", "Wall-clock time of one execution in its sandbox"
         )
@@ -195,12 +202,18 @@ class Executor:
         self.verdicts[verdict] += 1
         self.own.executions.labels(verdict).inc()
         self.own.reward.observe(reward.reward)
+        for kind in filter(None, reward.execution.tamper.split(",")):
+            self.own.tamper.labels(kind).inc()
+            log.warning("tamper: rollout %s attacked its verdict (%s)", reward.rollout.rollout_id, kind)
+        if audits and reward.execution.trust == "in_process":
+            self.own.in_process.inc()
         for audit in audits:
             self.own.seconds.observe(audit.duration_s)
             if audit.recycled:
                 self.own.recycled.inc()
             for violation in audit.violations:
-                self.own.violations.labels(violation.split(":")[0]).inc()
+                if not violation.startswith("tamper:"):  # counted above, by kind
+                    self.own.violations.labels(violation.split(":")[0]).inc()
 
 
 async def run(

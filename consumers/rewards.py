@@ -11,11 +11,14 @@ by adding to the registry passed to the executor.
 * code = the first fenced block tagged python/py/python3 or untagged; the whole text when the
   completion has no fence at all; nothing (``no_code``) when it only has fences of other
   languages or is blank. An unclosed fence (a truncated completion) runs to the end of the text.
+* the tests run in a judge the completion cannot reach (``trust = "judge"``: the sandbox's
+  runner, see consumers/judge.py): they see the completion only through plain-data calls.
 * no code -> ``no_code_reward``; code that does not compile -> ``syntax_error_reward`` (the
   record carries the error kind, line within the extracted code, and message); timeout ->
-  ``timeout_reward``; killed by a signal, out of memory, output over the cap, or an attack on the
-  sandbox -> ``crash_reward``. These fixed rewards replace the weighted sum; ``components`` then
-  holds ``{"penalty": reward}``.
+  ``timeout_reward``; killed by a signal before the judge finished, out of memory, output over
+  the cap, an attack on the sandbox, or an attack on the verdict (``tamper``: messages the
+  honest serving code never sends) -> ``crash_reward``. These
+  fixed rewards replace the weighted sum; ``components`` then holds ``{"penalty": reward}``.
 * otherwise reward = sum(weights[c] * component[c]) with components ``tests`` (fraction of tests
   passed, or 1/0 when ``all_or_nothing``; an exception while defining the code fails them all),
   ``format`` (1 when the code came from a fenced block, else 0) and ``length`` (1 up to
@@ -114,6 +117,12 @@ def passed_tests(events: list[dict], total: int) -> int:
     return len({e["i"] for e in tests if e.get("ok") is True} - failed)
 
 
+def tamper_kinds(events: list[dict]) -> list[str]:
+    """What the code did to its verdict, as the judge found it (``tamper`` events: messages
+    the honest serving code never sends)."""
+    return [str(e.get("kind", "unknown"))[:100] for e in events if e.get("e") == "tamper"]
+
+
 def length_component(completion: str, max_length_chars: int | None) -> float:
     """1 up to the limit, then linearly down to 0 at twice the limit."""
     if max_length_chars is None or len(completion) <= max_length_chars:
@@ -166,6 +175,7 @@ class PythonTests:
                 error_kind="no_code",
                 error_message="no python code found in the completion",
                 tests_total=len(spec.tests),
+                trust=spec.trust,
             )
             return _penalty(spec.no_code_reward, record)
         return Job(
@@ -175,6 +185,9 @@ class PythonTests:
             tests=list(spec.tests),
             timeout_s=spec.timeout_s,
             memory_mb=spec.memory_mb,
+            entry_point=spec.entry_point,
+            program=spec.program,
+            trust=spec.trust,
         )
 
     def score(self, spec: RewardSpec, completion: str, result: RunResult) -> Scored:
@@ -192,21 +205,31 @@ class PythonTests:
             tests_total=total,
             stdout_tail=_clip(result.stdout_tail),
             stderr_tail=_clip(result.stderr_tail),
+            trust=spec.trust,
         )
         failure = _failure(spec, result, events, kinds)
         if failure is not None:
             kind, reward, message, line = failure
             base["oom"] = base["oom"] or kind == "oom"
+            if kind == "tamper":
+                base["tamper"] = ",".join(tamper_kinds(events))[:TEXT_LIMIT]
             record = ExecutionRecord(
                 **base, error_kind=kind, error_message=message[:TEXT_LIMIT], error_line=line
             )
             return _penalty(reward, record)
         code_error = next((e for e in events if e.get("e") in ("code_error", "setup_error")), None)
+        gone = next((e for e in events if e.get("e") == "gone"), None)
         finished = "done" in kinds
         if code_error is not None:
             kind, message = "runtime", f"{code_error.get('type')}: {code_error.get('msg', '')}"
             if code_error.get("e") == "setup_error":
                 message = "task setup failed: " + message
+        elif gone is not None:
+            kind = "runtime"
+            message = (
+                f"the code stopped answering before test {gone.get('i')} "
+                f"({gone.get('msg', '')}; exit code {result.exit_code})"
+            )
         elif not finished:
             kind, message = "runtime", f"exited before the tests finished (exit code {result.exit_code})"
         else:
@@ -231,10 +254,15 @@ class PythonTests:
 def _failure(spec: RewardSpec, result: RunResult, events: list[dict], kinds: set) -> tuple | None:
     """(error_kind, fixed reward, message, line) when the execution ended in a penalty."""
     attacked = [v for v in result.violations if v.startswith("runner_zygote")]  # only code can do that
-    if result.timed_out and not attacked:
+    tamper = tamper_kinds(events)
+    if result.timed_out and not attacked and not tamper:
         return "timeout", spec.timeout_reward, f"wall-clock limit of {spec.timeout_s:g}s exceeded", None
     if result.runner_died or any(v.startswith(VIOLATIONS) for v in result.violations):
         return "violation", spec.crash_reward, "sandbox violation: " + ", ".join(result.violations), None
+    if tamper:
+        detail = next((str(e.get("msg", ""))[:500] for e in events if e.get("e") == "tamper"), "")
+        message = "tampering with the verdict: " + ", ".join(tamper) + (f" ({detail})" if detail else "")
+        return "tamper", spec.crash_reward, message, None
     if result.output_limit:
         return "output_limit", spec.crash_reward, f"output over the cap ({result.output_bytes} bytes)", None
     memory_error = any(e.get("type") == "MemoryError" for e in events) or result.exit_code == 71
@@ -246,7 +274,9 @@ def _failure(spec: RewardSpec, result: RunResult, events: list[dict], kinds: set
         line = syntax.get("line") if syntax.get("line") is not None else (parsed.line if parsed else None)
         message = f"{syntax.get('type', 'SyntaxError')}: {syntax.get('msg', '')}"
         return "syntax", spec.syntax_error_reward, message, line
-    if result.signal is not None:
+    # With a judge, the code's exit status does not matter once every test was answered.
+    unanswered = spec.trust == "in_process" or "done" not in kinds or any(e.get("e") == "gone" for e in events)
+    if result.signal is not None and unanswered:
         return "crash", spec.crash_reward, f"killed by signal {result.signal}", None
     if "compiled" not in kinds and "setup_error" not in kinds:
         return "crash", spec.crash_reward, f"the harness did not start (exit code {result.exit_code})", None

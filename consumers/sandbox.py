@@ -21,8 +21,11 @@ happened, with the violations seen). Guarantees:
 
 from __future__ import annotations
 
+import ast
 import asyncio
+import builtins
 import contextlib
+import functools
 import itertools
 import json
 import logging
@@ -31,7 +34,7 @@ import secrets
 import socket
 import time
 from importlib import resources
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import msgspec
 
@@ -49,10 +52,17 @@ SANDBOX_USER = "65534:65534"
 RUNNER_OVERHEAD_MB = 64  # the runner itself and the forked interpreter's shared pages
 TAIL_BYTES = 4000  # fits ExecutionRecord's ShortText tails
 READY_TIMEOUT_S = 60.0
+# Names a test never takes from the completion: the judge's builtins and its helpers.
+JUDGE_NAMES = frozenset(dir(builtins)) | {"raises", "run_program"}
 
 
 class Job(msgspec.Struct, frozen=True, kw_only=True):
-    """One program to run: ``setup``, then ``code`` (as ``<completion>``), then each test."""
+    """One program to run: ``setup``, then ``code`` (as ``<completion>``), then each test.
+
+    With ``trust = "judge"`` the tests run in the runner, which judges, and reach the
+    completion only through proxies for ``names`` (the names the tests use that the completion
+    may define; ``entry_point`` always among them); see consumers/judge.py. With ``program``
+    the code is a whole program: tests call ``run_program(stdin)`` for its standard output."""
 
     job_id: str
     code: str
@@ -60,6 +70,29 @@ class Job(msgspec.Struct, frozen=True, kw_only=True):
     tests: list[str] = []
     timeout_s: float = 5.0
     memory_mb: int = 256
+    entry_point: str = ""
+    names: list[str] = []
+    program: bool = False
+    trust: Literal["judge", "in_process"] = "judge"
+
+    def __post_init__(self) -> None:
+        if not self.names:
+            msgspec.structs.force_setattr(self, "names", list(tested_names(tuple(self.tests), self.entry_point)))
+
+
+@functools.lru_cache(maxsize=4096)
+def tested_names(tests: tuple[str, ...], entry_point: str = "") -> tuple[str, ...]:
+    """The names the tests read that the completion may define (the judge binds those the
+    task's setup does not define to proxies): every name loaded anywhere in a test, but the
+    judge's builtins and helpers; the entry point always. Cached: a group shares its tests."""
+    names = {entry_point} if entry_point else set()
+    for source in tests:
+        try:
+            tree = ast.parse(source)
+        except (SyntaxError, ValueError, MemoryError, RecursionError):
+            continue  # the judge reports the broken test
+        names.update(n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load))
+    return tuple(sorted(n for n in names if n == entry_point or n not in JUDGE_NAMES))
 
 
 class RunResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -94,7 +127,9 @@ class SandboxBackend(Protocol):
 
 
 def runner_source() -> str:
-    return resources.files("consumers").joinpath("runner.py").read_text()
+    """What the container runs: the judge module, then the runner (which uses its names)."""
+    package = resources.files("consumers")
+    return package.joinpath("judge.py").read_text() + "\n\n" + package.joinpath("runner.py").read_text()
 
 
 def limits_from_config(config: ExecutorConfig) -> SandboxLimits:
@@ -389,6 +424,10 @@ class DockerSandboxPool:
             "setup": job.setup,
             "code": job.code,
             "tests": job.tests,
+            "names": job.names,
+            "entry_point": job.entry_point,
+            "program": job.program,
+            "trust": job.trust,
             "timeout_s": job.timeout_s,
             "memory_mb": min(job.memory_mb, self._limits.memory_mb),
             "output_bytes": self._limits.output_bytes,

@@ -96,10 +96,16 @@ def audit_record(
         duration_s=max(0.0, result.duration_s),
         output_bytes=result.output_bytes,
         verdict=evaluation.scored.execution.error_kind,
-        violations=[v[:4096] for v in result.violations[:64]],
+        violations=[v[:4096] for v in (result.violations + _tampering(evaluation))[:64]],
         recycled=result.recycled,
         executed_at=executed_at,
     )
+
+
+def _tampering(evaluation: Evaluation) -> list[str]:
+    """``tamper:<kind>`` for each attack on the verdict the judge found."""
+    tamper = evaluation.scored.execution.tamper
+    return [f"tamper:{kind}" for kind in tamper.split(",")] if tamper else []
 
 
 def read_inputs(paths: list[str]) -> Iterator[tuple[int, TaskSpec | None, str, dict[str, Any], str | None]]:

@@ -83,13 +83,22 @@ def jsonl_tasks(path: Path) -> list[TaskSpec]:
 
 
 def humaneval_task(problem: Mapping[str, Any], family: str = "humaneval") -> TaskSpec:
-    """A HumanEval problem as a TaskSpec: one test that defines ``check`` and calls it."""
+    """A HumanEval problem as a TaskSpec: one test that defines ``check`` and calls it.
+
+    The prompt's code is the task's ``setup``: its helpers (``encode_cyclic``, ``poly``, ...)
+    run in the judge, where ``check`` calls them, and in the completion's process, where its
+    code may call them; the entry point is always the completion's."""
     entry = problem["entry_point"]
     return TaskSpec(
         task_id=str(problem["task_id"]),
         family=family,
         prompt=INSTRUCTION + "```python\n" + problem["prompt"] + "```",
-        reward=RewardSpec(entry_point=entry, tests=[f"{problem['test']}\ncheck({entry})\n"], timeout_s=10.0),
+        reward=RewardSpec(
+            entry_point=entry,
+            setup=problem["prompt"],
+            tests=[f"{problem['test']}\ncheck({entry})\n"],
+            timeout_s=10.0,
+        ),
         reference_solution=problem["prompt"] + problem.get("canonical_solution", ""),
         difficulty=3,
     )

@@ -22,7 +22,9 @@ Structs are encoded as maps keyed by field name, so:
 
 History: version 2 carries token ids, log-probs and generated masks as packed arrays
 (:mod:`schemas.arrays`) instead of MessagePack arrays of numbers; version-1 events
-still decode.
+still decode. Version 3 adds the ``tamper`` error kind (a new value that version-2
+readers would reject) with ``ExecutionRecord.tamper``/``trust`` and
+``RewardSpec.trust``/``program`` (defaulted, so version-2 events still decode).
 
 ``tests/schemas/test_compat.py`` holds frozen copies of the version-1 shapes and
 checks that what they wrote still decodes.
@@ -39,7 +41,7 @@ from msgspec import Meta
 
 from schemas.arrays import MAX_TOKENS, LogProbArray, MaskArray, PackedArray, TokenArray
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 # Limits. Floats bounded on both sides also reject NaN and +-inf.
 Finite = Annotated[float, Meta(ge=-1e9, le=1e9)]
@@ -53,6 +55,9 @@ Text = Annotated[str, Meta(max_length=1 << 20)]
 SchemaVersion = Annotated[int, Meta(ge=1, le=SCHEMA_VERSION)]
 
 FinishReason = Literal["stop", "length", "abort", "error"]
+# Where a python_tests verdict is decided: a judge process the completion cannot reach, or the
+# completion's own process (for tasks that need its objects there; marked in the record).
+Trust = Literal["judge", "in_process"]
 ErrorKind = Literal[
     "none",  # ran and exited cleanly (tests may still have failed)
     "no_code",  # nothing to run was found in the completion
@@ -62,6 +67,7 @@ ErrorKind = Literal[
     "oom",  # memory limit hit, killed
     "output_limit",  # stdout/stderr over the cap, killed
     "violation",  # the sandbox itself was attacked (runner killed, escape attempt)
+    "tamper",  # the code attacked its verdict: the judge process or the channel to it
     "crash",  # died by a signal
     "infra",  # the sandbox failed for reasons not caused by the code
 ]
@@ -116,9 +122,14 @@ class RewardSpec(msgspec.Struct, frozen=True, kw_only=True):
     """How to score a completion. ``kind`` names an entry of the reward registry.
 
     For ``python_tests``: the completion's code (from the first fenced block, or the
-    whole text) is run with ``setup`` before it, then each string in ``tests`` (a
-    statement, usually an ``assert``) in order; ``entry_point`` is the function the
-    tests call. The score is the weighted sum of the ``weights`` components.
+    whole text) is run with ``setup`` before it; each string in ``tests`` (a statement,
+    usually an ``assert``) runs in order in a judge process that holds the task's
+    ``setup`` too and reaches the completion only through plain-data calls
+    (``trust = "judge"``; ``"in_process"`` runs the tests in the completion's own process,
+    which can then fake its verdicts); ``entry_point`` is the name the completion must
+    define. With ``program`` the completion is a whole program: tests call
+    ``run_program(stdin)`` and get its standard output. The score is the weighted sum of
+    the ``weights`` components.
     """
 
     kind: Id = "python_tests"
@@ -135,6 +146,8 @@ class RewardSpec(msgspec.Struct, frozen=True, kw_only=True):
     no_code_reward: Reward = -1.0
     max_length_chars: Annotated[int, Meta(ge=1)] | None = None
     subtasks: Annotated[list[Subtask], Meta(max_length=64)] = []
+    trust: Trust = "judge"
+    program: bool = False
 
 
 class Continuation(msgspec.Struct, frozen=True, kw_only=True):
@@ -243,6 +256,10 @@ class ExecutionRecord(msgspec.Struct, frozen=True, kw_only=True):
     tests_total: Annotated[int, Meta(ge=0)] = 0
     stdout_tail: ShortText = ""
     stderr_tail: ShortText = ""
+    # Where the verdict was decided; None: nothing ran, or written before schema version 3,
+    # when every verdict was decided in the completion's own process.
+    trust: Trust | None = None
+    tamper: ShortText = ""  # with error_kind "tamper": what the code did (e.g. "protocol")
 
 
 class RewardScored(Event, frozen=True, kw_only=True):

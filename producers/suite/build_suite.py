@@ -3,7 +3,9 @@
 Reads the task definitions of ``defs_{a,b,c,easy}.py``, runs each
 reference solution to compute the expected value of every visible and held-out test, checks
 that the wrong solution fails at least one visible test, and writes one TaskSpec per line
-(sorted by task id, so the output is deterministic). The wrong solutions go to
+(sorted by task id, so the output is deterministic). The tasks of ``defs_judged.py`` (classes,
+printed output, programs, in-place mutation, expected exceptions) come with literal tests;
+the suite check runs their references and wrong solutions through the real sandbox. The wrong solutions go to
 ``_wrong_solutions.jsonl`` (``{"task_id", "wrong_solution"}``), which the suite check
 (tests/producers/test_suite.py) uses; files starting with ``_`` are not task files.
 
@@ -19,8 +21,9 @@ from pathlib import Path
 
 import msgspec
 
-from producers.suite import defs_a, defs_b, defs_c, defs_easy
+from producers.suite import defs_a, defs_b, defs_c, defs_easy, defs_judged
 from producers.suite.defs import Def
+from producers.suite.defs_judged import J
 from schemas.events import RewardSpec
 from schemas.tasks import TaskSpec, encode_task
 
@@ -33,8 +36,8 @@ PROMPT = (
 )
 
 
-def all_defs() -> list[Def]:
-    return [*defs_a.DEFS, *defs_b.DEFS, *defs_c.DEFS, *defs_easy.DEFS]
+def all_defs() -> list[Def | J]:
+    return [*defs_a.DEFS, *defs_b.DEFS, *defs_c.DEFS, *defs_easy.DEFS, *defs_judged.JUDGED]
 
 
 def _load(source: str, name: str):
@@ -96,7 +99,22 @@ def build_task(d: Def) -> tuple[TaskSpec, str]:
     return task, wrong
 
 
-def render(defs: list[Def]) -> dict[str, bytes]:
+def build_judged(j: J) -> tuple[TaskSpec, str]:
+    """The TaskSpec of one ``defs_judged`` definition and its wrong solution's source."""
+    task = TaskSpec(
+        task_id=f"{j.family}/{j.name}",
+        family=j.family,
+        prompt=j.full_prompt(),
+        reward=RewardSpec(entry_point=j.entry_point, tests=list(j.tests), program=j.kind == "program",
+                          timeout_s=5.0),
+        heldout_tests=list(j.heldout),
+        reference_solution=j.reference,
+        difficulty=j.difficulty,
+    )
+    return task, j.wrong
+
+
+def render(defs: list[Def | J]) -> dict[str, bytes]:
     """File name -> content of every suite file."""
     by_family: dict[str, list[TaskSpec]] = defaultdict(list)
     wrong_lines = []
@@ -104,7 +122,7 @@ def render(defs: list[Def]) -> dict[str, bytes]:
     errors = []
     for d in defs:
         try:
-            task, wrong = build_task(d)
+            task, wrong = build_judged(d) if isinstance(d, J) else build_task(d)
         except Exception as exc:  # noqa: BLE001 - report every bad definition at once
             errors.append(f"{d.family}/{d.name}: {exc!r}")
             continue

@@ -86,20 +86,21 @@ async def test_stage_scores_audits_and_survives_hostile_actions(
         msgspec.structs.replace(action("g2", 3, good), completion_text="", error="prompt too long"),
         msgspec.structs.replace(action("g3", 0, good), reward=RewardSpec(kind="no_such_kind")),
         action("g3", 1, good),
+        action("g3", 2, "import os\nos.write(4, b'\\x00\\x00\\x00\\x02{}')\ndef add(a, b):\n    return None"),
     ]
     async with EventProducer(config.infra, client_id="test") as producer:
         await producer.send_many([("actions", a) for a in actions])
     stop = asyncio.Event()
     stage = asyncio.create_task(run(config, stop=stop))
     try:
-        rewards = await read_topic(config, "rewards", RewardScored, lambda got: len(got) >= 9)
-        audits = await read_topic(config, "audit", SandboxAudit, lambda got: len(got) >= 8)
+        rewards = await read_topic(config, "rewards", RewardScored, lambda got: len(got) >= 10)
+        audits = await read_topic(config, "audit", SandboxAudit, lambda got: len(got) >= 9)
         assert not stage.done()
     finally:
         stop.set()
         await asyncio.wait_for(stage, 60)
     by_id = {r.rollout.rollout_id: r for r in rewards}
-    assert len(rewards) == 9 and len(by_id) == 9
+    assert len(rewards) == 10 and len(by_id) == 10
     expected = {
         "g1/0": ("none", 1.0),
         "g1/1": ("none", 0.5),
@@ -110,11 +111,15 @@ async def test_stage_scores_audits_and_survives_hostile_actions(
         "g2/2": ("oom", -0.2),
         "g2/3": ("infra", 0.0),
         "g3/1": ("none", 1.0),
+        "g3/2": ("tamper", -0.2),  # an object where its answer should be: an attack on the verdict
     }
     assert {k: (r.execution.error_kind, r.reward) for k, r in by_id.items()} == expected
     assert by_id["g1/0"].rollout == actions[0].rollout  # carried through unchanged
     assert sorted(a.rollout_id for a in audits) == sorted(k for k in expected if k != "g2/3")
     assert {a.rollout_id: a.verdict for a in audits}["g2/0"] == "timeout"
+    tampered = next(a for a in audits if a.rollout_id == "g3/2")
+    assert tampered.verdict == "tamper" and "tamper:protocol" in tampered.violations
+    assert by_id["g3/2"].execution.tamper == "protocol"
     letters = await read_topic(config, "actions.dlq", DeadLetter, lambda got: len(got) >= 1, timeout_s=10)
     assert len(letters) == 1 and "no_such_kind" in letters[0].reason
     assert codec(ActionGenerated).decode(letters[0].value).rollout.rollout_id == "g3/0"

@@ -33,9 +33,9 @@ def state():
     procs = sorted(int(p) for p in os.listdir("/proc") if p.isdigit())
     ipc = [len(open(f"/proc/sysvipc/{k}").read().splitlines()) - 1 for k in ("shm", "msg", "sem")]
     vfs = os.statvfs("/work")
-    return {"procs": procs, "me": os.getpid(), "zygote": os.getppid(), "work": os.listdir("/work"),
-            "ipc": ipc, "cwd": os.getcwd(), "free": vfs.f_bavail / vfs.f_blocks, "env": sorted(os.environ),
-            "uid": os.getuid()}
+    return {"procs": procs, "me": os.getpid(), "zygote": os.getppid(),
+            "work": os.listdir("/work"), "ipc": ipc, "cwd": os.getcwd(), "free": vfs.f_bavail / vfs.f_blocks,
+            "env": sorted(os.environ), "uid": os.getuid()}
 """
 PROBE_TESTS = [
     "s = state()",
@@ -178,12 +178,13 @@ async def test_zombie_left_behind_is_reaped_without_blame(pool, registry):
     await assert_clean(pool, registry, evaluation)
 
 
-async def test_flooding_the_report_channel(pool, registry):
-    # The report pipe wakes nobody; the runner empties it periodically and stops the job at the cap.
+async def test_flooding_every_descriptor_it_holds(pool, registry):
+    # The code holds no report channel (the judge reports); what it can write to is its stdout,
+    # stderr and its reply pipe to the judge. Junk on the reply pipe is tamper, found at once.
     code = (
         "import os\n"
         "fds = []\n"
-        "for fd in range(3, 256):\n"
+        "for fd in range(1, 256):\n"
         "    try:\n"
         "        os.fstat(fd)\n"
         "        fds.append(fd)\n"
@@ -192,11 +193,15 @@ async def test_flooding_the_report_channel(pool, registry):
         "line = b'x' * 4095 + b'\\n'\n"
         "while True:\n"
         "    for fd in fds:\n"
-        "        os.write(fd, line)\n"
+        "        try:\n"
+        "            os.write(fd, line)\n"
+        "        except OSError:\n"
+        "            pass\n"
     )
     started = time.monotonic()
-    evaluation, _ = await attack(pool, registry, code, ROOMY)
-    expect(evaluation, "output_limit", SPEC.crash_reward)
+    evaluation, audit = await attack(pool, registry, code, ROOMY)
+    expect(evaluation, "tamper", SPEC.crash_reward)
+    assert evaluation.scored.execution.tamper == "protocol" and audit.verdict == "tamper"
     assert time.monotonic() - started < ROOMY_S  # stopped at the cap, not at the deadline
     await assert_clean(pool, registry, evaluation)
 
@@ -446,6 +451,7 @@ async def test_forged_test_reports_are_rejected(pool, registry):
         "os._exit(0)\n"
     )
     evaluation, _ = await attack(pool, registry, code, ROOMY)
-    expect(evaluation, "runtime", 0.0)  # exited before the tests ran; the forged lines had no key
+    # It holds no report channel; what it wrote to its reply pipe is not a message: tamper.
+    expect(evaluation, "tamper", SPEC.crash_reward)
     assert evaluation.scored.execution.tests_passed == 0
     await assert_clean(pool, registry, evaluation)

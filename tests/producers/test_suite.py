@@ -35,12 +35,26 @@ def test_suite_size_and_families() -> None:
     assert len(tasks) >= 200 and len(families) >= 10, families
     assert min(families.values()) >= 15
     for task in tasks:
-        assert task.reward.entry_point and task.reward.tests and task.heldout_tests and task.reference_solution
-        assert all(f"{task.reward.entry_point}(" in t for t in task.reward.tests + task.heldout_tests)
-        assert f"`{task.reward.entry_point}(" in task.prompt and "```python" in task.prompt
-        assert set(task.heldout_tests).isdisjoint(task.reward.tests)
+        assert task.reward.tests and task.heldout_tests and task.reference_solution
+        assert "```python" in task.prompt and set(task.heldout_tests).isdisjoint(task.reward.tests)
+        if task.reward.program:  # a whole program: the tests run it on a standard input
+            assert not task.reward.entry_point
+            assert all("run_program(" in t for t in task.reward.tests + task.heldout_tests)
+        else:
+            assert all(f"{task.reward.entry_point}(" in t for t in task.reward.tests + task.heldout_tests)
+            assert f"`{task.reward.entry_point}(" in task.prompt
     assert set(wrong_solutions()) == {t.task_id for t in tasks}
     assert Counter(t.difficulty == 0 for t in tasks)[True] >= 5 * len(families)  # easy tasks in every family
+
+
+def test_every_judged_kind_has_five_tasks() -> None:
+    """Classes, printed output, programs, in-place mutation, expected exceptions: each kind the
+    judge supports beyond plain function asserts is in the suite at least five times."""
+    from producers.suite.defs_judged import JUDGED, KINDS
+
+    ids = {t.task_id for t in builtin_tasks()}
+    kinds = Counter(j.kind for j in JUDGED if f"{j.family}/{j.name}" in ids)
+    assert set(kinds) == set(KINDS) and min(kinds.values()) >= 5, kinds
 
 
 def test_suite_files_are_up_to_date() -> None:

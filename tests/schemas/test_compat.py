@@ -127,3 +127,32 @@ def test_version_1_arrays_of_numbers_still_decode_and_are_checked() -> None:
     old["rollout"]["behaviour_logprobs"] = [-0.25, float("nan")]
     with pytest.raises(SchemaError, match="log-probs"):
         codec(RewardScored).decode(msgspec.msgpack.encode(old))
+
+
+class V2ExecutionRecord(msgspec.Struct, kw_only=True):
+    """An execution record as a version-2 writer wrote it: no trust, no tamper."""
+
+    sandbox_id: str
+    exit_code: int | None
+    duration_s: float
+    error_kind: str
+    tests_passed: int = 0
+    tests_total: int = 0
+
+
+def test_version_2_records_decode_and_say_their_verdict_was_not_judged() -> None:
+    from schemas import RewardScored
+
+    rollout = V1Rollout(rollout_id="g/0", group_id="g", sample_index=0, group_size=2, task_id="t", family="f",
+                        prompt_token_ids=[1], completion_token_ids=[5], behaviour_logprobs=[-0.5],
+                        policy_version_first=0, policy_version_last=0, issued_policy_version=0, finish_reason="stop")
+    old = msgspec.to_builtins(V1RewardScored(rollout=rollout, reward=1.0, components={"tests": 1.0},
+                                             executor_id="e", scored_at=1.0))
+    old["schema_version"] = 2
+    old["execution"] = msgspec.to_builtins(V2ExecutionRecord(sandbox_id="s", exit_code=0, duration_s=0.1,
+                                                             error_kind="none", tests_passed=3, tests_total=3))
+    event = codec(RewardScored).decode(msgspec.msgpack.encode(old))
+    assert event.execution.trust is None and event.execution.tamper == ""  # not a judge's verdict
+    assert SCHEMA_VERSION == 3
+    old["execution"]["error_kind"] = "tamper"  # what a version-2 reader could not have read
+    assert codec(RewardScored).decode(msgspec.msgpack.encode(old)).execution.error_kind == "tamper"
