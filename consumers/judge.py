@@ -885,7 +885,7 @@ def _bind(channel, namespace, report, wanted, entry_point):
         if name in namespace and name != entry_point:
             continue  # the task defines it: its own definition is the one the tests trust
         if kind == "m":
-            module = _stdlib_module(value)
+            module = _stdlib_module(name, value)
             if module is None:
                 continue
             value = module
@@ -894,17 +894,17 @@ def _bind(channel, namespace, report, wanted, entry_point):
         del namespace[entry_point]  # the setup's stub (HumanEval prompts) is not the answer
 
 
-def _stdlib_module(name):
-    """A standard-library module the completion imported under a name the tests use (the judge
-    imports its own copy)."""
-    if type(name) is not str or len(name) > MAX_NAME:
+def _stdlib_module(name, module_name):
+    """The judge's own copy of a standard-library module that the completion imported under the
+    name the tests use (``import math``, ``import os.path``): only a module of that name, so
+    the candidate cannot make the judge import anything the tests do not name."""
+    if type(module_name) is not str or module_name.partition(".")[0] != name:
         return None
-    top = name.partition(".")[0]
-    if top not in getattr(sys, "stdlib_module_names", ()) or top in ("antigravity", "this", "__hello__"):
+    if name not in getattr(sys, "stdlib_module_names", ()) or name in ("antigravity", "this", "__hello__"):
         return None
     try:
-        __import__(name)
-        return sys.modules[name]
+        __import__(module_name)
+        return sys.modules[module_name]
     except BaseException:
         return None
 

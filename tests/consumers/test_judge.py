@@ -276,6 +276,13 @@ def test_the_tasks_own_helpers_stay_the_judges() -> None:
     assert verdicts(judged("x = 1\n", tests, setup=setup, entry_point="decode")) == [False]
 
 
+def test_modules_the_completion_imported_are_the_judges_own_copies() -> None:
+    code = "import math, json as math_json\nimport os.path\n"
+    tests = ["assert math.sqrt(4) == 2", "assert os.path.join('a', 'b') == 'a/b'", "assert math_json"]
+    # math and os: the judge imports its own; math_json is no module of that name: unbound
+    assert verdicts(judged(code, tests)) == [True, True, False]
+
+
 def test_programs_read_stdin_and_are_judged_on_stdout() -> None:
     code = "import sys\nprint(sum(int(x) for x in sys.stdin.read().split()))\n"
     tests = ["assert run_program('1 2 3\\n') == '6\\n'", "assert run_program('') == '0\\n'",
