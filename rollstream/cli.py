@@ -116,13 +116,18 @@ def dispatch(args: argparse.Namespace, config: Config) -> int:
     if command == "infra":
         return _infra(args.action, config)
     if command == "topics":
+        from rollstream.infra import with_local_endpoints
         from rollstream.kafka import ensure_topics
         from schemas import TOPICS
 
+        config = with_local_endpoints(config)
         asyncio.run(ensure_topics(config.infra, list(TOPICS)))
         print("topics ready:", ", ".join(config.infra.topic_prefix + t for t in TOPICS))
         return 0
     if command in STAGES:
+        from rollstream.infra import with_local_endpoints
+
+        config = with_local_endpoints(config)  # once, here: stages get explicit endpoints
         log.info("resolved config:\n%s", to_toml(config))
         options = {"resume": args.resume} if command == "learner" else {}
         runner = _stage_runner(command)  # imports the stage's heavy libraries

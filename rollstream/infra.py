@@ -6,13 +6,16 @@ or starts a ``redis-server`` on ``infra.redis_port`` when nothing answers there.
 ports and logs live under ``infra.state_dir``. ``up`` is idempotent; ``down`` stops only
 the processes ``up`` started, by pid.
 
-Every stage resolves its endpoints with :func:`resolve_endpoints`: the configured ones,
-else the ones ``infra up`` wrote down.
+Endpoints are resolved once, at the entry point (the CLI): :func:`with_local_endpoints`
+fills in those of the local infrastructure where none are configured, and logs what it took.
+Stages get explicit endpoints and never read the state file: :func:`resolve_endpoints` only
+checks that the config names a broker.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import signal
@@ -23,9 +26,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
-from rollstream.config import Config, InfraConfig
-from rollstream.errors import InfraError
+import msgspec
 
+from rollstream.config import Config, InfraConfig
+from rollstream.errors import ConfigError, InfraError
+
+log = logging.getLogger(__name__)
 STATE_FILE = "infra.json"
 
 
@@ -206,7 +212,9 @@ def up(infra: InfraConfig) -> dict:
 def status(infra: InfraConfig) -> dict:
     """What runs and what answers (no side effects)."""
     state = read_state(infra)
-    endpoints = resolve_endpoints_or_none(infra)
+    endpoints = local_endpoints(infra)
+    if infra.kafka_bootstrap is not None:
+        endpoints = Endpoints(infra.kafka_bootstrap, endpoints.redis_url if endpoints else infra.redis_url)
     report = {
         "kafka_bootstrap": endpoints.kafka_bootstrap if endpoints else None,
         "redis_url": endpoints.redis_url if endpoints else infra.redis_url,
@@ -230,23 +238,41 @@ def down(infra: InfraConfig) -> list[str]:
     return stopped
 
 
-def resolve_endpoints_or_none(infra: InfraConfig) -> Endpoints | None:
+def local_endpoints(infra: InfraConfig) -> Endpoints | None:
+    """The endpoints ``infra up`` wrote down under ``infra.state_dir``, if it did."""
     state = read_state(infra)
-    if infra.kafka_bootstrap is not None:
-        same = state.get("kafka_bootstrap") == infra.kafka_bootstrap
-        return Endpoints(infra.kafka_bootstrap, state["redis_url"] if same else infra.redis_url)
     if "kafka_bootstrap" not in state:
         return None
     return Endpoints(state["kafka_bootstrap"], state["redis_url"])
 
 
-def resolve_endpoints(config: Config | InfraConfig) -> Endpoints:
-    """The configured endpoints, else those of the local infrastructure."""
-    infra = config.infra if isinstance(config, Config) else config
-    endpoints = resolve_endpoints_or_none(infra)
-    if endpoints is None:
-        raise InfraError(
-            "no Kafka configured (infra.kafka_bootstrap) and no local infrastructure running: "
-            "run `rollstream infra up` first"
+def with_local_endpoints(config: Config) -> Config:
+    """``config`` with explicit endpoints, for the entry point to pass on: the configured broker
+    as it is, else the local infrastructure's broker and the Redis it uses (which is the
+    configured one unless that did not answer when ``infra up`` ran: then the redis-server it
+    started). Raises ConfigError when neither is there."""
+    if config.infra.kafka_bootstrap is not None:
+        return config
+    local = local_endpoints(config.infra)
+    if local is None:
+        raise ConfigError(
+            "no Kafka configured (infra.kafka_bootstrap) and no local infrastructure running under "
+            f"{config.infra.state_dir!r}: run `rollstream infra up` first, or set infra.kafka_bootstrap"
         )
-    return endpoints
+    if local.redis_url != config.infra.redis_url:
+        log.warning("using the local infrastructure's Redis at %s (infra.redis_url %s did not answer when "
+                    "`rollstream infra up` ran)", local.redis_url, config.infra.redis_url)
+    log.info("using the local infrastructure: kafka %s, redis %s", local.kafka_bootstrap, local.redis_url)
+    infra = msgspec.structs.replace(config.infra, kafka_bootstrap=local.kafka_bootstrap, redis_url=local.redis_url)
+    return msgspec.structs.replace(config, infra=infra)
+
+
+def resolve_endpoints(config: Config | InfraConfig) -> Endpoints:
+    """The endpoints the config names (resolved by the entry point: see :func:`with_local_endpoints`)."""
+    infra = config.infra if isinstance(config, Config) else config
+    if infra.kafka_bootstrap is None:
+        raise ConfigError(
+            "infra.kafka_bootstrap is not set: stages take explicit endpoints (the `rollstream` command "
+            "fills in those of `rollstream infra up`); set it, or start the stage through the CLI"
+        )
+    return Endpoints(infra.kafka_bootstrap, infra.redis_url)

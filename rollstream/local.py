@@ -23,7 +23,7 @@ from pathlib import Path
 
 from rollstream import infra
 from rollstream.config import Config, load_config
-from rollstream.errors import ConfigError, InfraError
+from rollstream.errors import ConfigError
 
 # A short run that fits a 2-core CPU machine; anything the user sets wins over these.
 QUICK_PROFILE = (
@@ -75,9 +75,12 @@ def run_pipeline(config: Config, args: argparse.Namespace) -> int:
             f"sandbox image {resolved.executor.image!r} not found: build it with "
             "`rollstream sandbox build --offline` (or set executor.image)"
         )
-    was_up = infra.resolve_endpoints_or_none(resolved.infra) is not None
-    endpoints = infra.up(resolved.infra)
-    print(f"run {run_id}: kafka {endpoints['kafka_bootstrap']}, redis {endpoints['redis_url']}, logs {run_dir}")
+    was_up = infra.local_endpoints(resolved.infra) is not None
+    state = infra.up(resolved.infra)  # what is configured and answers is used, the rest started
+    # Resolved once, here: every child gets the endpoints explicitly.
+    overrides += [f"infra.kafka_bootstrap={state['kafka_bootstrap']}", f"infra.redis_url={state['redis_url']}"]
+    resolved = load_config(args.config, overrides)
+    print(f"run {run_id}: kafka {resolved.infra.kafka_bootstrap}, redis {resolved.infra.redis_url}, logs {run_dir}")
     from rollstream.kafka import ensure_topics
     from schemas import TOPICS
 
@@ -150,10 +153,9 @@ def _supervise(config: Config, children: list[Child]) -> int:
 
 
 async def _progress(config: Config) -> str:
-    from rollstream.infra import resolve_endpoints
     from rollstream.redis import connect, get_policy_version, groups_issued, groups_resolved
 
-    client = connect(resolve_endpoints(config).redis_url)
+    client = connect(config.infra.redis_url)
     try:
         version = await get_policy_version(client, config.infra)
         resolved = await groups_resolved(client, config.infra)
@@ -192,11 +194,7 @@ def _stop_all(children: list[Child]) -> None:
 async def _delete_run_keys(config: Config) -> None:
     from rollstream.redis import connect, delete_prefix
 
-    try:
-        endpoints = infra.resolve_endpoints(config)
-    except InfraError:
-        return
-    client = connect(endpoints.redis_url)
+    client = connect(config.infra.redis_url)
     try:
         await delete_prefix(client, config.infra.key_prefix)
     finally:

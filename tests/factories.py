@@ -70,22 +70,30 @@ def make_reward(group_id: str = "g0", sample_index: int = 0, reward: float = 1.0
     )
 
 
-async def read_dead_letters(infra, name: str, want: int, timeout_s: float = 20.0) -> list:
-    """The DeadLetter records of registry topic ``name``'s DLQ (reads without a consumer group)."""
+async def read_events(infra, name: str, event: type, until=lambda got: False, timeout_s: float = 20.0) -> list:
+    """The events on registry topic ``name`` from the start (no consumer group), decoded as
+    ``event``, until ``until(events)`` holds or ``timeout_s`` passed (then whatever arrived)."""
     from aiokafka import AIOKafkaConsumer
 
     from rollstream.kafka import topic_name
-    from schemas import DeadLetter, codec
+    from schemas import codec
 
-    consumer = AIOKafkaConsumer(topic_name(infra, f"{name}.dlq"), bootstrap_servers=infra.kafka_bootstrap,
+    consumer = AIOKafkaConsumer(topic_name(infra, name), bootstrap_servers=infra.kafka_bootstrap,
                                 auto_offset_reset="earliest", enable_auto_commit=False, group_id=None)
     await consumer.start()
-    letters: list[DeadLetter] = []
+    events: list = []
     try:
         deadline = time.monotonic() + timeout_s
-        while len(letters) < want and time.monotonic() < deadline:
+        while not until(events) and time.monotonic() < deadline:
             for records in (await consumer.getmany(timeout_ms=500)).values():
-                letters += [codec(DeadLetter).decode(r.value) for r in records]
+                events += [codec(event).decode(r.value) for r in records]
     finally:
         await consumer.stop()
-    return letters
+    return events
+
+
+async def read_dead_letters(infra, name: str, want: int, timeout_s: float = 20.0) -> list:
+    """The DeadLetter records of registry topic ``name``'s DLQ."""
+    from schemas import DeadLetter
+
+    return await read_events(infra, f"{name}.dlq", DeadLetter, lambda got: len(got) >= want, timeout_s)

@@ -10,19 +10,17 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import msgspec
-from aiokafka import AIOKafkaConsumer
 
 from consumers.executor import run
 from rollstream.config import Config, ExecutorConfig, to_toml
-from rollstream.kafka import EventProducer, ensure_topics, topic_name
+from rollstream.kafka import EventProducer, ensure_topics
 from schemas import DeadLetter, codec
 from schemas.events import ActionGenerated, RewardScored, RewardSpec, SandboxAudit
 from tests.consumers.sandbox_fixtures import owner, sandbox_image  # noqa: F401
-from tests.factories import make_action, make_rollout
+from tests.factories import make_action, make_rollout, read_events
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -39,24 +37,7 @@ def action(group: str, index: int, code: str, **spec) -> ActionGenerated:
 
 
 async def read_topic(config: Config, name: str, event: type, until, timeout_s: float = 60.0) -> list:
-    """Everything on ``name`` from the start, until ``until(events)`` holds (or the timeout)."""
-    consumer = AIOKafkaConsumer(
-        topic_name(config.infra, name),
-        bootstrap_servers=config.infra.kafka_bootstrap,
-        auto_offset_reset="earliest",
-        enable_auto_commit=False,
-        group_id=None,
-    )
-    await consumer.start()
-    events: list = []
-    try:
-        deadline = time.monotonic() + timeout_s
-        while not until(events) and time.monotonic() < deadline:
-            for records in (await consumer.getmany(timeout_ms=500)).values():
-                events += [codec(event).decode(r.value) for r in records]
-    finally:
-        await consumer.stop()
-    return events
+    return await read_events(config.infra, name, event, until, timeout_s)
 
 
 def stage_config(config: Config, image: str, owner: str, **executor) -> Config:

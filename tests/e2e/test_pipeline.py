@@ -1,18 +1,42 @@
 """`rollstream run` end to end: every stage as its own process over the real broker, Redis
-and Docker sandboxes, with a tiny random model so it finishes in a few minutes on CPU."""
+and Docker sandboxes, with a tiny random model so it finishes in a few minutes on CPU.
+
+Afterwards the run is checked from what it left on the topics (the test's broker outlives the
+run) and in its checkpoint directory: the weights moved, the policy version advanced and was
+published, and every group issued is accounted for."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+import torch
+from safetensors.torch import load_file
+
+from rollstream.config import InfraConfig
+from schemas import GroupAdvantaged, PromptIssued, WeightsPublished
 from tests.consumers.tiny_model import make_tiny_model_dir
+from tests.factories import read_events
+
+
+# Tasks a random model earns different rewards on, so that advantages (and gradients) are not
+# all zero: no tests, so a completion that runs cleanly earns 1, one that raises 0, one that does
+# not compile -0.5, an empty one -1; with one or two tokens per completion all four happen.
+ANYTHING = [
+    {"task_id": f"e2e/anything-{i}", "family": "e2e", "prompt": f"Write any Python expression ({i}).",
+     "reward": {"tests": []}}
+    for i in range(8)
+]
 
 
 def test_run_trains_and_checkpoints(tmp_path: Path, broker: str, redis_url: str) -> None:
     model = make_tiny_model_dir(tmp_path / "tiny")
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text("".join(json.dumps(t) + "\n" for t in ANYTHING))
     config = tmp_path / "rollstream.toml"
     config.write_text(f"""
 [infra]
@@ -24,13 +48,16 @@ state_dir = "{tmp_path / 'state'}"
 partitions = 2
 
 [rl]
-group_size = 2
+group_size = 4
 groups_per_step = 2
 max_staleness = 1
 
+[sampler]
+sources = ["jsonl:{tasks}"]
+
 [generator]
 model = "{model}"
-max_new_tokens = 24
+max_new_tokens = 2
 max_batch_prompts = 2
 batch_wait_ms = 10
 
@@ -39,7 +66,7 @@ concurrency = 2
 pool_size = 1
 
 [stream]
-filter_zero_variance = false   # a random model earns the same reward everywhere
+filter_zero_variance = false   # a group whose samples happen to agree still counts
 
 [learner]
 model = "{model}"
@@ -56,3 +83,50 @@ checkpoint_every = 1
     checkpoints = list((tmp_path / "state" / "runs").glob("*/checkpoints"))
     assert checkpoints, output[-3000:]
     assert any(checkpoints[0].rglob("config.json")), list(checkpoints[0].rglob("*"))
+    run_id = checkpoints[0].parent.name
+    infra = InfraConfig(kafka_bootstrap=broker, topic_prefix=f"e2e{os.getpid()}.{run_id}.")
+    assert_weights_moved(model, checkpoints[0])
+    steps = assert_groups_accounted_for(infra, checkpoints[0], group_size=4, groups_per_step=2, max_staleness=1)
+    assert_policy_advanced(infra, steps)
+
+
+def assert_weights_moved(start: Path, checkpoints: Path) -> None:
+    """Training changed the weights (a pipeline that trains on nothing would leave them)."""
+    before = load_file(start / "model.safetensors")
+    final = sorted(checkpoints.glob("step-*"))[-1]
+    after = load_file(final / "model" / "model.safetensors")
+    assert before.keys() == after.keys()
+    moved = [name for name in before if not torch.equal(before[name], after[name].to(before[name].dtype))]
+    assert moved, "no weight changed"
+
+
+def assert_groups_accounted_for(infra: InfraConfig, checkpoints: Path, *, group_size: int, groups_per_step: int,
+                                max_staleness: int) -> list[dict]:
+    """Every group the learner consumed was issued and advantaged, none twice; the rest of what
+    was issued is no more than the sampler's backpressure lets be in flight."""
+    from learner.checkpoint import read_step_log
+
+    steps = read_step_log(checkpoints)
+    trained = [s for s in steps if s["trained"]]
+    assert len(trained) == 2, steps
+    consumed = [g for s in steps for g in s["groups"]]
+    assert len(consumed) == len(set(consumed)), f"a group was consumed twice: {consumed}"
+    assert all(len(s["groups"]) == groups_per_step for s in trained)
+    issued = asyncio.run(read_events(infra, "prompts", PromptIssued, timeout_s=5))
+    advantaged = asyncio.run(read_events(infra, "advantages", GroupAdvantaged, timeout_s=5))
+    issued_ids = [p.group_id for p in issued]
+    assert len(issued_ids) == len(set(issued_ids)), "a group was issued twice"
+    assert set(consumed) <= {a.group_id for a in advantaged} <= set(issued_ids)
+    for group in advantaged:
+        assert group.stats.size == group_size and len({r.rollout.rollout_id for r in group.rollouts}) == group_size
+    in_flight = set(issued_ids) - set(consumed)
+    assert len(in_flight) <= (max_staleness + 1) * groups_per_step, (len(issued_ids), len(consumed))
+    return steps
+
+
+def assert_policy_advanced(infra: InfraConfig, steps: list[dict]) -> None:
+    """The learner published a new version per step, in order (what the generators follow)."""
+    published = asyncio.run(read_events(infra, "policy", WeightsPublished, timeout_s=5))
+    versions = [p.version for p in published]
+    assert versions == sorted(set(versions)) and len(versions) >= 2, versions
+    assert [s["policy_version"] for s in steps if s["trained"]] == versions[-2:]

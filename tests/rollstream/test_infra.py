@@ -7,7 +7,7 @@ from pathlib import Path
 import msgspec
 
 from rollstream import infra
-from rollstream.config import InfraConfig
+from rollstream.config import Config, InfraConfig
 from rollstream.infra import free_port, pid_alive, port_open
 
 
@@ -27,7 +27,8 @@ def test_up_is_idempotent_and_down_stops_only_ours(tmp_path: Path) -> None:
         assert first["redis_url"] == f"redis://127.0.0.1:{config.redis_port}/0"
         report = infra.status(config)
         assert report["kafka_healthy"] and report["redis_healthy"]
-        assert infra.resolve_endpoints(config).redis_url == first["redis_url"]
+        resolved = infra.with_local_endpoints(Config(infra=config)).infra  # what the CLI passes on
+        assert (resolved.kafka_bootstrap, resolved.redis_url) == (first["kafka_bootstrap"], first["redis_url"])
 
         second = infra.up(config)  # idempotent: same processes
         assert {n: r["pid"] for n, r in second["processes"].items()} == pids
@@ -52,10 +53,22 @@ def test_existing_redis_is_used_not_started(tmp_path: Path, redis_url: str) -> N
 def test_missing_infrastructure_is_a_clear_error(tmp_path: Path) -> None:
     import pytest
 
-    from rollstream.errors import InfraError
+    from rollstream.errors import ConfigError
 
-    with pytest.raises(InfraError, match="rollstream infra up"):
+    with pytest.raises(ConfigError, match="rollstream infra up"):
+        infra.with_local_endpoints(Config(infra=InfraConfig(state_dir=str(tmp_path / "none"))))
+    with pytest.raises(ConfigError, match="infra.kafka_bootstrap is not set"):  # a stage never guesses
         infra.resolve_endpoints(InfraConfig(state_dir=str(tmp_path / "none")))
+
+
+def test_configured_endpoints_are_never_replaced(tmp_path: Path) -> None:
+    """A configured broker and Redis are used as they are, whatever a state file says."""
+    config = Config(infra=InfraConfig(state_dir=str(tmp_path / "s"), kafka_bootstrap="kafka:9092",
+                                      redis_url="redis://redis:6379/0"))
+    (tmp_path / "s").mkdir()
+    (tmp_path / "s" / "infra.json").write_text('{"kafka_bootstrap": "127.0.0.1:1", "redis_url": "redis://x:1/0"}')
+    assert infra.with_local_endpoints(config) == config
+    assert infra.resolve_endpoints(config) == infra.Endpoints("kafka:9092", "redis://redis:6379/0")
 
 
 def test_state_file_is_json(tmp_path: Path) -> None:
