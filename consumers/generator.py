@@ -27,6 +27,7 @@ Guarantees:
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import socket
@@ -46,6 +47,7 @@ from rollstream.config import Config, GeneratorConfig
 from rollstream.errors import BackendError
 from rollstream.kafka import Delivery, EventConsumer, EventProducer, ensure_topics
 from rollstream.metrics import StageMetrics, serve_metrics
+from rollstream.retry import retry
 from schemas.events import ActionGenerated, PromptIssued, Rollout, SamplingParams
 
 log = logging.getLogger(__name__)
@@ -260,17 +262,11 @@ class GeneratorStage:
         return actions
 
     async def _generate_with_retry(self, requests: list[GenerationRequest], attempts: int = 3) -> list[Completion]:
-        delay = 1.0
-        for attempt in range(1, attempts + 1):
-            try:
-                return await self.backend.generate(requests)
-            except BackendError as exc:
-                if attempt == attempts:
-                    raise  # the stage stops; uncommitted prompts are redelivered to a healthy generator
-                log.warning("generate failed (attempt %d/%d): %s; retrying in %.0fs", attempt, attempts, exc, delay)
-                await asyncio.sleep(delay)
-                delay *= 2
-        raise AssertionError("unreachable")
+        # After the last attempt the error stops the stage: uncommitted prompts are redelivered
+        # to a healthy generator.
+        return await retry(functools.partial(self.backend.generate, requests), what="generate",
+                           retry_on=(BackendError,), attempts=attempts, first_delay_s=1.0,
+                           max_delay_s=4.0)
 
     async def publish(self, batch: Sequence[Prepared], actions: list[ActionGenerated]) -> None:
         """Send the batch's actions, wait for every ack, then mark its prompts done and commit."""

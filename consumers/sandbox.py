@@ -40,6 +40,7 @@ import msgspec
 
 from rollstream.config import ExecutorConfig
 from rollstream.errors import SandboxError
+from rollstream.retry import retry
 from schemas.events import SandboxLimits
 
 log = logging.getLogger(__name__)
@@ -389,21 +390,14 @@ class DockerSandboxPool:
 
     async def _replace(self, warm: _Warm) -> None:
         await self._remove(warm)
-        delay = 0.5
-        for attempt in range(5):
-            try:
-                self._idle.put_nowait(await self._spawn())
-                return
-            except Exception as exc:  # a Docker hiccup: back off, retry
-                if attempt == 4:
-                    log.error("could not replace sandbox %s: %s", warm.sandbox_id, exc)
-                    self._broken = exc
-                    return
-                log.warning(
-                    "replacing sandbox %s failed (%s); retrying in %.1fs", warm.sandbox_id, exc, delay
-                )
-                await asyncio.sleep(delay)
-                delay *= 2
+        try:  # whatever Docker or its HTTP client raise: a hiccup until it happened five times
+            fresh = await retry(self._spawn, what=f"replacing sandbox {warm.sandbox_id}",
+                                retry_on=(Exception,), attempts=5, first_delay_s=0.5, max_delay_s=4.0)
+        except Exception as exc:  # a background task has no caller: execute() reports it
+            log.error("could not replace sandbox %s: %s", warm.sandbox_id, exc)
+            self._broken = exc
+            return
+        self._idle.put_nowait(fresh)
 
     async def _acquire(self) -> _Warm:
         while True:

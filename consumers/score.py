@@ -20,6 +20,7 @@ Output: per input completion, in input order, ``{"line", "task_id", "reward", "c
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import json
 import sys
@@ -34,6 +35,7 @@ from consumers.rewards import RewardRegistry, Scored, default_registry
 from consumers.sandbox import Job, RunResult, SandboxBackend
 from rollstream.config import Config
 from rollstream.errors import ConfigError, SandboxError
+from rollstream.retry import retry
 from schemas.events import RewardSpec, SandboxAudit, SandboxLimits
 from schemas.tasks import TaskSpec, decode_task
 
@@ -64,16 +66,8 @@ async def evaluate(
     prepared = kind.prepare(spec, completion, job_id)
     if isinstance(prepared, Scored):
         return Evaluation(scored=prepared)
-    delay = 0.5
-    for attempt in range(1, attempts + 1):
-        try:
-            result = await backend.execute(prepared)
-            break
-        except SandboxError:
-            if attempt == attempts:
-                raise
-            await asyncio.sleep(delay)
-            delay *= 2
+    result = await retry(functools.partial(backend.execute, prepared), what=f"sandbox run of {job_id}",
+                         retry_on=(SandboxError,), attempts=attempts, first_delay_s=0.5, max_delay_s=4.0)
     return Evaluation(scored=kind.score(spec, completion, result), job=prepared, result=result)
 
 

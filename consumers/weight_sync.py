@@ -27,6 +27,7 @@ from typing import Any, Protocol
 
 from consumers.backends.base import GenerationBackend
 from rollstream.errors import BackendError, WeightStoreError
+from rollstream.retry import Backoff, retry
 
 log = logging.getLogger(__name__)
 
@@ -75,23 +76,25 @@ class WeightSync:
 
     async def load_initial(self, attempts: int = 3) -> None:
         """Before the first batch: load the store's latest version, if any (keep the base on failure)."""
-        for attempt in range(attempts):
-            try:
-                latest = await self.store.latest_version()
-                if latest is None or latest <= self.backend.policy_version:
-                    return
-                self.announced = max(self.announced, latest)
-                await self._fetch()
-                await self.apply_pending()
-                return
-            except WeightStoreError as exc:
-                log.warning("initial weights fetch failed (attempt %d/%d): %s", attempt + 1, attempts, exc)
-                await asyncio.sleep(min(2**attempt, self.max_backoff_s))
+        try:
+            await retry(self._load_latest, what="initial weights fetch", retry_on=(WeightStoreError,),
+                        attempts=attempts, first_delay_s=1.0, max_delay_s=self.max_backoff_s)
+        except WeightStoreError as exc:
+            log.warning("no initial weights after %d attempts (%s); serving v%d", attempts, exc,
+                        self.backend.policy_version)
+
+    async def _load_latest(self) -> None:
+        latest = await self.store.latest_version()
+        if latest is None or latest <= self.backend.policy_version:
+            return
+        self.announced = max(self.announced, latest)
+        await self._fetch()
+        await self.apply_pending()
 
     async def run(self) -> None:
         """Follow announcements and prefetch forever (cancel to stop)."""
         follower = asyncio.create_task(self._follow())
-        backoff = self.poll_s
+        backoff = Backoff(self.poll_s, self.max_backoff_s)
         try:
             while True:
                 if self.announced <= self._have():
@@ -105,29 +108,31 @@ class WeightSync:
                     continue
                 try:
                     await self._fetch()
-                    backoff = self.poll_s
+                    backoff.reset()
                 except WeightStoreError as exc:
                     self.fetch_failures += 1
+                    delay = backoff.next_delay()
                     log.warning("fetching weights v%d failed (%s); serving v%d, retrying in %.1fs",
-                                self.announced, exc, self.backend.policy_version, backoff)
-                    await asyncio.sleep(backoff)
-                    backoff = min(backoff * 2, self.max_backoff_s)
+                                self.announced, exc, self.backend.policy_version, delay)
+                    await asyncio.sleep(delay)
         finally:
             follower.cancel()
 
     async def _follow(self) -> None:
-        backoff = self.poll_s
+        backoff = Backoff(self.poll_s, self.max_backoff_s)
         while True:
             try:
                 async for version in self.store.updates(poll_s=self.poll_s):
-                    backoff = self.poll_s
+                    backoff.reset()
                     if version > self.announced:
                         self.announced = version
                         self._wake.set()
+                problem = "ended"
             except (WeightStoreError, OSError, ConnectionError) as exc:
-                log.warning("weight announcements interrupted (%s); resubscribing in %.1fs", exc, backoff)
-            await asyncio.sleep(backoff)  # updates() ended or failed: resubscribe
-            backoff = min(backoff * 2, self.max_backoff_s)
+                problem = f"interrupted ({exc})"
+            delay = backoff.next_delay()
+            log.warning("weight announcements %s; resubscribing in %.1fs", problem, delay)
+            await asyncio.sleep(delay)
 
     async def _fetch(self) -> None:
         """Fetch and verify the newest version into the ready slot (only the newest is kept)."""

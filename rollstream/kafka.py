@@ -32,11 +32,10 @@ from typing import Any, Generic, TypeVar
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaConnectionError, TopicAlreadyExistsError
-from aiokafka.errors import KafkaError as AIOKafkaError
 from aiokafka.partitioner import DefaultPartitioner
 
 from rollstream.config import InfraConfig
-from rollstream.errors import KafkaError
+from rollstream.errors import KafkaError, converted
 from rollstream.infra import resolve_endpoints
 from rollstream.metrics import StageMetrics
 from rollstream.retry import retry
@@ -70,22 +69,22 @@ async def ensure_topics(infra: InfraConfig, names: Iterable[str], *, with_dlq: b
         if with_dlq and not name.endswith(".dlq"):
             wanted[topic_name(infra, dlq_spec(name).name)] = 1
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap_of(infra), client_id="rollstream-admin")
-    await retry(admin.start, what="connect admin client", retry_on=(KafkaConnectionError, OSError))
+    with converted("connecting the admin client", into=KafkaError):
+        await retry(admin.start, what="connect admin client", retry_on=(KafkaConnectionError, OSError))
     try:
-        existing = set(await admin.list_topics())
-        new = [
-            NewTopic(name, num_partitions=parts, replication_factor=infra.replication_factor)
-            for name, parts in wanted.items()
-            if name not in existing
-        ]
-        if new:
-            try:
-                await admin.create_topics(new)
-            except TopicAlreadyExistsError:
-                pass  # a concurrent creator won the race
-            log.info("created topics %s", ", ".join(t.name for t in new))
-    except AIOKafkaError as exc:
-        raise KafkaError(f"creating topics {sorted(wanted)} failed: {exc}") from exc
+        with converted(f"creating topics {sorted(wanted)}", into=KafkaError):
+            existing = set(await admin.list_topics())
+            new = [
+                NewTopic(name, num_partitions=parts, replication_factor=infra.replication_factor)
+                for name, parts in wanted.items()
+                if name not in existing
+            ]
+            if new:
+                try:
+                    await admin.create_topics(new)
+                except TopicAlreadyExistsError:
+                    pass  # a concurrent creator won the race
+                log.info("created topics %s", ", ".join(t.name for t in new))
     finally:
         await admin.close()
 
@@ -152,7 +151,9 @@ class EventProducer:
             max_request_size=max(self.infra.max_batch_bytes, 8 << 20),
             request_timeout_ms=30000,
         )
-        await retry(self._producer.start, what="connect producer", retry_on=(KafkaConnectionError, OSError))
+        with converted("connecting the producer", into=KafkaError):
+            await retry(self._producer.start, what="connect producer",
+                        retry_on=(KafkaConnectionError, OSError))
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -169,10 +170,8 @@ class EventProducer:
     async def enqueue(self, name: str, event: Event) -> asyncio.Future[Any]:
         """Queue ``event`` on registry topic ``name``; the returned future resolves on ack."""
         full_name, key, value = self._record(name, event)
-        try:
+        with converted(f"producing to {name}", into=KafkaError):
             return await self.raw.send(full_name, value, key=key)
-        except AIOKafkaError as exc:
-            raise KafkaError(f"producing to {name} failed: {exc}") from exc
 
     def _record(self, name: str, event: Event) -> tuple[str, bytes | None, bytes]:
         """(full topic name, key, encoded value) of ``event`` on registry topic ``name``."""
@@ -202,7 +201,7 @@ class EventProducer:
         futures: list[asyncio.Future[Any]] = []
         open_batches: dict[tuple[str, int], Any] = {}  # (topic, partition) -> aiokafka BatchBuilder
         partitions: dict[str, list[int]] = {}
-        try:
+        with converted(lambda: f"producing to {sorted(partitions)}", into=KafkaError):
             for name, event in items:
                 full_name, key, value = self._record(name, event)
                 if full_name not in partitions:
@@ -219,15 +218,11 @@ class EventProducer:
             for (full_name, partition), batch in open_batches.items():
                 batch.close()
                 futures.append(await raw.send_batch(batch, full_name, partition=partition))
-        except AIOKafkaError as exc:
-            raise KafkaError(f"producing to {sorted(partitions)} failed: {exc}") from exc
         return futures
 
     async def _settle(self, futures: list[asyncio.Future[Any]], names: list[str]) -> None:
-        try:
+        with converted(lambda: f"acknowledgement of records for {sorted(set(names))}", into=KafkaError):
             await asyncio.gather(*futures)
-        except AIOKafkaError as exc:
-            raise KafkaError(f"broker did not acknowledge records for {sorted(set(names))}: {exc}") from exc
         if self.metrics is not None:
             for name in names:
                 self.metrics.records_out(self.stage, name).inc()
@@ -348,7 +343,9 @@ class EventConsumer(Generic[E]):
             heartbeat_interval_ms=1000,
         )
         self._consumer.subscribe([self.topic], listener=_Rebalance(self))
-        await retry(self._consumer.start, what="connect consumer", retry_on=(KafkaConnectionError, OSError))
+        with converted("connecting the consumer", into=KafkaError):
+            await retry(self._consumer.start, what="connect consumer",
+                        retry_on=(KafkaConnectionError, OSError))
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -409,10 +406,8 @@ class EventConsumer(Generic[E]):
             offsets = {p: o for p, o in offsets.items() if p in wanted}
         if not offsets:
             return
-        try:
+        with converted(lambda: f"commit of {self.topic} {offsets}", into=KafkaError):
             await self.raw.commit({TopicPartition(self.topic, p): o for p, o in offsets.items()})
-        except AIOKafkaError as exc:
-            raise KafkaError(f"commit of {self.topic} {offsets} failed: {exc}") from exc
 
     def pending(self) -> int:
         """Records received and not yet done."""

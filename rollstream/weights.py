@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import logging
 import time
 import warnings
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -42,12 +41,9 @@ import redis.asyncio as aioredis
 import torch
 import xxhash
 from msgspec import Meta
-from redis.exceptions import RedisError
 
-from rollstream.errors import WeightStoreError
+from rollstream.errors import WeightStoreError, converted
 from schemas import WeightsPublished
-
-log = logging.getLogger(__name__)
 
 DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32,
@@ -204,7 +200,7 @@ class WeightStore:
         """Write ``state_dict`` as ``version``, move ``latest``, announce it, expire old versions."""
         entries, chunks = await asyncio.to_thread(pack, state_dict, self.chunk_bytes)
         digests = [chunk_digest(c) for c in chunks]
-        try:
+        with converted(f"publishing weights version {version}", into=WeightStoreError):
             for batch in pipeline_batches([c.nbytes for c in chunks], self.pipeline_bytes):
                 async with self.client.pipeline(transaction=False) as pipe:
                     for i in batch:
@@ -225,8 +221,6 @@ class WeightStore:
                 await pipe.execute()
             await self.client.publish(self.channel, str(version))
             await self._expire_old(version)
-        except RedisError as exc:
-            raise WeightStoreError(f"publishing weights version {version} failed: {exc}") from exc
         return WeightsPublished(
             version=version, step=step, manifest_key=self._manifest_key(version),
             checksum=checksum(manifest_bytes), num_bytes=manifest.total_bytes, dtype=manifest.dtype,
@@ -253,10 +247,8 @@ class WeightStore:
             await pipe.execute()
 
     async def latest_version(self) -> int | None:
-        try:
+        with converted("reading the latest weights version", into=WeightStoreError):
             value = await self.client.get(f"{self.prefix}latest")
-        except RedisError as exc:
-            raise WeightStoreError(f"reading the latest weights version failed: {exc}") from exc
         return int(value) if value is not None else None
 
     async def manifest(self, version: int) -> Manifest:
@@ -267,7 +259,7 @@ class WeightStore:
 
     async def fetch(self, version: int | None = None) -> tuple[int, dict[str, torch.Tensor]]:
         """Read and verify a whole version (default: latest). Raises WeightStoreError, loads nothing, on any fault."""
-        try:
+        with converted(lambda: f"fetching weights version {version}", into=WeightStoreError):
             if version is None:
                 version = await self.latest_version()
                 if version is None:
@@ -289,27 +281,25 @@ class WeightStore:
                     if chunk_digest(value) != entry.digest:
                         raise WeightStoreError(f"weights version {version}: chunk {i} is corrupted (digest mismatch)")
                     chunks.append(value)
-        except RedisError as exc:
-            raise WeightStoreError(f"fetching weights version {version} failed: {exc}") from exc
         return version, unpack(manifest, chunks)
 
     async def updates(self, poll_s: float = 5.0) -> AsyncIterator[int]:
-        """Yield each new version number once, newest first seen: pub/sub, with polling as fallback."""
+        """Yield each new version number once, newest first seen: pub/sub, with polling as fallback.
+
+        A Redis fault ends it with WeightStoreError; the caller resubscribes (with backoff)."""
         last = -1
         pubsub = self.client.pubsub()
         try:
-            await pubsub.subscribe(self.channel)
+            with converted("subscribing to weight announcements", into=WeightStoreError):
+                await pubsub.subscribe(self.channel)
             while True:
-                try:
+                with converted("waiting for weight announcements", into=WeightStoreError):
                     await pubsub.get_message(ignore_subscribe_messages=True, timeout=poll_s)
-                    latest = await self.latest_version()  # also catches announcements missed while away
-                except RedisError as exc:
-                    log.warning("weight updates: Redis error %s; retrying in %.0fs", exc, poll_s)
-                    await asyncio.sleep(poll_s)
-                    continue
+                latest = await self.latest_version()  # also catches announcements missed while away
                 if latest is not None and latest > last:
                     last = latest
                     yield latest
         finally:
-            await pubsub.aclose()
+            with converted("closing the announcement subscription", into=WeightStoreError):
+                await pubsub.aclose()
 

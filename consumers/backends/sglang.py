@@ -32,7 +32,8 @@ from typing import Any
 import httpx
 
 from consumers.backends.base import Completion, GenerationRequest, error_completion, prompt_too_long
-from rollstream.errors import BackendError
+from rollstream.errors import BackendError, converted
+from rollstream.retry import retry
 
 FINISH = {"stop": "stop", "length": "length", "abort": "abort"}
 MIN_LOGPROB = -1e4  # the schema's floor; SGLang clamps -inf to the dtype's minimum
@@ -142,21 +143,22 @@ class SGLangBackend:
         )
 
     async def _post(self, path: str, payload: dict[str, Any]) -> httpx.Response:
-        """POST with bounded exponential backoff on connection errors and 5xx."""
-        delay = 0.5
-        for attempt in range(self._retries + 1):
-            try:
+        """POST, retried with backoff on transport errors and 5xx (``retries`` times); 4xx is an answer."""
+
+        async def post_once() -> httpx.Response:
+            with converted(f"POST {path}", into=BackendError):
                 response = await self._client.post(path, json=payload)
-                if response.status_code < 500:
-                    return response
-                problem = f"HTTP {response.status_code}: {response.text[:300]}"
-            except httpx.HTTPError as exc:
-                problem = f"{type(exc).__name__}: {exc}"
-            if attempt == self._retries:
-                raise BackendError(f"SGLang {path} failed after {self._retries + 1} attempts: {problem}")
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 10.0)
-        raise AssertionError("unreachable")
+            if response.status_code >= 500:
+                raise BackendError(f"POST {path} failed: HTTP {response.status_code}: {response.text[:300]}")
+            return response
+
+        attempts = self._retries + 1
+        try:
+            return await retry(post_once, what=f"SGLang {path}", retry_on=(BackendError,), attempts=attempts,
+                               first_delay_s=0.5, max_delay_s=10.0)
+        except BackendError as exc:
+            base = self._client.base_url
+            raise BackendError(f"SGLang at {base}: gave up after {attempts} attempts: {exc}") from exc
 
     async def load_weights(self, version: int, state_dict: Mapping[str, Any]) -> None:
         async with self._lock:

@@ -133,3 +133,44 @@ async def test_a_batch_waits_briefly_for_a_fetch_in_progress(tiny_model_dir: Pat
         assert await sync.apply_pending(wait_s=10.0) == 1  # waits for the fetch, then swaps
     finally:
         task.cancel()
+
+
+class DownStore(FlakyStore):
+    """A store whose Redis is down: every read fails; ``updates`` fails ``failures`` times first."""
+
+    def __init__(self, failures: int) -> None:
+        super().__init__({}, version=3, failures=failures)
+        self.reads = self.subscriptions = 0
+
+    async def latest_version(self) -> int | None:
+        self.reads += 1
+        raise WeightStoreError("reading the latest weights version failed: ConnectionError")
+
+    async def updates(self, poll_s: float = 5.0) -> AsyncIterator[int]:
+        self.subscriptions += 1
+        if self.subscriptions <= self.failures:
+            raise WeightStoreError("subscribing to weight announcements failed: ConnectionError")
+        yield self.version
+        await asyncio.sleep(3600)
+
+
+class Base:
+    policy_version = 0
+
+
+async def test_initial_load_gives_up_after_its_attempts_and_keeps_the_base() -> None:
+    store = DownStore(failures=0)
+    sync = WeightSync(store, Base(), max_backoff_s=0.01)  # type: ignore[arg-type]
+    await asyncio.wait_for(sync.load_initial(attempts=3), 5)
+    assert store.reads == 3 and sync.announced == -1
+
+
+async def test_announcements_resubscribe_after_failures() -> None:
+    store = DownStore(failures=2)
+    sync = WeightSync(store, Base(), poll_s=0.01, max_backoff_s=0.02)  # type: ignore[arg-type]
+    follower = asyncio.create_task(sync._follow())
+    try:
+        await _until(lambda: sync.announced == 3, timeout_s=5)
+    finally:
+        follower.cancel()
+    assert store.subscriptions == 3

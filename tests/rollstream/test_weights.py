@@ -113,6 +113,21 @@ async def test_updates_announce_new_versions(store: WeightStore) -> None:
     assert seen == [1, 2]
 
 
+async def test_an_unreachable_redis_is_a_weight_store_error() -> None:
+    nowhere = connect("redis://127.0.0.1:1")  # nothing listens on port 1
+    store = WeightStore(nowhere, key_prefix="unreachable:")
+    try:
+        with pytest.raises(WeightStoreError, match="reading the latest weights version failed: Connection"):
+            await store.fetch()
+        with pytest.raises(WeightStoreError, match="publishing weights version 1 failed: ConnectionError"):
+            await store.publish(1, _random_state(), step=1)
+        with pytest.raises(WeightStoreError, match="subscribing to weight announcements failed"):
+            async for _ in store.updates(poll_s=0.1):
+                pass
+    finally:
+        await nowhere.aclose()
+
+
 @pytest.fixture(scope="module")
 def smollm2_state() -> dict[str, torch.Tensor]:
     from transformers import AutoModelForCausalLM
