@@ -46,7 +46,7 @@ from learner.batch import micro_batches
 from learner.checkpoint import read_step_log
 from learner.model import load_model, merged_state_dict
 from learner.train import run
-from rollstream.config import Config, InfraConfig, LearnerConfig, RLConfig, WeightsConfig, to_toml
+from rollstream.config import CheckpointConfig, Config, InfraConfig, LearnerConfig, RLConfig, WeightsConfig, to_toml
 from rollstream.infra import free_port, start_broker, stop_pid
 from rollstream.kafka import EventProducer, delete_topics, ensure_topics, topic_name
 from rollstream.redis import connect, delete_prefix
@@ -158,7 +158,7 @@ async def interleaved(config: Config, model_dir: Path, steps: list[list[GroupAdv
 
 
 def trained_steps(config: Config) -> list[dict]:
-    return [r for r in read_step_log(config.learner.checkpoint_dir) if r["trained"]]
+    return [r for r in read_step_log(config.learner.checkpoint.dir) if r["trained"]]
 
 
 async def stage_peak_rss(config: Config, tmp: Path, groups: list[GroupAdvantaged]) -> float:
@@ -259,8 +259,8 @@ async def with_infra(redis_url: str, port: int, tmp: Path, name: str, groups_per
     # (rl.max_staleness + 1; the stage process of peak_rss loads this config from TOML).
     staleness = 1000
     config = Config(infra=infra, rl=RLConfig(groups_per_step=groups_per_step, max_staleness=staleness),
-                    learner=LearnerConfig(model=str(model_dir), checkpoint_dir=str(tmp / f"ckpt-{name}"),
-                                          broadcast_every=staleness + 1, checkpoint_every=0, max_steps=max_steps))
+                    learner=LearnerConfig(model=str(model_dir), broadcast_every=staleness + 1, max_steps=max_steps,
+                                          checkpoint=CheckpointConfig(every=0, dir=str(tmp / f"ckpt-{name}"))))
     try:
         return await body(config)
     finally:

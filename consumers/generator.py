@@ -142,12 +142,8 @@ def build_backend(config: Config) -> GenerationBackend:
     from consumers.models import load_model_config, load_tokenizer, max_context, resolve_model
 
     directory, gguf = resolve_model(gen.model)
-    return SGLangBackend(
-        gen.sglang_url, load_tokenizer(gen.model), context=max_context(load_model_config(gen.model)),
-        weights_dir=gen.sglang_weights_dir, model_dir=None if gguf else directory,
-        abort_all_requests=gen.sglang_abort_on_update, flush_cache=gen.sglang_flush_cache,
-        concurrency=gen.sglang_concurrency, timeout_s=gen.sglang_timeout_s,
-    )
+    return SGLangBackend(gen.sglang, load_tokenizer(gen.model), context=max_context(load_model_config(gen.model)),
+                         model_dir=None if gguf else directory)
 
 
 class GeneratorStage:

@@ -27,21 +27,13 @@ estimator.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Literal
 
 import torch
 
+from rollstream.config import LossConfig
+
 LossAgg = Literal["token_mean", "sequence_mean"]
-
-
-@dataclass(frozen=True)
-class LossSettings:
-    clip_low: float = 0.2
-    clip_high: float = 0.28
-    is_cap: float = 2.0
-    loss_agg: LossAgg = "token_mean"
-    kl_beta: float = 0.0
 
 
 def token_logprobs(
@@ -73,7 +65,7 @@ def policy_loss(
     behaviour_logprobs: torch.Tensor,
     advantages: torch.Tensor,
     loss_mask: torch.Tensor,
-    settings: LossSettings,
+    settings: LossConfig,
     *,
     ref_logprobs: torch.Tensor | None = None,
     entropy: torch.Tensor | None = None,

@@ -37,17 +37,15 @@ import torch
 
 from learner import checkpoint as ckpt
 from learner.batch import select_rollouts
-from learner.loss import LossSettings
 from learner.metrics import LearnerMetrics
 from learner.model import (
-    adapter_state_dict,
     add_lora,
     load_model,
     load_tokenizer,
     merged_state_dict,
     pad_id_of,
 )
-from learner.trainer import Trainer, TrainerSettings
+from learner.trainer import Trainer
 from rollstream.config import Config
 from rollstream.infra import resolve_endpoints
 from rollstream.kafka import Delivery, EventConsumer, EventProducer, ensure_topics
@@ -95,16 +93,6 @@ class Lineage:
     recent: RecentIds = field(default_factory=RecentIds)
 
 
-def trainer_settings(config: Config) -> TrainerSettings:
-    c = config.learner
-    return TrainerSettings(
-        lr=c.lr, weight_decay=c.weight_decay, warmup_steps=c.warmup_steps, grad_clip=c.grad_clip,
-        micro_batch=c.micro_batch, updates_per_step=c.updates_per_step,
-        loss=LossSettings(clip_low=c.clip_low, clip_high=c.clip_high, is_cap=c.is_cap, loss_agg=c.loss_agg,
-                          kl_beta=c.kl_beta),
-    )
-
-
 def build_trainer(config: Config, resume_from: Path | None) -> tuple[Trainer, Any, Lineage, dict[int, int]]:
     """Model, tokenizer and trainer, restored from ``resume_from`` when given (blocking: run in a thread)."""
     c = config.learner
@@ -115,10 +103,10 @@ def build_trainer(config: Config, resume_from: Path | None) -> tuple[Trainer, An
     else:
         model = load_model(c.model, c.device)
     ref_model = None
-    if c.kl_beta > 0 and not c.lora:  # LoRA: the reference is the base with adapters off
+    if c.loss.kl_beta > 0 and c.lora is None:  # LoRA: the reference is the base with adapters off
         ref_model = load_model(c.model, c.device).eval().requires_grad_(False)
-    if c.lora:
-        model = add_lora(model, c.lora_rank)
+    if c.lora is not None:
+        model = add_lora(model, c.lora.rank)
         if state is not None:
             from peft import set_peft_model_state_dict
             from safetensors.torch import load_file
@@ -127,7 +115,7 @@ def build_trainer(config: Config, resume_from: Path | None) -> tuple[Trainer, An
     # The checkpoint's copy loads in a second; the GGUF's takes ~20 s.
     tokenizer = (load_tokenizer(str(resume_from / "model")) if resume_from is not None else None) or \
         load_tokenizer(c.model)
-    trainer = Trainer(model, trainer_settings(config), ref_model=ref_model, pad_id=pad_id_of(model, tokenizer),
+    trainer = Trainer(model, c, ref_model=ref_model, pad_id=pad_id_of(model, tokenizer),
                       device=c.device)
     lineage, offsets = Lineage(), {}
     if state is not None:
@@ -145,15 +133,13 @@ def ckpt_recent_groups(path: Path) -> list[str]:
 
 def broadcast_weights(config: Config, model: torch.nn.Module) -> dict[str, torch.Tensor]:
     dtype = getattr(torch, config.learner.broadcast_dtype)
-    if config.learner.lora and config.learner.lora_broadcast == "adapters":
-        return adapter_state_dict(model, dtype)
-    return merged_state_dict(model, dtype)
+    return merged_state_dict(model, dtype)  # adapters alone are refused at start-up (no generator loads them)
 
 
 async def run(config: Config, resume: bool = False) -> None:
     """Run the learner until ``max_steps``, SIGTERM or SIGINT; ``resume`` continues from ``latest``."""
     c = config.learner
-    root = Path(c.checkpoint_dir)
+    root = Path(c.checkpoint.dir)
     resume_from = ckpt.latest_checkpoint(root) if resume else None
     if resume and resume_from is None:
         log.warning("--resume: no checkpoint in %s; starting a new lineage", root)
@@ -214,7 +200,7 @@ class LearnerLoop:
             trained = await self.consume(groups)
             if trained and self.lineage.step % c.broadcast_every == 0:
                 await self.publish()
-            if trained and c.checkpoint_every and self.lineage.step % c.checkpoint_every == 0:
+            if trained and c.checkpoint.every and self.lineage.step % c.checkpoint.every == 0:
                 await self.checkpoint()
         if self.checkpointed != (self.lineage.step, self.lineage.groups_consumed):
             await self.checkpoint()
@@ -271,7 +257,7 @@ class LearnerLoop:
             log.info("step %d: loss %.4f grad %.3f tokens %d (%.0f tok/s) stale %d groups %s", self.lineage.step,
                      result.loss, result.grad_norm, result.tokens, result.tokens / max(result.seconds, 1e-9),
                      selection.stale, record["groups"])
-        ckpt.append_step_log(self.config.learner.checkpoint_dir, record)
+        ckpt.append_step_log(self.config.learner.checkpoint.dir, record)
         await set_groups_consumed(self.redis, self.config.infra, self.lineage.groups_consumed)
         return result is not None
 
@@ -311,15 +297,16 @@ class LearnerLoop:
                 offsets[tp.partition] = await self.consumer.raw.position(tp)
         state = ckpt.CheckpointState(
             step=self.lineage.step, policy_version=self.lineage.version, groups_consumed=self.lineage.groups_consumed,
-            offsets=offsets, topic=self.consumer.topic, lora=self.config.learner.lora, written_at=time.time())
+            offsets=offsets, topic=self.consumer.topic, lora=self.config.learner.lora is not None,
+            written_at=time.time())
         c = self.config.learner
         merged = None
-        if c.lora:
+        if c.lora is not None:
             merged = await asyncio.to_thread(merged_state_dict, self.trainer.model)
         path = await asyncio.to_thread(
-            ckpt.save_checkpoint, c.checkpoint_dir, state, model=self.trainer.model, tokenizer=self.tokenizer,
+            ckpt.save_checkpoint, c.checkpoint.dir, state, model=self.trainer.model, tokenizer=self.tokenizer,
             optimizer=self.trainer.optimizer, scheduler=self.trainer.scheduler, merged_weights=merged,
-            keep=c.checkpoint_keep, extra_files={"recent_groups.txt": "\n".join(self.lineage.recent)})
+            keep=c.checkpoint.keep, extra_files={"recent_groups.txt": "\n".join(self.lineage.recent)})
         await self.consumer.commit()  # only now: committed offsets never run ahead of a checkpoint
         self.checkpointed = (self.lineage.step, self.lineage.groups_consumed)
         self.metrics.checkpoints.inc()

@@ -18,26 +18,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
 from learner.batch import Batch, micro_batches
-from learner.loss import LossSettings, policy_loss, token_logprobs
+from learner.loss import policy_loss, token_logprobs
+from rollstream.config import LearnerConfig, OptimConfig
 from schemas.events import AdvantagedRollout
 
 MEAN_STATS = ("clip_frac_low", "clip_frac_high", "is_mean", "is_trunc_frac", "kl", "entropy")
-
-
-@dataclass(frozen=True)
-class TrainerSettings:
-    lr: float = 1e-6
-    weight_decay: float = 0.0
-    warmup_steps: int = 0
-    grad_clip: float = 1.0
-    micro_batch: int = 8
-    updates_per_step: int = 1
-    loss: LossSettings = field(default_factory=LossSettings)
 
 
 @dataclass
@@ -51,10 +41,10 @@ class StepResult:
     stats: dict[str, float]
 
 
-def build_optimizer(model: torch.nn.Module, settings: TrainerSettings) -> tuple[torch.optim.Optimizer, object]:
+def build_optimizer(model: torch.nn.Module, optim: OptimConfig) -> tuple[torch.optim.Optimizer, object]:
     params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=settings.lr, weight_decay=settings.weight_decay)
-    warmup = settings.warmup_steps
+    optimizer = torch.optim.AdamW(params, lr=optim.lr, weight_decay=optim.weight_decay)
+    warmup = optim.warmup_steps
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda step: min(1.0, (step + 1) / warmup) if warmup > 0 else 1.0
     )
@@ -67,7 +57,7 @@ class Trainer:
     def __init__(
         self,
         model: torch.nn.Module,
-        settings: TrainerSettings,
+        settings: LearnerConfig,
         *,
         ref_model: torch.nn.Module | None = None,
         pad_id: int = 0,
@@ -78,7 +68,7 @@ class Trainer:
         self.ref_model = ref_model
         self.pad_id = pad_id
         self.device = torch.device(device)
-        self.optimizer, self.scheduler = build_optimizer(model, settings)
+        self.optimizer, self.scheduler = build_optimizer(model, settings.optim)
         self.model.train()
 
     def step(self, rollouts: Sequence[AdvantagedRollout]) -> StepResult:
@@ -104,7 +94,7 @@ class Trainer:
                 is_max = max(is_max, stats["is_max"])
                 for key in MEAN_STATS:
                     weighted[key] += stats[key] * stats["tokens"]
-            norm = torch.nn.utils.clip_grad_norm_(self._params(), s.grad_clip)
+            norm = torch.nn.utils.clip_grad_norm_(self._params(), s.optim.grad_clip)
             norms.append(float(norm))
             self.optimizer.step()
             self.optimizer.zero_grad(set_to_none=True)

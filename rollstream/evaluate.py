@@ -11,8 +11,9 @@ A sample *passes* when its code ran cleanly and every test passed. ``--tests`` p
 tests: the task's visible ``reward.tests``, its ``heldout_tests``, or ``all`` (both; the
 default; tasks without held-out tests use their visible ones).
 
-The policy is a checkpoint directory (``--model DIR``, a Hugging Face directory as the
-learner saves it) or the base model (default ``generator.model``, "smollm2").
+The options are the ``[eval]`` section of the config (rollstream/config.py: EvalConfig); the
+command's flags set its keys. The policy is a checkpoint directory (``--model DIR``, a Hugging
+Face directory as the learner saves it) or the base model (default ``generator.model``).
 Generation is deterministic given ``--seed``: sample i of task t uses seed
 ``derive_seed(seed, task_id, i)``.
 """
@@ -33,7 +34,7 @@ from typing import Any
 
 import msgspec
 
-from rollstream.config import Config
+from rollstream.config import Config, EvalConfig
 
 log = logging.getLogger(__name__)
 
@@ -105,27 +106,10 @@ def eval_spec(task: Any, tests: str) -> Any:
     return msgspec.structs.replace(task.reward, tests=chosen)
 
 
-@dataclass(frozen=True)
-class EvalOptions:
-    model: str | None = None  # None: config.generator.model
-    sources: tuple[str, ...] = ()  # empty: config.sampler.sources
-    families: tuple[str, ...] = ()  # empty: all
-    samples: int = 1
-    ks: tuple[int, ...] = (1,)
-    tests: str = "all"
-    limit_per_family: int = 0  # 0: every task
-    batch: int = 8
-    seed: int = 0
-    threads: int = 0  # torch intra-op threads (0: torch's default); 1 avoids thread thrash on busy shared cores
-    json_out: str | None = None
-    completions_out: str | None = None
-    resume: bool = False  # reuse the samples already in completions_out; generate only the missing ones
-    task_ids: tuple[str, ...] = ()  # empty: all
-
-
-def select_tasks(config: Config, options: EvalOptions) -> list[Any]:
+def select_tasks(config: Config) -> list[Any]:
     from producers.sources import load_tasks
 
+    options = config.eval
     tasks = load_tasks(options.sources or config.sampler.sources)
     if options.families:
         tasks = [t for t in tasks if t.family in options.families]
@@ -142,11 +126,11 @@ def select_tasks(config: Config, options: EvalOptions) -> list[Any]:
     return tasks
 
 
-async def run(config: Config, options: EvalOptions = EvalOptions()) -> dict[str, Any]:
-    """Evaluate; prints the table, writes JSON (and completions) if asked, returns the report."""
-    if max(options.ks) > options.samples:
-        raise ValueError(f"pass@{max(options.ks)} needs --samples >= {max(options.ks)}")
-    tasks = select_tasks(config, options)
+async def run(config: Config) -> dict[str, Any]:
+    """Evaluate as ``config.eval`` says; prints the table, writes JSON (and completions) if
+    asked, returns the report."""
+    options = config.eval
+    tasks = select_tasks(config)
     model = options.model or config.generator.model
     started = time.monotonic()
     results = previous_results(options, tasks)
@@ -163,7 +147,7 @@ async def run(config: Config, options: EvalOptions = EvalOptions()) -> dict[str,
         backend = await asyncio.to_thread(TransformersBackend.load, model, config.generator.device)
         log.info("loaded %s in %.0f s; %d samples to generate (%d tasks x %d, %d already scored)", model,
                  time.monotonic() - started, len(missing), len(tasks), options.samples, len(done))
-        tokens = await generate_and_score(config, options, backend, missing, results)
+        tokens = await generate_and_score(config, backend, missing, results)
     summary = summarize(results, options.ks)
     report = {
         "model": model, "sources": list(options.sources or config.sampler.sources), "tests": options.tests,
@@ -178,9 +162,10 @@ async def run(config: Config, options: EvalOptions = EvalOptions()) -> dict[str,
     return report
 
 
-def build_requests(config: Config, options: EvalOptions, tokenizer: Any,
+def build_requests(config: Config, tokenizer: Any,
                    missing: Sequence[tuple[Any, int]]) -> tuple[list[Any], dict[str, tuple[Any, int]]]:
     """Generation requests of the (task, sample index) pairs, shortest prompts first."""
+    options = config.eval
     from consumers.backends.base import GenerationRequest
     from consumers.backends.sampling import derive_seed
     from consumers.generator import resolve_sampling
@@ -202,15 +187,16 @@ def build_requests(config: Config, options: EvalOptions, tokenizer: Any,
     return requests, owners
 
 
-async def generate_and_score(config: Config, options: EvalOptions, backend: Any,
+async def generate_and_score(config: Config, backend: Any,
                              missing: Sequence[tuple[Any, int]], results: list[SampleResult]) -> int:
     """Generate the missing samples in batches; score each batch in the sandbox pool while the
     next one generates. Appends to ``results`` (and the completions file); returns tokens generated."""
+    options = config.eval
     from consumers.rewards import default_registry
     from consumers.sandbox import DockerSandboxPool
     from consumers.score import evaluate
 
-    requests, owners = build_requests(config, options, backend.tokenizer, missing)
+    requests, owners = build_requests(config, backend.tokenizer, missing)
     registry = default_registry()
     mode = "a" if options.resume else "w"
     completions_file = open(options.completions_out, mode) if options.completions_out else None  # noqa: SIM115
@@ -251,7 +237,7 @@ async def generate_and_score(config: Config, options: EvalOptions, backend: Any,
     return tokens
 
 
-def previous_results(options: EvalOptions, tasks: Sequence[Any]) -> list[SampleResult]:
+def previous_results(options: EvalConfig, tasks: Sequence[Any]) -> list[SampleResult]:
     """With ``resume``: the samples of the selected tasks already scored in ``completions_out``."""
     path = Path(options.completions_out) if options.completions_out else None
     if not options.resume or path is None or not path.exists():
@@ -277,66 +263,51 @@ def _messages(config: Config, task: Any) -> list[Any]:
     return messages
 
 
+# `rollstream eval` flag -> the eval key it sets (the flags are short for --set eval.KEY=VALUE).
+FLAGS: dict[str, str] = {
+    "model": "model", "sources": "sources", "families": "families", "task_ids": "task_ids",
+    "limit_per_family": "limit_per_family", "samples": "samples", "k": "ks", "tests": "tests", "batch": "batch",
+    "seed": "seed", "threads": "threads", "json_out": "json_out", "completions_out": "completions_out",
+    "resume": "resume",
+}
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The `rollstream eval` arguments (the CLI adds --config/--set itself)."""
+    """The `rollstream eval` flags (the CLI adds --config/--set itself). Each sets one key of the
+    [eval] section; unset flags leave the config's value."""
     parser.add_argument("--model", help="checkpoint directory or 'smollm2' (default: generator.model)")
-    parser.add_argument("--source", action="append", default=[], dest="sources",
+    parser.add_argument("--source", action="append", dest="sources",
                         help="task source (repeatable): builtin, humaneval[:PATH], jsonl:PATH, hf:PATH "
                              "(default: sampler.sources)")
-    parser.add_argument("--family", action="append", default=[], dest="families", help="only these families")
-    parser.add_argument("--samples", type=int, default=1, help="samples per task (n)")
-    parser.add_argument("--k", default="1", help="comma-separated k values of pass@k (each <= --samples)")
-    parser.add_argument("--tests", choices=("all", "visible", "heldout"), default="all")
-    parser.add_argument("--limit-per-family", type=int, default=0, help="first N tasks of each family (0 = all)")
-    parser.add_argument("--batch", type=int, default=8, help="completions per generate call")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default)")
+    parser.add_argument("--family", action="append", dest="families", help="only these families (repeatable)")
+    parser.add_argument("--task", action="append", dest="task_ids", help="only these task ids (repeatable)")
+    parser.add_argument("--limit-per-family", type=int, help="first N tasks of each family (0 = all)")
+    parser.add_argument("--samples", type=int, help="samples per task (n)")
+    parser.add_argument("--k", help="comma-separated k values of pass@k (each <= --samples)")
+    parser.add_argument("--tests", choices=("all", "visible", "heldout"))
+    parser.add_argument("--batch", type=int, help="completions per generate call")
+    parser.add_argument("--seed", type=int)
+    parser.add_argument("--threads", type=int, help="torch threads (0 = torch default)")
     parser.add_argument("--json", dest="json_out", help="write the report as JSON here")
     parser.add_argument("--completions", dest="completions_out", help="write every completion and verdict (JSONL)")
-    parser.add_argument("--resume", action="store_true",
+    parser.add_argument("--resume", action="store_true", default=None,
                         help="keep the samples already in --completions and generate only the missing ones")
-    parser.add_argument("--task", action="append", default=[], dest="task_ids", help="only these task ids")
 
 
-def options_from(args: argparse.Namespace) -> EvalOptions:
-    """EvalOptions from ``add_arguments``'s namespace (tolerates the CLI's shorter variant:
-    ``--families a,b`` and ``--limit``)."""
-    families = getattr(args, "families", None) or ()
-    if isinstance(families, str):
-        families = [f for f in families.split(",") if f.strip()]
-    samples = int(getattr(args, "samples", 1) or 1)
-    k_text = getattr(args, "k", None)
-    ks = {int(k) for k in str(k_text).split(",") if k.strip()} if k_text else {1, samples}
-    return EvalOptions(
-        model=getattr(args, "model", None), sources=tuple(getattr(args, "sources", None) or ()),
-        families=tuple(families), samples=samples, ks=tuple(sorted(ks)), tests=getattr(args, "tests", "all"),
-        limit_per_family=int(getattr(args, "limit_per_family", None) or getattr(args, "limit", 0) or 0),
-        batch=int(getattr(args, "batch", 8)), seed=int(getattr(args, "seed", 0)),
-        threads=int(getattr(args, "threads", 0)), json_out=getattr(args, "json_out", None),
-        completions_out=getattr(args, "completions_out", None), resume=bool(getattr(args, "resume", False)),
-        task_ids=tuple(getattr(args, "task_ids", None) or ()),
-    )
+def eval_overrides(args: argparse.Namespace) -> list[str]:
+    """The ``eval.KEY=VALUE`` overrides the flags given on the command line stand for."""
+    out = []
+    for flag, key in FLAGS.items():
+        value = getattr(args, flag, None)
+        if value is None:
+            continue
+        if flag == "k":
+            value = [int(k) for k in str(value).split(",") if k.strip()]
+        out.append(f"eval.{key}={msgspec.json.encode(value).decode()}")
+    return out
 
 
 async def eval_main(config: Config, args: argparse.Namespace) -> int:
-    """`rollstream eval`: what rollstream/cli.py calls; exit code 0."""
-    await run(config, options_from(args))
+    """`rollstream eval`: what rollstream/cli.py calls (the flags are already in ``config.eval``)."""
+    await run(config)
     return 0
-
-
-def main(argv: Sequence[str] | None = None) -> None:
-    """``python -m rollstream.evaluate [--config F] [--set k=v ...] ARGS`` (same as `rollstream eval`)."""
-    from rollstream.config import load_config
-    from rollstream.lifecycle import setup_logging
-
-    parser = argparse.ArgumentParser(prog="rollstream eval", description=__doc__.splitlines()[0])
-    parser.add_argument("--config")
-    parser.add_argument("--set", action="append", default=[], dest="overrides", metavar="SECTION.KEY=VALUE")
-    add_arguments(parser)
-    args = parser.parse_args(argv)
-    setup_logging()
-    asyncio.run(run(load_config(args.config, args.overrides), options_from(args)))
-
-
-if __name__ == "__main__":
-    main()

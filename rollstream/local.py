@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import shlex
 import signal
 import subprocess
@@ -22,21 +21,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rollstream import infra
-from rollstream.config import Config, load_config
+from rollstream.config import Config, load_config, profile_path
 from rollstream.errors import ConfigError
 
-# A short run that fits a 2-core CPU machine; anything the user sets wins over these.
-QUICK_PROFILE = (
-    "rl.group_size=4",
-    "rl.groups_per_step=2",
-    "rl.max_staleness=1",
-    "generator.max_new_tokens=160",
-    "generator.max_batch_prompts=2",
-    "generator.torch_threads=1",  # learner and generator share 2 cores: one thread each is faster
-    "learner.micro_batch=4",
-    "learner.lr=2e-6",
-    "executor.concurrency=4",
-)
+# A short run that fits a 2-core CPU machine (rollstream/profiles/quick.toml); anything the user
+# sets wins over it.
+PROFILE = "quick"
 PROGRESS_EVERY_S = 5.0
 
 
@@ -59,17 +49,16 @@ def run_pipeline(config: Config, args: argparse.Namespace) -> int:
     run_id = time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:4]
     base = Path(config.infra.state_dir).resolve()
     run_dir = base / "runs" / run_id
-    user_keys = _user_keys(args)
+    profile = str(profile_path(PROFILE))
     overrides = [
-        *(o for o in QUICK_PROFILE if o.split("=")[0] not in user_keys),  # the user's choices win
         *args.overrides,
         f"learner.max_steps={args.max_steps}",
         f"infra.state_dir={base}",
         f"infra.topic_prefix={config.infra.topic_prefix}{run_id}.",
         f"infra.key_prefix={config.infra.key_prefix}{run_id}:",
-        f"learner.checkpoint_dir={run_dir / 'checkpoints'}",
+        f"learner.checkpoint.dir={run_dir / 'checkpoints'}",
     ]
-    resolved = load_config(args.config, overrides)
+    resolved = load_config(args.config, overrides, profile=profile)
     if not _docker_image_present(resolved.executor.image):
         raise ConfigError(
             f"sandbox image {resolved.executor.image!r} not found: build it with "
@@ -79,14 +68,15 @@ def run_pipeline(config: Config, args: argparse.Namespace) -> int:
     state = infra.up(resolved.infra)  # what is configured and answers is used, the rest started
     # Resolved once, here: every child gets the endpoints explicitly.
     overrides += [f"infra.kafka_bootstrap={state['kafka_bootstrap']}", f"infra.redis_url={state['redis_url']}"]
-    resolved = load_config(args.config, overrides)
+    resolved = load_config(args.config, overrides, profile=profile)
     print(f"run {run_id}: kafka {resolved.infra.kafka_bootstrap}, redis {resolved.infra.redis_url}, logs {run_dir}")
     from rollstream.kafka import ensure_topics
     from schemas import TOPICS
 
     asyncio.run(ensure_topics(resolved.infra, list(TOPICS)))
     children: list[Child] = []
-    cli_args = (["--config", args.config] if args.config else []) + [a for o in overrides for a in ("--set", o)]
+    cli_args = ["--profile", profile] + (["--config", args.config] if args.config else []) + \
+        [a for o in overrides for a in ("--set", o)]
     try:
         plan = [("learner", 1), ("stream", 1), ("executor", args.executors), ("generator", args.generators),
                 ("sampler", 1)]
@@ -99,18 +89,6 @@ def run_pipeline(config: Config, args: argparse.Namespace) -> int:
         asyncio.run(_delete_run_keys(resolved))
         if not was_up and not args.keep_infra:
             infra.down(resolved.infra)
-
-
-def _user_keys(args: argparse.Namespace) -> set[str]:
-    keys = {o.split("=")[0].strip() for o in args.overrides}
-    keys |= {name[len("ROLLSTREAM__"):].lower().replace("__", ".") for name in os.environ
-             if name.startswith("ROLLSTREAM__")}
-    if args.config:
-        import tomllib
-
-        for section, table in tomllib.loads(Path(args.config).read_text()).items():
-            keys |= {f"{section}.{key}" for key in table}
-    return keys
 
 
 def _spawn(stage: str, index: int, cli_args: list[str], run_dir: Path) -> Child:
@@ -138,7 +116,7 @@ def _supervise(config: Config, children: list[Child]) -> int:
             if child is learner and code == 0:
                 print(f"learner finished {config.learner.max_steps} steps")
                 _print_tail(learner, 40, only="learner.train")
-                print(f"checkpoints: {config.learner.checkpoint_dir}")
+                print(f"checkpoints: {config.learner.checkpoint.dir}")
                 return 0
             print(f"{child.name} exited with {code}; stopping the run. Last lines of {child.log}:")
             _print_tail(child, 30)

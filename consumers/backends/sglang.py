@@ -32,6 +32,7 @@ from typing import Any
 import httpx
 
 from consumers.backends.base import Completion, GenerationRequest, error_completion, prompt_too_long
+from rollstream.config import SGLangConfig
 from rollstream.errors import BackendError, converted
 from rollstream.retry import retry
 
@@ -42,19 +43,18 @@ MIN_LOGPROB = -1e4  # the schema's floor; SGLang clamps -inf to the dtype's mini
 class SGLangBackend:
     """See the module docstring. ``transport`` lets tests inject an ``httpx.MockTransport``."""
 
-    def __init__(self, base_url: str, tokenizer: Any, *, context: int, weights_dir: str | Path,
-                 model_dir: str | None = None, abort_all_requests: bool = False, flush_cache: bool = True,
-                 concurrency: int = 64, timeout_s: float = 600.0, retries: int = 3, send_seed: bool = True,
-                 original_logprobs: bool = False, policy_version: int = 0,
+    def __init__(self, server: SGLangConfig, tokenizer: Any, *, context: int, model_dir: str | None = None,
+                 retries: int = 3, send_seed: bool = True, original_logprobs: bool = False, policy_version: int = 0,
                  transport: httpx.AsyncBaseTransport | None = None) -> None:
         self.tokenizer = tokenizer
         self.max_context = context
-        self._client = httpx.AsyncClient(base_url=base_url.rstrip("/"), timeout=timeout_s, transport=transport)
-        self._weights_dir = Path(weights_dir)
+        self._client = httpx.AsyncClient(base_url=server.url.rstrip("/"), timeout=server.timeout_s,
+                                         transport=transport)
+        self._weights_dir = Path(server.weights_dir)
         self._model_dir = Path(model_dir) if model_dir else None
-        self._abort_all_requests = abort_all_requests
-        self._flush_cache = flush_cache
-        self._semaphore = asyncio.Semaphore(concurrency)
+        self._abort_all_requests = server.abort_on_update
+        self._flush_cache = server.flush_cache
+        self._semaphore = asyncio.Semaphore(server.concurrency)
         self._retries = retries
         self._send_seed = send_seed
         self._original_logprobs = original_logprobs

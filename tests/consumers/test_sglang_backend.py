@@ -20,6 +20,7 @@ import torch
 
 from consumers.backends.base import GenerationRequest, Sampling
 from consumers.backends.sglang import SGLangBackend
+from rollstream.config import SGLangConfig
 from rollstream.errors import BackendError
 
 
@@ -89,9 +90,11 @@ def fake() -> FakeSGLang:
     return FakeSGLang()
 
 
-def _backend(fake: FakeSGLang, tmp_path: Path, **kwargs: Any) -> SGLangBackend:
-    return SGLangBackend("http://sglang.test", tokenizer=None, context=128, weights_dir=tmp_path / "w",
-                         transport=httpx.MockTransport(fake.handle), **kwargs)
+def _backend(fake: FakeSGLang, tmp_path: Path, *, retries: int = 3, model_dir: str | None = None,
+             **server: Any) -> SGLangBackend:
+    config = SGLangConfig(url="http://sglang.test", weights_dir=str(tmp_path / "w"), **server)
+    return SGLangBackend(config, tokenizer=None, context=128, model_dir=model_dir, retries=retries,
+                         transport=httpx.MockTransport(fake.handle))
 
 
 def _request(i: int, prompt: list[int], **sampling: Any) -> GenerationRequest:
@@ -153,7 +156,7 @@ async def test_weight_update_from_disk_writes_safetensors_and_versions(fake: Fak
     model_dir = tmp_path / "model"
     model_dir.mkdir()
     (model_dir / "config.json").write_text("{}")
-    backend = _backend(fake, tmp_path, model_dir=str(model_dir), abort_all_requests=True, flush_cache=False)
+    backend = _backend(fake, tmp_path, model_dir=str(model_dir), abort_on_update=True, flush_cache=False)
     embed = torch.randn(10, 4, dtype=torch.bfloat16)
     state = {"model.embed_tokens.weight": embed, "lm_head.weight": embed}  # tied: aliased tensors
     await backend.load_weights(1, state)
@@ -184,8 +187,8 @@ async def test_unreachable_server_is_a_backend_error(tmp_path: Path) -> None:
     def refuse(request: httpx.Request) -> httpx.Response:
         raise httpx.ConnectError("connection refused", request=request)
 
-    backend = SGLangBackend("http://sglang.test", None, context=64, weights_dir=tmp_path, retries=1,
-                            transport=httpx.MockTransport(refuse))
+    backend = SGLangBackend(SGLangConfig(url="http://sglang.test", weights_dir=str(tmp_path)), None, context=64,
+                            retries=1, transport=httpx.MockTransport(refuse))
     assert not await backend.health()
     with pytest.raises(BackendError, match="ConnectError"):
         await backend.generate([_request(0, [1, 2])])

@@ -8,8 +8,9 @@ import pytest
 import torch
 
 from learner.batch import collate, micro_batches, select_rollouts
-from learner.loss import LossSettings, aggregate, policy_loss, token_logprobs
-from learner.trainer import Trainer, TrainerSettings, sequence_logprob
+from learner.loss import aggregate, policy_loss, token_logprobs
+from learner.trainer import Trainer, sequence_logprob
+from rollstream.config import LearnerConfig, LossConfig, OptimConfig
 from schemas.events import AdvantagedRollout
 from tests.learner.conftest import group, rollout
 
@@ -42,7 +43,7 @@ def on_policy_items(model: torch.nn.Module) -> list[AdvantagedRollout]:
 def test_on_policy_gradient_is_plain_policy_gradient(model: torch.nn.Module, agg: str) -> None:
     items = on_policy_items(model)
     batch = collate(items)
-    settings = LossSettings(loss_agg=agg)
+    settings = LossConfig(loss_agg=agg)
     logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
     logp, entropy = token_logprobs(logits, batch.input_ids)
     loss, stats = policy_loss(logp, logp.detach(), batch.behaviour_logprobs, batch.advantages, batch.loss_mask,
@@ -69,7 +70,7 @@ def test_on_policy_gradient_is_plain_policy_gradient(model: torch.nn.Module, agg
 def test_trainer_step_moves_along_plain_gradient(model: torch.nn.Module) -> None:
     """One SGD-like AdamW step (first Adam step = lr * sign(grad)) on on-policy data."""
     items = on_policy_items(model)
-    trainer = Trainer(model, TrainerSettings(lr=1e-3, micro_batch=3, grad_clip=1e9))
+    trainer = Trainer(model, LearnerConfig(micro_batch=3, optim=OptimConfig(lr=1e-3, grad_clip=1e9)))
     before = [p.detach().clone() for p in model.parameters()]
     batch = collate(items)
     logp_before = sequence_logprob(model, batch)
@@ -82,8 +83,8 @@ def test_trainer_step_moves_along_plain_gradient(model: torch.nn.Module) -> None
     assert after[0] > logp_before[0] and after[3] < logp_before[3]
 
 
-def scalar_case(logratio: float, adv: float, prox_minus_mu: float = 0.0, settings: LossSettings | None = None):
-    settings = settings or LossSettings(clip_low=0.2, clip_high=0.28, is_cap=2.0)
+def scalar_case(logratio: float, adv: float, prox_minus_mu: float = 0.0, settings: LossConfig | None = None):
+    settings = settings or LossConfig(clip_low=0.2, clip_high=0.28, is_cap=2.0)
     logp = torch.tensor([[logratio]], requires_grad=True)
     prox = torch.zeros(1, 1)
     mu = prox - prox_minus_mu
@@ -126,7 +127,7 @@ def test_is_weight_is_truncated_exactly_at_the_cap() -> None:
 
 
 def test_kl_k3_is_zero_at_the_reference_and_pulls_back_towards_it() -> None:
-    settings = LossSettings(kl_beta=0.5)
+    settings = LossConfig(kl_beta=0.5)
     logp = torch.tensor([[-1.0, -2.0]], requires_grad=True)
     same, stats = policy_loss(logp, logp.detach(), logp.detach(), torch.tensor([0.0]), torch.ones(1, 2),
                               settings, ref_logprobs=logp.detach())
@@ -163,8 +164,8 @@ def test_gradient_accumulation_matches_one_big_batch(agg: str) -> None:
     norms = []
     for micro in (5, 2):
         model = tiny_model(seed=1)
-        trainer = Trainer(model, TrainerSettings(micro_batch=micro, grad_clip=1e9,
-                                                 loss=LossSettings(loss_agg=agg)))
+        trainer = Trainer(model, LearnerConfig(micro_batch=micro, optim=OptimConfig(grad_clip=1e9),
+                                               loss=LossConfig(loss_agg=agg)))
         norms.append(trainer.step(items).grad_norm)
     assert norms[0] == pytest.approx(norms[1], rel=1e-4)
 
@@ -221,7 +222,7 @@ def test_temperature_scales_the_learner_logprobs() -> None:
 
 def test_updates_per_step_recomputes_prox_and_clips(model: torch.nn.Module) -> None:
     items = on_policy_items(model)
-    trainer = Trainer(model, TrainerSettings(lr=0.05, micro_batch=2, updates_per_step=2, grad_clip=1e9))
+    trainer = Trainer(model, LearnerConfig(micro_batch=2, updates_per_step=2, optim=OptimConfig(lr=0.05, grad_clip=1e9)))
     result = trainer.step(items)
     # The second update sees a moved policy: ratios != 1, and at lr 0.05 some tokens clip.
     assert result.stats["clip_frac_low"] + result.stats["clip_frac_high"] > 0

@@ -22,7 +22,7 @@ from learner.checkpoint import latest_checkpoint, read_step_log
 from learner.model import load_model, load_tokenizer
 from learner.train import run
 from learner.trainer import sequence_logprob
-from rollstream.config import Config, LearnerConfig, RLConfig
+from rollstream.config import CheckpointConfig, Config, LearnerConfig, OptimConfig, RLConfig
 from rollstream.kafka import EventProducer, ensure_topics
 from rollstream.redis import connect
 from rollstream.weights import WeightStore
@@ -86,8 +86,9 @@ async def test_smollm2_learns_from_a_fixed_set_of_groups(config: Config, tmp_pat
     config = msgspec.structs.replace(
         config,
         rl=RLConfig(groups_per_step=2, max_staleness=10),
-        learner=LearnerConfig(model=str(base_dir), lr=1e-5, micro_batch=4, checkpoint_every=0,
-                              checkpoint_dir=str(tmp_path / "ckpt"), broadcast_every=3, max_steps=3),
+        learner=LearnerConfig(model=str(base_dir), micro_batch=4, optim=OptimConfig(lr=1e-5),
+                              checkpoint=CheckpointConfig(every=0, dir=str(tmp_path / "ckpt")),
+                              broadcast_every=3, max_steps=3),
     )
     await ensure_topics(config.infra, ["advantages", "policy"])
     async with EventProducer(config.infra, client_id="test") as producer:

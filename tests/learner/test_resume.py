@@ -15,7 +15,7 @@ from pathlib import Path
 import msgspec
 
 from learner.checkpoint import latest_checkpoint, load_state, read_step_log
-from rollstream.config import Config, LearnerConfig, RLConfig, to_toml
+from rollstream.config import CheckpointConfig, Config, LearnerConfig, OptimConfig, RLConfig, to_toml
 from rollstream.kafka import EventProducer, ensure_topics
 from rollstream.redis import connect, get_policy_version, key
 from rollstream.weights import WeightStore
@@ -53,8 +53,9 @@ async def test_sigkill_then_resume_trains_every_group_exactly_once(config: Confi
     config = msgspec.structs.replace(
         config,
         rl=RLConfig(groups_per_step=PER_STEP, max_staleness=1000, seed=1),
-        learner=LearnerConfig(model=tiny_model_dir, lr=1e-3, micro_batch=4, checkpoint_every=2,
-                              checkpoint_dir=str(ckpt_dir), broadcast_every=1, max_steps=GROUPS // PER_STEP),
+        learner=LearnerConfig(model=tiny_model_dir, micro_batch=4, optim=OptimConfig(lr=1e-3),
+                              checkpoint=CheckpointConfig(every=2, dir=str(ckpt_dir)), broadcast_every=1,
+                              max_steps=GROUPS // PER_STEP),
     )
     groups = [group(f"g{i:02d}", [1.0, -1.0, 0.5, -0.5], seed=i) for i in range(GROUPS)]
     await ensure_topics(config.infra, ["advantages", "policy"])
@@ -122,8 +123,8 @@ async def test_sigterm_checkpoints_the_current_step_and_exits_cleanly(config: Co
     config = msgspec.structs.replace(
         config,
         rl=RLConfig(groups_per_step=PER_STEP, max_staleness=1000),
-        learner=LearnerConfig(model=tiny_model_dir, micro_batch=4, checkpoint_every=100,
-                              checkpoint_dir=str(ckpt_dir), broadcast_every=100, max_steps=4),
+        learner=LearnerConfig(model=tiny_model_dir, micro_batch=4, checkpoint=CheckpointConfig(every=100, dir=str(ckpt_dir)),
+                              broadcast_every=100, max_steps=4),
     )
     groups = [group(f"h{i}", [1.0, -1.0], seed=i) for i in range(8)]
     await ensure_topics(config.infra, ["advantages", "policy"])

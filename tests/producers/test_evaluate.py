@@ -9,8 +9,8 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from rollstream.config import Config, ExecutorConfig, GeneratorConfig
-from rollstream.evaluate import EvalOptions, SampleResult, format_table, pass_at_k, run, summarize
+from rollstream.config import Config, EvalConfig, ExecutorConfig, GeneratorConfig
+from rollstream.evaluate import SampleResult, format_table, pass_at_k, run, summarize
 from tests.consumers.conftest import make_tiny_model_dir
 
 
@@ -43,13 +43,13 @@ async def test_eval_end_to_end_with_a_tiny_model(tmp_path: Path) -> None:
     if not _sandbox_ready():
         pytest.skip("sandbox image not built")
     model = make_tiny_model_dir(tmp_path / "tiny")
-    config = Config(generator=GeneratorConfig(model=str(model), max_new_tokens=8),
-                    executor=ExecutorConfig(pool_size=1, concurrency=2, owner="rollstream-test-eval"))
     out = tmp_path / "report.json"
     completions = tmp_path / "completions.jsonl"
-    report = await run(config, EvalOptions(sources=("builtin",), families=("math", "bits"), limit_per_family=2,
-                                           samples=2, ks=(1, 2), batch=4, json_out=str(out),
-                                           completions_out=str(completions)))
+    config = Config(generator=GeneratorConfig(model=str(model), max_new_tokens=8),
+                    executor=ExecutorConfig(pool_size=1, concurrency=2, owner="rollstream-test-eval"),
+                    eval=EvalConfig(sources=["builtin"], families=["math", "bits"], limit_per_family=2, samples=2,
+                                    ks=[1, 2], batch=4, json_out=str(out), completions_out=str(completions)))
+    report = await run(config)
     assert set(report["families"]) == {"math", "bits", "ALL"}
     assert report["families"]["ALL"]["samples"] == 8 and report["families"]["ALL"]["tasks"] == 4
     assert json.loads(out.read_text())["families"]["math"]["tasks"] == 2
@@ -62,31 +62,39 @@ async def test_eval_resume_generates_only_missing_samples(tmp_path: Path) -> Non
     if not _sandbox_ready():
         pytest.skip("sandbox image not built")
     model = make_tiny_model_dir(tmp_path / "tiny")
-    config = Config(generator=GeneratorConfig(model=str(model), max_new_tokens=4),
-                    executor=ExecutorConfig(pool_size=1, concurrency=2, owner="rollstream-test-eval"))
     completions = tmp_path / "completions.jsonl"
-    first = EvalOptions(sources=("builtin",), task_ids=("math/add",), batch=4, completions_out=str(completions))
-    await run(config, first)
+    first = EvalConfig(sources=["builtin"], task_ids=["math/add"], batch=4, completions_out=str(completions))
+    config = Config(generator=GeneratorConfig(model=str(model), max_new_tokens=4),
+                    executor=ExecutorConfig(pool_size=1, concurrency=2, owner="rollstream-test-eval"), eval=first)
+    await run(config)
     assert len(completions.read_text().splitlines()) == 1
-    from dataclasses import replace
 
-    nothing_new = await run(config, replace(first, resume=True))
+    def with_eval(**changes: object) -> Config:
+        return msgspec.structs.replace(config, eval=msgspec.structs.replace(first, **changes))
+
+    nothing_new = await run(with_eval(resume=True))
     assert nothing_new["generated_tokens"] == 0 and nothing_new["families"]["ALL"]["samples"] == 1
-    more = await run(config, replace(first, resume=True, task_ids=("math/add", "math/square")))
+    more = await run(with_eval(resume=True, task_ids=["math/add", "math/square"]))
     assert more["families"]["ALL"]["samples"] == 2 and more["generated_tokens"] > 0
     rows = [json.loads(line) for line in completions.read_text().splitlines()]
     assert sorted(r["task_id"] for r in rows) == ["math/add", "math/square"]
 
 
-def test_options_from_both_cli_variants() -> None:
+def test_the_flags_set_keys_of_the_eval_section() -> None:
     import argparse
 
-    from rollstream.evaluate import add_arguments, options_from
+    from rollstream.config import load_config
+    from rollstream.evaluate import add_arguments, eval_overrides
 
     parser = argparse.ArgumentParser()
     add_arguments(parser)
-    full = options_from(parser.parse_args(["--samples", "4", "--k", "1,4", "--family", "math", "--resume",
-                                           "--completions", "c.jsonl", "--task", "math/add"]))
-    assert full.ks == (1, 4) and full.families == ("math",) and full.resume and full.task_ids == ("math/add",)
-    short = options_from(argparse.Namespace(model=None, samples=3, families="a,b", limit=2, json_out=None))
-    assert short.families == ("a", "b") and short.limit_per_family == 2 and short.ks == (1, 3)
+    args = parser.parse_args(["--samples", "4", "--k", "1,4", "--family", "math", "--family", "bits", "--resume",
+                              "--completions", "c.jsonl", "--task", "math/add"])
+    config = load_config(None, ["eval.batch=3", *eval_overrides(args)], environ={})
+    assert config.eval.ks == [1, 4] and config.eval.families == ["math", "bits"] and config.eval.resume
+    assert config.eval.task_ids == ["math/add"] and config.eval.samples == 4 and config.eval.batch == 3
+    assert eval_overrides(parser.parse_args([])) == []  # unset flags leave the config's values
+    from rollstream.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="eval.samples >= 4"):
+        load_config(None, eval_overrides(parser.parse_args(["--k", "4"])), environ={})

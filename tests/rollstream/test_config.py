@@ -17,24 +17,70 @@ def test_defaults_validate() -> None:
     assert config.rl.group_size == 8 and config.infra.topic_prefix == "rollstream."
 
 
-def test_precedence_file_then_env_then_set(tmp_path: Path) -> None:
+def test_precedence_profile_file_env_set(tmp_path: Path) -> None:
+    profile = tmp_path / "p.toml"
+    profile.write_text("[learner]\nmax_steps = 7\nmicro_batch = 3\n[learner.optim]\nwarmup_steps = 5\n")
     path = tmp_path / "c.toml"
-    path.write_text("[learner]\nlr = 1e-5\nmicro_batch = 2\n[rl]\ngroup_size = 4\n")
-    env = {"ROLLSTREAM__LEARNER__LR": "2e-5", "ROLLSTREAM__RL__GROUP_SIZE": "6", "UNRELATED": "x"}
-    config = load_config(path, ["rl.group_size=16"], environ=env)
-    assert config.learner.lr == 2e-5  # env beats file
-    assert config.learner.micro_batch == 2  # file beats default
+    path.write_text("[learner]\nmicro_batch = 2\n[learner.optim]\nlr = 1e-5\n[rl]\ngroup_size = 4\n")
+    env = {"ROLLSTREAM__LEARNER__OPTIM__LR": "2e-5", "ROLLSTREAM__RL__GROUP_SIZE": "6", "UNRELATED": "x"}
+    config = load_config(path, ["rl.group_size=16"], environ=env, profile=profile)
+    assert config.learner.optim.lr == 2e-5  # env beats file
+    assert config.learner.micro_batch == 2  # file beats profile
+    assert config.learner.max_steps == 7 and config.learner.optim.warmup_steps == 5  # profile beats default
     assert config.rl.group_size == 16  # --set beats env
+
+
+def test_sections_nest_what_belongs_together() -> None:
+    config = load_config(None, ["learner.loss.clip_high=0.3", "learner.lora.rank=4", "generator.backend='sglang'",
+                                "generator.sglang.url='http://s:1'"], environ={})
+    assert config.learner.loss.clip_high == 0.3 and config.learner.lora.rank == 4
+    assert config.generator.sglang.url == "http://s:1" and config.generator.sglang.concurrency == 64
+    plain = load_config(None, [], environ={})
+    assert plain.learner.lora is None and plain.generator.sglang is None  # off unless asked for
+    assert load_config(None, ["generator.backend='sglang'"], environ={}).generator.sglang.url  # its defaults
+
+
+def test_old_flat_keys_still_work_and_name_the_new_key(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    path = tmp_path / "old.toml"
+    path.write_text("[learner]\nlr = 3e-6\nclip_high = 0.3\ncheckpoint_dir = 'ck'\nlora = true\nlora_rank = 8\n"
+                    "[generator]\nbackend = 'sglang'\nsglang_url = 'http://old:1'\n")
+    config = load_config(path, ["learner.kl_beta=0.1"], environ={"ROLLSTREAM__LEARNER__WARMUP_STEPS": "3"})
+    assert config.learner.optim.lr == 3e-6 and config.learner.loss.clip_high == 0.3
+    assert config.learner.checkpoint.dir == "ck" and config.learner.lora.rank == 8
+    assert config.learner.loss.kl_beta == 0.1 and config.learner.optim.warmup_steps == 3
+    assert config.generator.sglang.url == "http://old:1"
+    for new in ("learner.optim.lr", "learner.loss.clip_high", "learner.checkpoint.dir", "learner.lora.rank",
+                "generator.sglang.url", "learner.loss.kl_beta", "learner.optim.warmup_steps"):
+        assert f"use {new}" in caplog.text
+    assert load_config(None, ["learner.lora=false", "learner.lora_rank=8"], environ={}).learner.lora is None
+
+
+def test_combinations_that_cannot_work_are_refused() -> None:
+    with pytest.raises(ConfigError, match="adapter-only"):
+        load_config(None, ["learner.lora.broadcast='adapters'"], environ={})
+    with pytest.raises(ConfigError, match="generator.backend is 'transformers'"):
+        load_config(None, ["generator.sglang.url='http://s:1'"], environ={})
+
+
+def test_the_quick_profile_is_a_shipped_file() -> None:
+    from rollstream.config import profile_path
+
+    quick = profile_path("quick")
+    assert quick.is_file() and quick.suffix == ".toml"
+    config = load_config(None, [], environ={}, profile=quick)
+    assert config.rl.group_size == 4 and config.generator.torch_threads == 1 and config.learner.optim.lr == 2e-6
 
 
 @pytest.mark.parametrize(
     ("override", "message"),
     [
-        ("learner.lrr=1", "unknown config key 'learner.lrr'; allowed here: model, device, lr"),
+        ("learner.lrr=1", "unknown config key 'learner.lrr'; allowed here: model, device, micro_batch"),
+        ("learner.optim.lrr=1", "unknown config key 'learner.optim.lrr'; allowed here: lr, weight_decay"),
+        ("learner.lora.rankk=1", "unknown config key 'learner.lora.rankk'; allowed here: rank, broadcast"),
         ("nosuch.key=1", "unknown config key 'nosuch'; allowed here: infra, rl, sampler"),
         ("stream.estimator=ppo", "'stream.estimator'.*one of 'grpo', 'dr_grpo', 'rloo'"),
         ("rl.group_size=0", "'rl.group_size'.*>= 1"),
-        ("learner.lr=fast", "'learner.lr'.*float"),
+        ("learner.optim.lr=fast", "'learner.optim.lr'.*float"),
         ("learner=1", "expected section.key"),
         ("learner.broadcast_every=3", r"broadcast_every \(3\) must be at most rl.max_staleness \+ 1 \(2\)"),
     ],
@@ -54,14 +100,13 @@ def test_bad_toml_file_is_a_config_error(tmp_path: Path) -> None:
 
 
 def test_show_round_trips(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    assert main(["config", "show", "--set", "learner.lr=3e-6", "--set", "sampler.family_weights={a = 2.0}"]) == 0
+    settings = ["learner.optim.lr=3e-6", "sampler.family_weights={a = 2.0}", "learner.lora.rank=4"]
+    assert main(["config", "show", *(a for s in settings for a in ("--set", s))]) == 0
     text = capsys.readouterr().out
-    assert "lr = 3e-06" in text
+    assert "[learner.optim]\nlr = 3e-06" in text and "[learner.lora]\nrank = 4" in text
     import tomllib
 
-    assert validate(tomllib.loads(text)) == load_config(
-        None, ["learner.lr=3e-6", "sampler.family_weights={a = 2.0}"], environ={}
-    )
+    assert validate(tomllib.loads(text)) == load_config(None, settings, environ={})
     assert validate(tomllib.loads(to_toml(Config()))) == Config()
 
 
