@@ -31,3 +31,7 @@ class BackendError(RollstreamError):
 
 class CheckpointError(RollstreamError):
     """A checkpoint is missing or inconsistent."""
+
+
+class ModelError(RollstreamError):
+    """A model or its tokenizer could not be found or loaded (rollstream/models.py)."""
