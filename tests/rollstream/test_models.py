@@ -1,5 +1,6 @@
 """The one model loader (rollstream/models.py): resolving specs, the converted-model cache's key,
-the tokenizer settings, plain copies of GGUF-loaded models."""
+the tokenizer settings, plain copies of GGUF-loaded models; and, on the real SmolLM2, that the
+generator and the learner tokenize a chat prompt and a completion to the same ids."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 import torch
 
 from rollstream import models
+from rollstream.config import Config, LearnerConfig
 from rollstream.errors import ModelError
 from rollstream.models import (
     ModelFiles,
@@ -147,3 +149,37 @@ def test_save_converted_is_atomic_and_keeps_a_finished_copy(tiny_dir: Path, tmp_
     models.save_converted(model, tokenizer, target)  # already there: left alone
     assert (target / "marker").read_text() == "first"
 
+
+@pytest.mark.slow
+def test_generator_and_learner_tokenize_a_chat_prompt_and_a_completion_alike(tmp_path: Path) -> None:
+    """Each stage's own loading path, on the real SmolLM2 (the first run converts the GGUF: 60-100 s)."""
+    from consumers.backends.hf import TransformersBackend
+    from consumers.models import chat_prompt_ids
+    from learner.train import build_trainer
+
+    generator = TransformersBackend.load("smollm2")  # the transformers generator and eval
+    config = Config(learner=LearnerConfig(model="smollm2", checkpoint_dir=str(tmp_path / "ckpt")))
+    trainer, learner_tokenizer, _, _ = build_trainer(config, resume_from=None)
+    tokenizers = {
+        "generator": generator.tokenizer,
+        "learner": learner_tokenizer,
+        "sglang generator": load_tokenizer("smollm2"),  # what consumers.generator.build_backend gives SGLang
+        "straight from the GGUF": load_tokenizer("smollm2", cache_dir=None),  # never the cached copy
+    }
+    messages = [
+        {"role": "system", "content": "You write Python.  Answer with code only."},
+        {"role": "user", "content": "Write add(a, b) that returns a + b ; don't print ."},
+    ]
+    completion = "```python\ndef add(a, b) :\n    return a + b  # it 's done , isn't it ?\n```<|im_end|>"
+    prompt_ids = chat_prompt_ids(generator.tokenizer, messages)
+    completion_ids = generator.tokenizer(completion, add_special_tokens=False)["input_ids"]
+    assert len(prompt_ids) > 20 and completion_ids[-1] == 2  # <|im_end|> is one special token
+    for name, tokenizer in tokenizers.items():
+        assert chat_prompt_ids(tokenizer, messages) == prompt_ids, name
+        assert tokenizer(completion, add_special_tokens=False)["input_ids"] == completion_ids, name
+        assert tokenizer.decode(completion_ids) == completion, name  # the exact text, nothing cleaned up
+        assert tokenizer.clean_up_tokenization_spaces is False, name
+        assert tokenizer.pad_token_id == generator.tokenizer.pad_token_id is not None, name
+    assert trainer.pad_id == generator.tokenizer.pad_token_id
+    learner_model = trainer.model
+    assert all(torch.equal(v, learner_model.state_dict()[k]) for k, v in generator.model.state_dict().items())
