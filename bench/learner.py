@@ -44,11 +44,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.common import raw_redis_set_get
 from learner.batch import micro_batches
 from learner.checkpoint import read_step_log
-from learner.model import load_model, merged_state_dict
+from learner.model import merged_state_dict
 from learner.train import run
 from rollstream.config import CheckpointConfig, Config, InfraConfig, LearnerConfig, RLConfig, WeightsConfig, to_toml
 from rollstream.infra import free_port, start_broker, stop_pid
 from rollstream.kafka import EventProducer, delete_topics, ensure_topics, topic_name
+from rollstream.models import load_model
 from rollstream.redis import connect, delete_prefix
 from rollstream.weights import WeightStore, pack
 from schemas.events import AdvantagedRollout, GroupAdvantaged, GroupStats, Rollout

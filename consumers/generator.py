@@ -139,11 +139,12 @@ def build_backend(config: Config) -> GenerationBackend:
             torch.set_num_threads(gen.torch_threads)  # oversubscribed OpenMP threads spin and crawl
         return TransformersBackend.load(gen.model, device=gen.device)
     from consumers.backends.sglang import SGLangBackend
-    from consumers.models import load_model_config, load_tokenizer, max_context, resolve_model
+    from consumers.models import max_context
+    from rollstream.models import load_model_config, load_tokenizer, resolve_model
 
-    directory, gguf = resolve_model(gen.model)
+    files = resolve_model(gen.model, cache_dir=None)  # model_dir: a plain directory spec only
     return SGLangBackend(gen.sglang, load_tokenizer(gen.model), context=max_context(load_model_config(gen.model)),
-                         model_dir=None if gguf else directory)
+                         model_dir=None if files.gguf_file else str(files.directory))
 
 
 class GeneratorStage:

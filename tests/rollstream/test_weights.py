@@ -130,13 +130,9 @@ async def test_an_unreachable_redis_is_a_weight_store_error() -> None:
 
 @pytest.fixture(scope="module")
 def smollm2_state() -> dict[str, torch.Tensor]:
-    from transformers import AutoModelForCausalLM
+    from rollstream.models import load_model
 
-    from rollstream.assets import smollm2_gguf
-
-    gguf = smollm2_gguf()
-    model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-    return model.state_dict()
+    return load_model("smollm2").state_dict()
 
 
 @pytest.mark.slow
