@@ -164,11 +164,10 @@ class AdvantageStage:
 
 
 @asynccontextmanager
-async def open_stage(config: Config, endpoints: Endpoints,
-                     metrics: StageMetrics | None = None) -> AsyncIterator[AdvantageStage]:
+async def open_stage(config: Config, endpoints: Endpoints) -> AsyncIterator[AdvantageStage]:
     """The stage with its Redis client and producer, closed on the way out (a worker that
     exits through ``os._exit`` or SIGKILL never gets there; nothing depends on it)."""
-    metrics = metrics or StageMetrics(STAGE)
+    metrics = StageMetrics(STAGE)
     async with AsyncExitStack() as stack:
         redis = connect(endpoints.redis_url)
         stack.push_async_callback(redis.aclose)
