@@ -6,7 +6,7 @@ ack before anything is timed, so no producer competes for the CPUs while a side 
 it measures, one after the other, on the same events:
 
 * ``bare``:   a Faust agent that only reads them (``async for event in stream``): Faust's
-  floor. Its app comes from the stage's own ``streams.advantages.faust_app`` (same fetch
+  floor. Its app comes from the stage's own ``streams.faust_runtime.faust_app`` (same fetch
   size, stream buffer, schema, sensor, GC tuning, log level info), so both sides of
   ``stream_ratio`` run Faust with the same settings;
 * ``stream``: one ``python -m streams.advantages`` worker (Redis store, advantages, acks),
@@ -88,11 +88,11 @@ def run_bare(config_path: str, n_events: int, out: str) -> None:
     import faust
 
     from rollstream.infra import resolve_endpoints
-    from streams.advantages import faust_app, rewards_topic
+    from streams.faust_runtime import faust_app, raw_topic
 
     config = load_config(config_path)
     app = faust_app(f"{config.infra.topic_prefix}bare", config, resolve_endpoints(config), tempfile.mkdtemp())
-    topic = rewards_topic(app, f"{config.infra.topic_prefix}rewards")
+    topic = raw_topic(app, f"{config.infra.topic_prefix}rewards")
     seen = {"n": 0, "t0": 0.0, "c0": 0.0}
 
     async def bare(stream):

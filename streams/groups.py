@@ -24,20 +24,23 @@ Keys (under ``infra.key_prefix + "stream:"``):
 Life of a group: ``add`` (atomic per batch) -> [``load``] -> ``stage`` (SET NX, first
 attempt or not) -> produce + await acks -> ``finish`` (done marker, cleanup, output
 position; ``mark_group_dropped`` for filtered/dropped ones). Every step is one Lua script
-call. A crash before ``stage`` recomputes; a crash after it finds the staged outcome, and the
-stage (streams/advantages.py) first reads ``advantages`` above the watermark: if the record
-is there (the worker died between the broker's ack and ``finish``) it only finishes, else
-it produces the staged bytes. A crash after ``finish`` changes nothing.
+call (the scripts are in streams/lua/). A crash before ``stage`` recomputes; a crash after
+it finds the staged outcome, and the stage (streams/advantages.py) first reads
+``advantages`` above the watermark: if the record is there (the worker died between the
+broker's ack and ``finish``) it only finishes, else it produces the staged bytes. A crash
+after ``finish`` changes nothing.
 
 This module needs a single Redis (the Lua scripts build their keys; not Redis Cluster).
 """
 
 from __future__ import annotations
 
+import functools
 import struct
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from importlib import resources
 from typing import Literal
 
 import msgspec
@@ -66,124 +69,17 @@ _outcome_decoder = msgspec.msgpack.Decoder(Outcome)
 
 # Arguments and replies travel as one "framed" string each (a 4-byte big-endian length before
 # every field): packing and parsing tens of thousands of separate Redis arguments and reply
-# items in redis-py costs more CPU than the whole rest of the stage.
+# items in redis-py costs more CPU than the whole rest of the stage. The Lua side (its
+# ``frame``/``unframe``, the reply format, the scripts) is in streams/lua/.
 _LEN = struct.Struct(">I")
-_LUA_FRAMING = """
-local function unframe(blob)
-  local out, pos, n = {}, 1, #blob
-  while pos <= n do
-    local len
-    len, pos = struct.unpack('>I4', blob, pos)
-    out[#out + 1] = string.sub(blob, pos, pos + len - 1)
-    pos = pos + len
-  end
-  return out
-end
-local function frame(list)
-  local parts = {}
-  for i = 1, #list do
-    local s = tostring(list[i])
-    parts[#parts + 1] = struct.pack('>I4', #s)
-    parts[#parts + 1] = s
-  end
-  return table.concat(parts)
-end
-"""
 
-# A group in a reply: group_id, partition, state, n, then n fields: for state "R" the
-# rollout_id/value pairs ("" = the value that arrived in this very batch), for "S" the staged
-# outcome. Done groups ("D") and empty ones ("E") have their leftovers cleared.
-_LUA_GROUP_REPLY = """
-local function reply_group(out, prefix, gid, part, arrived)
-  local function head(state, n) out[#out + 1] = gid; out[#out + 1] = part; out[#out + 1] = state; out[#out + 1] = n end
-  local function clear() redis.call('SREM', prefix .. 'ready:' .. part, gid); redis.call('ZREM', prefix .. 'dl:' .. part, gid) end
-  if redis.call('EXISTS', prefix .. 'done:' .. gid) == 1 then
-    clear(); redis.call('DEL', prefix .. 'g:' .. gid); head('D', 0); return
-  end
-  local staged = redis.call('GET', prefix .. 'out:' .. gid)
-  if staged then
-    head('S', 2); out[#out + 1] = staged; out[#out + 1] = redis.call('GET', prefix .. 'wm:' .. gid) or '-1'; return
-  end
-  local items = redis.call('HGETALL', prefix .. 'g:' .. gid)
-  if #items == 0 then clear(); head('E', 0); return end
-  head('R', #items)
-  for i = 1, #items, 2 do
-    out[#out + 1] = items[i]
-    if arrived and arrived[gid .. '/' .. items[i]] == items[i + 1] then out[#out + 1] = '' else out[#out + 1] = items[i + 1] end
-  end
-end
-"""
 
-# ARGV = [prefix, framed(per arrival: group_id, rollout_id, group_size, partition, deadline, value)]
-# Reply: framed(duplicates, late, then each group the batch completed, as in _LUA_GROUP_REPLY).
-_ADD_SCRIPT = _LUA_FRAMING + _LUA_GROUP_REPLY + """
-local prefix = ARGV[1]
-local f = unframe(ARGV[2])
-local ready, order, arrived = {}, {}, {}
-local duplicates, late = 0, 0
-for i = 1, #f, 6 do
-  local gid, rid, size, part, deadline, value = f[i], f[i+1], tonumber(f[i+2]), f[i+3], f[i+4], f[i+5]
-  local gkey = prefix .. 'g:' .. gid
-  if redis.call('EXISTS', prefix .. 'done:' .. gid) == 1 then
-    late = late + 1
-  else
-    if redis.call('HSETNX', gkey, rid, value) == 0 then duplicates = duplicates + 1 end
-    arrived[gid .. '/' .. rid] = value
-    redis.call('ZADD', prefix .. 'dl:' .. part, 'NX', deadline, gid)
-    if redis.call('HLEN', gkey) >= size then
-      redis.call('SADD', prefix .. 'ready:' .. part, gid)
-      if not ready[gid] then ready[gid] = part; order[#order + 1] = gid end
-    end
-  end
-end
-local out = {duplicates, late}
-for _, gid in ipairs(order) do reply_group(out, prefix, gid, ready[gid], arrived) end
-return frame(out)
-"""
-
-# ARGV = [prefix, framed(per group: group_id, partition)]; reply as _ADD's without the counts.
-_LOAD_SCRIPT = _LUA_FRAMING + _LUA_GROUP_REPLY + """
-local f, out = unframe(ARGV[2]), {}
-for i = 1, #f, 2 do reply_group(out, ARGV[1], f[i], f[i + 1], nil) end
-return frame(out)
-"""
-
-# ARGV = [prefix, ttl, framed(per group: group_id, outcome, output partition or -1)]
-# Reply: framed(per group: "1" if this call staged it else "0", watermark, and the outcome
-# staged earlier, or "" when this call staged it: the caller has those bytes already).
-# The watermark is the highest acknowledged output offset of that partition known when the
-# outcome was first staged: a record produced for it afterwards lies above it.
-_STAGE_SCRIPT = _LUA_FRAMING + """
-local prefix, ttl, f, out = ARGV[1], ARGV[2], unframe(ARGV[3]), {}
-for i = 1, #f, 3 do
-  local key, wm = prefix .. 'out:' .. f[i], prefix .. 'wm:' .. f[i]
-  local first = redis.call('SET', key, f[i + 1], 'NX', 'EX', ttl)
-  if first then
-    redis.call('SET', wm, redis.call('GET', prefix .. 'outpos:' .. f[i + 2]) or '-1', 'EX', ttl)
-  end
-  out[#out + 1] = first and '1' or '0'
-  out[#out + 1] = redis.call('GET', wm) or '-1'
-  out[#out + 1] = first and '' or redis.call('GET', key)
-end
-return frame(out)
-"""
-
-# ARGV = [prefix, ttl, framed(per group: group_id, partition, kind, output partition, offset or -1)]
-_FINISH_SCRIPT = _LUA_FRAMING + """
-local prefix, ttl, f = ARGV[1], ARGV[2], unframe(ARGV[3])
-for i = 1, #f, 5 do
-  local gid, part, offset = f[i], f[i + 1], tonumber(f[i + 4])
-  redis.call('SET', prefix .. 'done:' .. gid, f[i + 2], 'EX', ttl)
-  redis.call('DEL', prefix .. 'g:' .. gid, prefix .. 'out:' .. gid, prefix .. 'wm:' .. gid)
-  redis.call('SREM', prefix .. 'ready:' .. part, gid)
-  redis.call('ZREM', prefix .. 'dl:' .. part, gid)
-  if offset >= 0 then
-    local pos = prefix .. 'outpos:' .. f[i + 3]
-    if offset > tonumber(redis.call('GET', pos) or '-1') then redis.call('SET', pos, offset) end
-  end
-end
-return #f / 5
-"""
+@functools.cache
+def lua_source(*names: str) -> str:
+    """``streams/lua/{name}.lua`` for each name, joined in order (helpers before the script
+    that calls them); package data, read with importlib.resources."""
+    folder = resources.files("streams").joinpath("lua")
+    return "\n".join(folder.joinpath(f"{name}.lua").read_text() for name in names)
 
 
 def frame(fields: Iterable[bytes | str | int | float]) -> bytes:
@@ -239,7 +135,7 @@ class AddResult:
 class Staged:
     outcome: Outcome
     first: bool  # staged by this call: nothing can have been produced for it yet
-    watermark: int  # see _STAGE_SCRIPT
+    watermark: int  # see streams/lua/stage.lua
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,7 +156,7 @@ class Due:
 
 def _parse_groups(reply: Sequence[bytes], start: int, arrived: Mapping[str, bytes] | None = None
                   ) -> list[LoadedGroup]:
-    """Open groups out of a reply (see _LUA_GROUP_REPLY); done and empty ones are skipped.
+    """Open groups out of a reply (see streams/lua/group_reply.lua); done and empty ones are skipped.
     ``arrived`` ("group_id/rollout_id" -> bytes) fills in the values the reply left out."""
     groups, i = [], start
     while i < len(reply):
@@ -292,10 +188,10 @@ class GroupStore:
         self.infra = infra
         self.prefix = f"{infra.key_prefix}stream:"
         self.done_ttl_s = done_ttl_s
-        self._add = client.register_script(_ADD_SCRIPT)
-        self._load = client.register_script(_LOAD_SCRIPT)
-        self._stage = client.register_script(_STAGE_SCRIPT)
-        self._finish = client.register_script(_FINISH_SCRIPT)
+        self._add = client.register_script(lua_source("framing", "group_reply", "add"))
+        self._load = client.register_script(lua_source("framing", "group_reply", "load"))
+        self._stage = client.register_script(lua_source("framing", "stage"))
+        self._finish = client.register_script(lua_source("framing", "finish"))
 
     def key(self, kind: str, name: str | int) -> str:
         return f"{self.prefix}{kind}:{name}"

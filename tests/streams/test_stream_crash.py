@@ -22,11 +22,11 @@ import pytest
 
 from rollstream.config import Config, RLConfig, StreamConfig
 from rollstream.infra import resolve_endpoints
-from rollstream.kafka import EventProducer, ensure_topics, topic_name
+from rollstream.kafka import EventProducer, RawRecord, ensure_topics, topic_name
 from rollstream.metrics import read_counter
 from rollstream.redis import connect
 from schemas import GroupAdvantaged, codec
-from streams.advantages import Record, StreamStage
+from streams.advantages import open_stage
 from tests.streams.fakes import make_reward
 from tests.streams.procs import end, kill, read_all, start_worker, wait_ready, write_config
 
@@ -116,36 +116,32 @@ async def test_sigkill_at_random_moments_loses_nothing_and_emits_each_group_once
 
 
 class Died(Exception):
-    """Stands in for a SIGKILL at one exact point of StreamStage.resolve."""
+    """Stands in for a SIGKILL at one exact point of AdvantageStage.resolve."""
 
 
-def records_of(events: list) -> list[Record]:
+def records_of(config: Config, events: list) -> list[RawRecord]:
     encode = codec(type(events[0])).encode
-    return [Record(0, offset, e.rollout.group_id.encode(), encode(e)) for offset, e in enumerate(events)]
+    rewards = topic_name(config.infra, "rewards")
+    return [RawRecord(rewards, 0, offset, e.rollout.group_id.encode(), encode(e)) for offset, e in enumerate(events)]
 
 
 async def run_until_death(config: Config, point: str, events: list) -> None:
     """One stage that dies at ``point`` (after the produce was acked, or before producing)."""
-    stage = StreamStage(config, resolve_endpoints(config))
-    await stage.start()
+    async with open_stage(config, resolve_endpoints(config)) as stage:
 
-    async def die(*args: object, **kwargs: object) -> None:
-        raise Died(point)
+        async def die(*args: object, **kwargs: object) -> None:
+            raise Died(point)
 
-    if point == "after_ack":
-        real_finish = stage.store.finish  # type: ignore[union-attr]
-        stage.store.finish = die  # type: ignore[union-attr,method-assign]
-    else:
-        stage._produce = die  # type: ignore[method-assign]
-    try:
-        await stage.handle(records_of(events))
-    except Died:
-        pass
-    else:
-        raise AssertionError("the stage did not reach the crash point")
-    if point == "after_ack":
-        stage.store.finish = real_finish  # type: ignore[union-attr,method-assign]
-    await stage.close()
+        if point == "after_ack":
+            stage.store.finish = die  # type: ignore[method-assign]
+        else:
+            stage.output.produce = die  # type: ignore[method-assign,assignment]
+        try:
+            await stage.handle(records_of(config, events))
+        except Died:
+            pass
+        else:
+            raise AssertionError("the stage did not reach the crash point")
 
 
 @pytest.mark.parametrize("point", ["after_ack", "before_produce"])
@@ -154,17 +150,15 @@ async def test_a_crash_inside_the_emit_window_still_emits_exactly_once(config: C
     await ensure_topics(config.infra, ["rewards", "advantages"])
     # an earlier group, so that the output partition has records below the watermark
     first = [make_reward("early", i, float(i), group_size=GROUP_SIZE) for i in range(GROUP_SIZE)]
-    stage = StreamStage(config, resolve_endpoints(config))
-    await stage.handle(records_of(first))
-    await stage.close()
+    async with open_stage(config, resolve_endpoints(config)) as stage:
+        await stage.handle(records_of(config, first))
     events = [make_reward("victim", i, float(i % 2), group_size=GROUP_SIZE) for i in range(GROUP_SIZE)]
     await run_until_death(config, point, events)
 
-    restarted = StreamStage(config, resolve_endpoints(config))
-    await restarted.sweep(list(range(config.infra.partitions or 1)))  # finds the group left ready
-    await restarted.handle(records_of(events))  # and the replayed rewards change nothing
-    recovered = read_counter(restarted.metrics, "stream_groups_recovered")
-    await restarted.close()
+    async with open_stage(config, resolve_endpoints(config)) as restarted:
+        await restarted.sweep(list(range(config.infra.partitions or 1)))  # finds the group left ready
+        await restarted.handle(records_of(config, events))  # and the replayed rewards change nothing
+        recovered = read_counter(restarted.metrics, "stream_groups_recovered")
 
     records = await read_all(broker, topic_name(config.infra, "advantages"), expect=2, idle_s=1.0)
     groups = Counter(codec(GroupAdvantaged).decode(value).group_id for _, _, value in records)
