@@ -54,13 +54,6 @@ def merged_state_dict(model: torch.nn.Module, dtype: torch.dtype | None = None) 
         return out
 
 
-def adapter_state_dict(model: torch.nn.Module, dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
-    """Only the LoRA adapter weights, under peft's names (``lora_broadcast = "adapters"``)."""
-    from peft import get_peft_model_state_dict
-
-    return {k: _cast(v, dtype) for k, v in get_peft_model_state_dict(model).items()}
-
-
 def _untied(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """Drop entries that share storage with an earlier one (tied embeddings): loading the first
     into a model with tied weights sets both, and the broadcast stays one copy smaller."""

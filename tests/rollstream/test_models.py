@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from rollstream import models
-from rollstream.config import Config, LearnerConfig
+from rollstream.config import CheckpointConfig, Config, LearnerConfig
 from rollstream.errors import ModelError
 from rollstream.models import (
     ModelFiles,
@@ -158,7 +158,7 @@ def test_generator_and_learner_tokenize_a_chat_prompt_and_a_completion_alike(tmp
     from learner.train import build_trainer
 
     generator = TransformersBackend.load("smollm2")  # the transformers generator and eval
-    config = Config(learner=LearnerConfig(model="smollm2", checkpoint_dir=str(tmp_path / "ckpt")))
+    config = Config(learner=LearnerConfig(model="smollm2", checkpoint=CheckpointConfig(dir=str(tmp_path / "ckpt"))))
     trainer, learner_tokenizer, _, _ = build_trainer(config, resume_from=None)
     tokenizers = {
         "generator": generator.tokenizer,
