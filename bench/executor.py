@@ -26,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from consumers.sandbox import (
+from rollstream.consumers.sandbox import (
     LABEL,
     OWNER_LABEL,
     DockerSandboxPool,
@@ -34,6 +34,7 @@ from consumers.sandbox import (
     hardened_config,
     limits_from_config,
 )
+
 from rollstream.config import ExecutorConfig
 
 CODE = "def add(a, b):\n    return a + b\n"

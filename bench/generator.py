@@ -39,16 +39,17 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from rollstream.consumers.backends.hf import TransformersBackend
+from rollstream.consumers.generator import group_requests, run
+from rollstream.consumers.models import chat_prompt_ids
+from rollstream.schemas.events import Message, PromptIssued, SamplingParams
+
 from bench.common import report, with_local_broker
-from consumers.backends.hf import TransformersBackend
-from consumers.generator import group_requests, run
-from consumers.models import chat_prompt_ids
 from rollstream.config import Config, GeneratorConfig, InfraConfig
 from rollstream.kafka import EventConsumer, EventProducer, delete_topics, ensure_topics, topic_name
 from rollstream.redis import connect, delete_prefix
+from rollstream.testing import make_prompt
 from rollstream.weights import WeightStore
-from schemas.events import Message, PromptIssued, SamplingParams
-from tests.factories import make_prompt
 
 TASKS = ["Write a Python function add(a, b) that returns the sum.", "Reverse a string in Python.",
          "Write is_prime(n).", "Return the largest element of a list.", "Count vowels in a string.",
@@ -273,7 +274,7 @@ def main() -> None:
     redis_url = os.environ.get("ROLLSTREAM_BENCH_REDIS", "redis://127.0.0.1:6379/0")
     model = args.model
     if model == "tiny":
-        from tests.consumers.tiny_model import make_tiny_model_dir
+        from rollstream.testing import make_tiny_model_dir
 
         model = str(make_tiny_model_dir(Path(tempfile.mkdtemp()) / "tiny"))
     figures = with_local_broker(lambda bootstrap: bench(args.quick, model, redis_url, bootstrap))

@@ -41,25 +41,34 @@ from aiokafka.errors import KafkaError as AIOKafkaError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from rollstream.learner.batch import micro_batches
+from rollstream.learner.checkpoint import read_step_log
+from rollstream.learner.model import merged_state_dict
+from rollstream.learner.train import run
+from rollstream.schemas.events import AdvantagedRollout, GroupAdvantaged, GroupStats, Rollout
+
 from bench.common import raw_redis_set_get
-from learner.batch import micro_batches
-from learner.checkpoint import read_step_log
-from learner.model import merged_state_dict
-from learner.train import run
-from rollstream.config import CheckpointConfig, Config, InfraConfig, LearnerConfig, RLConfig, WeightsConfig, to_toml
+from rollstream.config import (
+    CheckpointConfig,
+    Config,
+    InfraConfig,
+    LearnerConfig,
+    RLConfig,
+    WeightsConfig,
+    to_toml,
+)
 from rollstream.infra import free_port, start_broker, stop_pid
 from rollstream.kafka import EventProducer, delete_topics, ensure_topics, topic_name
 from rollstream.models import load_model
 from rollstream.redis import connect, delete_prefix
 from rollstream.weights import WeightStore, pack
-from schemas.events import AdvantagedRollout, GroupAdvantaged, GroupStats, Rollout
 
 PROMPT, COMPLETION, GROUP = 64, 64, 8
 
 STAGE_SCRIPT = """
 import asyncio, json, logging, sys
 logging.basicConfig(level="WARNING")
-from learner.train import run
+from rollstream.learner.train import run
 from rollstream.config import load_config
 asyncio.run(run(load_config(sys.argv[1], environ={})))
 # VmHWM, not ru_maxrss: Linux carries the forking parent's high-water mark into ru_maxrss across exec.

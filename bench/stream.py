@@ -9,7 +9,7 @@ it measures, one after the other, on the same events:
   floor. Its app comes from the stage's own ``streams.faust_runtime.faust_app`` (same fetch
   size, stream buffer, schema, sensor, GC tuning, log level info), so both sides of
   ``stream_ratio`` run Faust with the same settings;
-* ``stream``: one ``python -m streams.advantages`` worker (Redis store, advantages, acks),
+* ``stream``: one ``rollstream stream`` worker (Redis store, advantages, acks),
   observed from outside, on ``advantages``;
 * ``plain``:  a plain aiokafka loop: consume, decode, re-encode, produce, await acks.
 
@@ -66,7 +66,7 @@ def bench_config(bootstrap: str, redis_url: str, state_dir: str, group_size: int
 
 async def preload(config: Config, n_groups: int, group_size: int, tokens: int) -> int:
     from rollstream.kafka import EventProducer, ensure_topics
-    from tests.streams.fakes import make_reward
+    from rollstream.testing import make_reward
 
     await ensure_topics(config.infra, ["rewards", "advantages"])
     rng = random.Random(0)
@@ -86,9 +86,9 @@ def run_bare(config_path: str, n_events: int, out: str) -> None:
     Its app is built by the stage's own ``faust_app`` (same fetch size, stream buffer, schema,
     monitor, log level, GC tuning), so that it is Faust's floor under the stage's settings."""
     import faust
+    from rollstream.streams.faust_runtime import faust_app, raw_topic
 
     from rollstream.infra import resolve_endpoints
-    from streams.faust_runtime import faust_app, raw_topic
 
     config = load_config(config_path)
     app = faust_app(f"{config.infra.topic_prefix}bare", config, resolve_endpoints(config), tempfile.mkdtemp())
@@ -119,7 +119,7 @@ def start_stream_worker(config: Config, log: Path) -> subprocess.Popen[bytes]:
     config_path.write_text(to_toml(config))
     env = dict(os.environ, PYTHONPATH=str(REPO))
     with open(log, "wb") as out:
-        return subprocess.Popen([sys.executable, "-m", "streams.advantages", "--config", str(config_path)],
+        return subprocess.Popen([sys.executable, "-m", "rollstream.cli", "stream", "--config", str(config_path)],
                                 stdout=out, stderr=subprocess.STDOUT, cwd=REPO, env=env, start_new_session=True)
 
 
@@ -197,8 +197,7 @@ async def measure_stream(config: Config, bootstrap: str, n_groups: int, group_si
 async def measure_plain(config: Config, bootstrap: str, n_events: int) -> float:
     """consume -> decode -> encode -> produce -> await acks, per fetched batch."""
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-
-    from schemas import RewardScored, codec
+    from rollstream.schemas import RewardScored, codec
 
     rewards_codec = codec(RewardScored)
     source = f"{config.infra.topic_prefix}rewards"

@@ -38,14 +38,15 @@ import time
 from collections import Counter as Tally
 from contextlib import AsyncExitStack
 
-from consumers.rewards import RewardRegistry, default_registry
-from consumers.sandbox import DockerSandboxPool, SandboxBackend
-from consumers.score import audit_record, evaluate
+from rollstream.consumers.rewards import RewardRegistry, default_registry
+from rollstream.consumers.sandbox import DockerSandboxPool, SandboxBackend
+from rollstream.consumers.score import audit_record, evaluate
+from rollstream.schemas import codec
+from rollstream.schemas.events import ActionGenerated, Event, ExecutionRecord, RewardScored
+
 from rollstream.config import Config
 from rollstream.kafka import Delivery, EventConsumer, EventProducer, ensure_topics
 from rollstream.metrics import StageMetrics, serve_metrics
-from schemas import codec
-from schemas.events import ActionGenerated, Event, ExecutionRecord, RewardScored
 
 log = logging.getLogger(__name__)
 STAGE = "executor"

@@ -38,17 +38,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from jinja2 import TemplateError
+from rollstream.consumers.backends.base import Completion, GenerationBackend, GenerationRequest, Sampling
+from rollstream.consumers.backends.sampling import derive_seed
+from rollstream.consumers.models import chat_prompt_ids
+from rollstream.consumers.weight_sync import WeightSync
+from rollstream.schemas.events import ActionGenerated, PromptIssued, Rollout, SamplingParams
 
-from consumers.backends.base import Completion, GenerationBackend, GenerationRequest, Sampling
-from consumers.backends.sampling import derive_seed
-from consumers.models import chat_prompt_ids
-from consumers.weight_sync import WeightSync
 from rollstream.config import Config, GeneratorConfig
 from rollstream.errors import BackendError
 from rollstream.kafka import Delivery, EventConsumer, EventProducer, ensure_topics
 from rollstream.metrics import StageMetrics, serve_metrics
 from rollstream.retry import retry
-from schemas.events import ActionGenerated, PromptIssued, Rollout, SamplingParams
 
 log = logging.getLogger(__name__)
 STAGE = "generator"
@@ -132,14 +132,14 @@ def build_backend(config: Config) -> GenerationBackend:
     gen = config.generator
     if gen.backend == "transformers":
         import torch
-
-        from consumers.backends.hf import TransformersBackend
+        from rollstream.consumers.backends.hf import TransformersBackend
 
         if gen.torch_threads:
             torch.set_num_threads(gen.torch_threads)  # oversubscribed OpenMP threads spin and crawl
         return TransformersBackend.load(gen.model, device=gen.device)
-    from consumers.backends.sglang import SGLangBackend
-    from consumers.models import max_context
+    from rollstream.consumers.backends.sglang import SGLangBackend
+    from rollstream.consumers.models import max_context
+
     from rollstream.models import load_model_config, load_tokenizer, resolve_model
 
     files = resolve_model(gen.model, cache_dir=None)  # model_dir: a plain directory spec only

@@ -34,9 +34,8 @@ from importlib import metadata
 from typing import Protocol
 
 import msgspec
-
-from consumers.sandbox import Job, RunResult
-from schemas.events import ExecutionRecord, RewardSpec
+from rollstream.consumers.sandbox import Job, RunResult
+from rollstream.schemas.events import ExecutionRecord, RewardSpec
 
 PYTHON_TAGS = frozenset({"", "python", "py", "python3", "py3"})
 MAX_REWARD = 1e6

@@ -77,7 +77,7 @@ import time
 from json.encoder import encode_basestring_ascii as _json_string  # json.dumps' own quoting
 
 if __name__ != "__main__":  # on the host (linters, readers): what the sandbox gets from judge.py
-    from consumers.judge import (
+    from rollstream.consumers.judge import (
         MAX_MESSAGE_BYTES,
         Channel,
         Encoder,

@@ -37,11 +37,11 @@ from importlib import resources
 from typing import Any, Literal, Protocol
 
 import msgspec
+from rollstream.schemas.events import SandboxLimits
 
 from rollstream.config import ExecutorConfig
 from rollstream.errors import SandboxError
 from rollstream.retry import retry
-from schemas.events import SandboxLimits
 
 log = logging.getLogger(__name__)
 
@@ -129,7 +129,7 @@ class SandboxBackend(Protocol):
 
 def runner_source() -> str:
     """What the container runs: the judge module, then the runner (which uses its names)."""
-    package = resources.files("consumers")
+    package = resources.files("rollstream.consumers")
     return package.joinpath("judge.py").read_text() + "\n\n" + package.joinpath("runner.py").read_text()
 
 

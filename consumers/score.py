@@ -30,14 +30,14 @@ from pathlib import Path
 from typing import IO, Any
 
 import msgspec
+from rollstream.consumers.rewards import RewardRegistry, Scored, default_registry
+from rollstream.consumers.sandbox import Job, RunResult, SandboxBackend
+from rollstream.schemas.events import RewardSpec, SandboxAudit, SandboxLimits
+from rollstream.schemas.tasks import TaskSpec, decode_task
 
-from consumers.rewards import RewardRegistry, Scored, default_registry
-from consumers.sandbox import Job, RunResult, SandboxBackend
 from rollstream.config import Config
 from rollstream.errors import ConfigError, SandboxError
 from rollstream.retry import retry
-from schemas.events import RewardSpec, SandboxAudit, SandboxLimits
-from schemas.tasks import TaskSpec, decode_task
 
 SANDBOX_ATTEMPTS = 3
 
@@ -205,7 +205,7 @@ async def score_file(
     registry = registry or default_registry()
     items = list(read_inputs(paths))
     if backend is None:
-        from consumers.sandbox import DockerSandboxPool
+        from rollstream.consumers.sandbox import DockerSandboxPool
 
         async with DockerSandboxPool(config.executor) as pool:
             return await _score_items(items, out, pool, registry, config.executor.concurrency)

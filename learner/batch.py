@@ -18,9 +18,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import torch
-
-from schemas.arrays import PackedArray
-from schemas.events import AdvantagedRollout, GroupAdvantaged
+from rollstream.schemas.arrays import PackedArray
+from rollstream.schemas.events import AdvantagedRollout, GroupAdvantaged
 
 _TORCH_OF = {"i": torch.int32, "f": torch.float32, "B": torch.uint8}  # array typecode -> dtype
 

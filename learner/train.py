@@ -34,12 +34,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from rollstream.learner import checkpoint as ckpt
+from rollstream.learner.batch import select_rollouts
+from rollstream.learner.metrics import LearnerMetrics
+from rollstream.learner.model import add_lora, merged_state_dict, pad_id_of
+from rollstream.learner.trainer import Trainer
+from rollstream.schemas.events import GroupAdvantaged
 
-from learner import checkpoint as ckpt
-from learner.batch import select_rollouts
-from learner.metrics import LearnerMetrics
-from learner.model import add_lora, merged_state_dict, pad_id_of
-from learner.trainer import Trainer
 from rollstream.config import Config
 from rollstream.infra import resolve_endpoints
 from rollstream.kafka import Delivery, EventConsumer, EventProducer, ensure_topics
@@ -48,7 +49,6 @@ from rollstream.metrics import StageMetrics, serve_metrics
 from rollstream.models import load_model, load_tokenizer
 from rollstream.redis import connect, set_groups_consumed, set_policy_version
 from rollstream.weights import WeightStore
-from schemas.events import GroupAdvantaged
 
 log = logging.getLogger(__name__)
 RECENT_GROUPS = 20000  # group ids remembered (and checkpointed) to skip upstream duplicates

@@ -39,8 +39,8 @@ from rollstream.errors import KafkaError, converted
 from rollstream.infra import resolve_endpoints
 from rollstream.metrics import StageMetrics
 from rollstream.retry import retry
-from schemas import DeadLetter, SchemaError, codec, dlq_spec, topic
-from schemas.events import Event
+from rollstream.schemas import DeadLetter, SchemaError, codec, dlq_spec, topic
+from rollstream.schemas.events import Event
 
 log = logging.getLogger(__name__)
 E = TypeVar("E", bound=Event)

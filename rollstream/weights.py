@@ -43,7 +43,7 @@ import xxhash
 from msgspec import Meta
 
 from rollstream.errors import WeightStoreError, converted
-from schemas import WeightsPublished
+from rollstream.schemas import WeightsPublished
 
 DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32,

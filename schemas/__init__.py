@@ -1,7 +1,7 @@
 """The msgspec contract of every rollstream event and topic."""
 
-from schemas.arrays import LogProbArray, MaskArray, TokenArray
-from schemas.events import (
+from rollstream.schemas.arrays import LogProbArray, MaskArray, TokenArray
+from rollstream.schemas.events import (
     SCHEMA_VERSION,
     ActionGenerated,
     AdvantagedRollout,
@@ -22,8 +22,8 @@ from schemas.events import (
     Subtask,
     WeightsPublished,
 )
-from schemas.tasks import TaskSpec, decode_task, encode_task
-from schemas.topics import TOPICS, Codec, SchemaError, TopicSpec, codec, dlq_spec, topic
+from rollstream.schemas.tasks import TaskSpec, decode_task, encode_task
+from rollstream.schemas.topics import TOPICS, Codec, SchemaError, TopicSpec, codec, dlq_spec, topic
 
 __all__ = [
     "SCHEMA_VERSION",

@@ -21,7 +21,7 @@ Structs are encoded as maps keyed by field name, so:
   fields this reader does not know).
 
 History: version 2 carries token ids, log-probs and generated masks as packed arrays
-(:mod:`schemas.arrays`) instead of MessagePack arrays of numbers; version-1 events
+(:mod:`rollstream.schemas.arrays`) instead of MessagePack arrays of numbers; version-1 events
 still decode. Version 3 adds the ``tamper`` error kind (a new value that version-2
 readers would reject) with ``ExecutionRecord.tamper``/``trust`` and
 ``RewardSpec.trust``/``program`` (defaulted, so version-2 events still decode).
@@ -38,8 +38,7 @@ from typing import Annotated, Literal
 
 import msgspec
 from msgspec import Meta
-
-from schemas.arrays import MAX_TOKENS, LogProbArray, MaskArray, PackedArray, TokenArray
+from rollstream.schemas.arrays import MAX_TOKENS, LogProbArray, MaskArray, PackedArray, TokenArray
 
 SCHEMA_VERSION = 3
 

@@ -22,8 +22,7 @@ from typing import Annotated
 
 import msgspec
 from msgspec import Meta
-
-from schemas.events import Id, Message, RewardSpec, SamplingParams, Text
+from rollstream.schemas.events import Id, Message, RewardSpec, SamplingParams, Text
 
 
 class TaskSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

@@ -9,9 +9,8 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 import msgspec
-
-from schemas.arrays import dec_hook, enc_hook
-from schemas.events import (
+from rollstream.schemas.arrays import dec_hook, enc_hook
+from rollstream.schemas.events import (
     SCHEMA_VERSION,
     ActionGenerated,
     DeadLetter,

@@ -6,7 +6,7 @@ group to ``advantages`` (keyed by group_id). Undecodable or invalid records go t
 
 Guarantees:
 
-* Each batch of rewards is stored in Redis (:mod:`streams.groups`) before Faust may ack,
+* Each batch of rewards is stored in Redis (:mod:`rollstream.streams.groups`) before Faust may ack,
   let alone commit, its offsets; open groups never live in worker memory or Faust tables.
   A SIGKILL at any moment loses nothing: replayed rewards are ignored by rollout_id, and
   groups left complete-but-unfinished are found again by the owner's sweep.
@@ -26,35 +26,32 @@ Guarantees:
 
 Layout: :class:`AdvantageStage` is the stage's logic, read top to bottom: ``handle`` (add
 rewards) -> ``resolve`` (decide, stage, emit once, finish) and ``sweep`` (deadlines, groups
-left ready by a crash). It knows Redis only through :class:`streams.groups.GroupStore`, the
-output topic through :class:`streams.output.AdvantagesTopic`, and nothing of Faust:
-:mod:`streams.faust_runtime` feeds it batches and sweeps, acks and commits, and holds
+left ready by a crash). It knows Redis only through :class:`rollstream.streams.groups.GroupStore`, the
+output topic through :class:`rollstream.streams.output.AdvantagesTopic`, and nothing of Faust:
+:mod:`rollstream.streams.faust_runtime` feeds it batches and sweeps, acks and commits, and holds
 every Faust workaround (exits, signals, speed settings).
 
-Entry points: ``async def run(config)`` (``rollstream stream``) or
-``python -m streams.advantages [--config rollstream.toml] [--set section.key=value ...]``.
+Entry point: ``async def run(config)``, which ``rollstream stream [--config rollstream.toml]``
+calls.
 """
 
 from __future__ import annotations
 
-import argparse
-import asyncio
 import logging
-import signal
 import time
 from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 
-from rollstream.config import Config, load_config
+from rollstream.schemas import RewardScored, SchemaError, codec, topic
+from rollstream.streams.faust_runtime import serve
+from rollstream.streams.groups import Arrival, Finished, GroupStore, LoadedGroup, Outcome, decide
+from rollstream.streams.output import AdvantagesTopic
+
+from rollstream.config import Config
 from rollstream.infra import Endpoints, resolve_endpoints
 from rollstream.kafka import EventProducer, RawRecord, ensure_topics, topic_name
-from rollstream.lifecycle import setup_logging, tune_gc
 from rollstream.metrics import StageMetrics, serve_metrics
 from rollstream.redis import connect
-from schemas import RewardScored, SchemaError, codec, topic
-from streams.faust_runtime import serve
-from streams.groups import Arrival, Finished, GroupStore, LoadedGroup, Outcome, decide
-from streams.output import AdvantagesTopic
 
 log = logging.getLogger("rollstream.stream")
 STAGE = "stream"
@@ -183,7 +180,7 @@ async def run(config: Config) -> None:
     """Run one stream worker until SIGTERM/SIGINT (``rollstream stream``).
 
     The Faust worker runs inside the caller's event loop and never returns normally: it
-    stops with ``os._exit`` (:mod:`streams.faust_runtime`), as Faust's own shutdown can hang.
+    stops with ``os._exit`` (:mod:`rollstream.streams.faust_runtime`), as Faust's own shutdown can hang.
     """
     endpoints = resolve_endpoints(config)
     await ensure_topics(config.infra, ["rewards", "advantages"])
@@ -192,20 +189,3 @@ async def run(config: Config) -> None:
         log.info("stream %s -> %s; config: %s %s", topic_name(config.infra, "rewards"), stage.output.name,
                  config.stream, config.rl)
         await serve(stage, config, endpoints)
-
-
-def cli(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m streams.advantages", description=__doc__.split("\n")[0])
-    parser.add_argument("--config", default=None, help="TOML config file")
-    parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
-    parser.add_argument("--log-level", default="INFO")
-    args = parser.parse_args(argv)
-    setup_logging(args.log_level)
-    config = load_config(args.config, args.set)
-    tune_gc()  # as `rollstream stream` does
-    asyncio.run(run(config))
-
-
-if __name__ == "__main__":
-    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
-    cli()

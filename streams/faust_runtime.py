@@ -1,6 +1,6 @@
 """Faust, confined: the one module of the advantage stream that knows it runs on Faust.
 
-The stage (:mod:`streams.advantages`) is plain code behind :class:`BatchStage`:
+The stage (:mod:`rollstream.streams.advantages`) is plain code behind :class:`BatchStage`:
 ``handle(records)`` takes a batch of ``rewards`` records as consumed, ``sweep(partitions)``
 finishes the groups due on the partitions this worker owns. :func:`serve` drives it from a
 Faust app:
@@ -40,11 +40,11 @@ from typing import Any, NoReturn, Protocol
 
 import faust
 from aiokafka.errors import KafkaError as AIOKafkaError
+from rollstream.schemas import topic
 
 from rollstream.config import Config, StreamConfig
 from rollstream.infra import Endpoints
 from rollstream.kafka import RawRecord, topic_name
-from schemas import topic
 
 log = logging.getLogger("rollstream.stream")
 EXIT_ON_ERROR = 70  # a batch or sweep failed half way: die before Faust can ack it

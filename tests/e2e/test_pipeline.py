@@ -15,13 +15,12 @@ import sys
 from pathlib import Path
 
 import torch
+from rollstream.schemas import GroupAdvantaged, PromptIssued, WeightsPublished
 from safetensors.torch import load_file
 
 from rollstream.config import InfraConfig
-from schemas import GroupAdvantaged, PromptIssued, WeightsPublished
-from tests.consumers.tiny_model import make_tiny_model_dir
-from tests.factories import read_events
-
+from rollstream.testing import make_tiny_model_dir
+from tests.helpers import read_events
 
 # Tasks a random model earns different rewards on, so that advantages (and gradients) are not
 # all zero: no tests, so a completion that runs cleanly earns 1, one that raises 0, one that does
@@ -104,7 +103,7 @@ def assert_groups_accounted_for(infra: InfraConfig, checkpoints: Path, *, group_
                                 max_staleness: int) -> list[dict]:
     """Every group the learner consumed was issued and advantaged, none twice; the rest of what
     was issued is no more than the sampler's backpressure lets be in flight."""
-    from learner.checkpoint import read_step_log
+    from rollstream.learner.checkpoint import read_step_log
 
     steps = read_step_log(checkpoints)
     trained = [s for s in steps if s["trained"]]

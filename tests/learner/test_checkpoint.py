@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from rollstream.learner import checkpoint as ckpt
+from rollstream.learner.model import merged_state_dict
+from rollstream.learner.train import build_trainer
 
-from learner import checkpoint as ckpt
-from learner.model import merged_state_dict
-from learner.train import build_trainer
 from rollstream.config import CheckpointConfig, Config, LearnerConfig, LoraConfig, OptimConfig
 from rollstream.errors import CheckpointError
-from tests.learner.conftest import group
+from tests.helpers import group
 
 
 def make_config(model_dir: str, ckpt_dir: Path, *, lora: bool = False, warmup_steps: int = 0) -> Config:
@@ -31,14 +31,14 @@ def save(trainer, config: Config, step: int, groups: int, offsets: dict[int, int
 
 
 @pytest.mark.parametrize("lora", [False, True])
-def test_resume_reproduces_uninterrupted_training(tiny_model_dir: str, tmp_path: Path, lora: bool) -> None:
+def test_resume_reproduces_uninterrupted_training(learner_model_dir: str, tmp_path: Path, lora: bool) -> None:
     steps = [group(f"s{i}", [1.0, -1.0, 0.5], seed=i).rollouts for i in range(3)]
-    straight_cfg = make_config(tiny_model_dir, tmp_path / "a", lora=lora, warmup_steps=2)
+    straight_cfg = make_config(learner_model_dir, tmp_path / "a", lora=lora, warmup_steps=2)
     straight, *_ = build_trainer(straight_cfg, None)
     for rollouts in steps:
         straight.step(rollouts)
 
-    cfg = make_config(tiny_model_dir, tmp_path / "b", lora=lora, warmup_steps=2)
+    cfg = make_config(learner_model_dir, tmp_path / "b", lora=lora, warmup_steps=2)
     first, *_ = build_trainer(cfg, None)
     first.step(steps[0])
     path = save(first, cfg, step=1, groups=1, offsets={0: 7, 3: 2})
@@ -53,11 +53,11 @@ def test_resume_reproduces_uninterrupted_training(tiny_model_dir: str, tmp_path:
     assert resumed.scheduler.get_last_lr() == straight.scheduler.get_last_lr()
 
 
-def test_model_directory_loads_with_transformers(tiny_model_dir: str, tmp_path: Path) -> None:
+def test_model_directory_loads_with_transformers(learner_model_dir: str, tmp_path: Path) -> None:
     from transformers import AutoModelForCausalLM
 
     for lora in (False, True):
-        cfg = make_config(tiny_model_dir, tmp_path / f"c{lora}", lora=lora)
+        cfg = make_config(learner_model_dir, tmp_path / f"c{lora}", lora=lora)
         trainer, *_ = build_trainer(cfg, None)
         trainer.step(group("g", [1.0, -1.0], seed=5).rollouts)
         path = save(trainer, cfg, step=1, groups=1)
@@ -73,9 +73,9 @@ def test_model_directory_loads_with_transformers(tiny_model_dir: str, tmp_path: 
         assert (path / "adapter").exists() == lora
 
 
-def test_pointer_moves_only_to_complete_checkpoints_and_old_ones_are_pruned(tiny_model_dir: str,
+def test_pointer_moves_only_to_complete_checkpoints_and_old_ones_are_pruned(learner_model_dir: str,
                                                                             tmp_path: Path) -> None:
-    cfg = make_config(tiny_model_dir, tmp_path / "d")
+    cfg = make_config(learner_model_dir, tmp_path / "d")
     trainer, *_ = build_trainer(cfg, None)
     root = Path(cfg.learner.checkpoint.dir)
     assert ckpt.latest_checkpoint(root) is None
@@ -117,10 +117,10 @@ def test_step_log_appends(tmp_path: Path) -> None:
     assert os.path.exists(tmp_path / ckpt.STEP_LOG)
 
 
-def test_lora_broadcast_merged_equals_a_merged_model(tiny_model_dir: str, tmp_path: Path) -> None:
-    from learner.train import broadcast_weights
+def test_lora_broadcast_merged_equals_a_merged_model(learner_model_dir: str, tmp_path: Path) -> None:
+    from rollstream.learner.train import broadcast_weights
 
-    cfg = make_config(tiny_model_dir, tmp_path / "e", lora=True)
+    cfg = make_config(learner_model_dir, tmp_path / "e", lora=True)
     trainer, *_ = build_trainer(cfg, None)
     trainer.step(group("g", [1.0, -1.0], seed=7).rollouts)
     merged = broadcast_weights(cfg, trainer.model)

@@ -6,13 +6,13 @@ import math
 
 import pytest
 import torch
+from rollstream.learner.batch import collate, micro_batches, select_rollouts
+from rollstream.learner.loss import aggregate, policy_loss, token_logprobs
+from rollstream.learner.trainer import Trainer, sequence_logprob
+from rollstream.schemas.events import AdvantagedRollout
 
-from learner.batch import collate, micro_batches, select_rollouts
-from learner.loss import aggregate, policy_loss, token_logprobs
-from learner.trainer import Trainer, sequence_logprob
 from rollstream.config import LearnerConfig, LossConfig, OptimConfig
-from schemas.events import AdvantagedRollout
-from tests.learner.conftest import group, rollout
+from tests.helpers import group, rollout
 
 EPS = 1e-4
 
@@ -158,7 +158,7 @@ def test_aggregation_modes_and_exact_accumulation() -> None:
 
 @pytest.mark.parametrize("agg", ["token_mean", "sequence_mean"])
 def test_gradient_accumulation_matches_one_big_batch(agg: str) -> None:
-    from tests.learner.conftest import tiny_model
+    from tests.helpers import tiny_model
 
     items = group("g", [1.0, -1.0, 0.5, -0.5, 2.0], seed=3).rollouts
     norms = []

@@ -13,13 +13,13 @@ from collections import Counter
 from pathlib import Path
 
 import msgspec
+from rollstream.learner.checkpoint import latest_checkpoint, load_state, read_step_log
 
-from learner.checkpoint import latest_checkpoint, load_state, read_step_log
 from rollstream.config import CheckpointConfig, Config, LearnerConfig, OptimConfig, RLConfig, to_toml
 from rollstream.kafka import EventProducer, ensure_topics
 from rollstream.redis import connect, get_policy_version, key
 from rollstream.weights import WeightStore
-from tests.learner.conftest import group
+from tests.helpers import group
 
 ROOT = Path(__file__).resolve().parents[2]
 GROUPS = 16
@@ -47,13 +47,13 @@ async def wait_for(predicate, timeout_s: float, proc: subprocess.Popen[bytes], w
         await asyncio.sleep(0.1)
 
 
-async def test_sigkill_then_resume_trains_every_group_exactly_once(config: Config, tiny_model_dir: str,
+async def test_sigkill_then_resume_trains_every_group_exactly_once(config: Config, learner_model_dir: str,
                                                                    tmp_path: Path) -> None:
     ckpt_dir = tmp_path / "ckpt"
     config = msgspec.structs.replace(
         config,
         rl=RLConfig(groups_per_step=PER_STEP, max_staleness=1000, seed=1),
-        learner=LearnerConfig(model=tiny_model_dir, micro_batch=4, optim=OptimConfig(lr=1e-3),
+        learner=LearnerConfig(model=learner_model_dir, micro_batch=4, optim=OptimConfig(lr=1e-3),
                               checkpoint=CheckpointConfig(every=2, dir=str(ckpt_dir)), broadcast_every=1,
                               max_steps=GROUPS // PER_STEP),
     )
@@ -117,13 +117,13 @@ async def test_sigkill_then_resume_trains_every_group_exactly_once(config: Confi
         await redis.aclose()
 
 
-async def test_sigterm_checkpoints_the_current_step_and_exits_cleanly(config: Config, tiny_model_dir: str,
+async def test_sigterm_checkpoints_the_current_step_and_exits_cleanly(config: Config, learner_model_dir: str,
                                                                       tmp_path: Path) -> None:
     ckpt_dir = tmp_path / "ckpt"
     config = msgspec.structs.replace(
         config,
         rl=RLConfig(groups_per_step=PER_STEP, max_staleness=1000),
-        learner=LearnerConfig(model=tiny_model_dir, micro_batch=4, checkpoint=CheckpointConfig(every=100, dir=str(ckpt_dir)),
+        learner=LearnerConfig(model=learner_model_dir, micro_batch=4, checkpoint=CheckpointConfig(every=100, dir=str(ckpt_dir)),
                               broadcast_every=100, max_steps=4),
     )
     groups = [group(f"h{i}", [1.0, -1.0], seed=i) for i in range(8)]

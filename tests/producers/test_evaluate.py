@@ -8,10 +8,10 @@ from pathlib import Path
 
 import msgspec
 import pytest
+from rollstream.cli.evaluate import SampleResult, format_table, pass_at_k, run, summarize
 
 from rollstream.config import Config, EvalConfig, ExecutorConfig, GeneratorConfig
-from rollstream.evaluate import SampleResult, format_table, pass_at_k, run, summarize
-from tests.consumers.conftest import make_tiny_model_dir
+from rollstream.testing import make_tiny_model_dir
 
 
 def test_pass_at_k() -> None:
@@ -83,8 +83,9 @@ async def test_eval_resume_generates_only_missing_samples(tmp_path: Path) -> Non
 def test_the_flags_set_keys_of_the_eval_section() -> None:
     import argparse
 
+    from rollstream.cli.evaluate import add_arguments, eval_overrides
+
     from rollstream.config import load_config
-    from rollstream.evaluate import add_arguments, eval_overrides
 
     parser = argparse.ArgumentParser()
     add_arguments(parser)

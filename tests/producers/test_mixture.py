@@ -6,9 +6,14 @@ import random
 from collections import Counter
 
 import pytest
-
-from producers.mixture import AdaptiveStats, apportion, epoch_plan, family_probabilities, informative
-from producers.sources import load_tasks
+from rollstream.producers.mixture import (
+    AdaptiveStats,
+    apportion,
+    epoch_plan,
+    family_probabilities,
+    informative,
+)
+from rollstream.producers.sources import load_tasks
 
 FAMILIES = ["a"] * 10 + ["b"] * 30 + ["c"] * 60
 

@@ -13,11 +13,11 @@ from collections import Counter
 
 import msgspec
 import pytest
+from rollstream.producers.sources import SUITE_DIR, builtin_tasks
+from rollstream.producers.suite import build_suite
+from rollstream.schemas.tasks import TaskSpec
 
-from producers.sources import SUITE_DIR, builtin_tasks
-from producers.suite import build_suite
 from rollstream.config import ExecutorConfig
-from schemas.tasks import TaskSpec
 
 
 def wrong_solutions() -> dict[str, str]:
@@ -50,7 +50,7 @@ def test_suite_size_and_families() -> None:
 def test_every_judged_kind_has_five_tasks() -> None:
     """Classes, printed output, programs, in-place mutation, expected exceptions: each kind the
     judge supports beyond plain function asserts is in the suite at least five times."""
-    from producers.suite.defs_judged import JUDGED, KINDS
+    from rollstream.producers.suite.defs_judged import JUDGED, KINDS
 
     ids = {t.task_id for t in builtin_tasks()}
     kinds = Counter(j.kind for j in JUDGED if f"{j.family}/{j.name}" in ids)
@@ -62,13 +62,13 @@ def test_suite_files_are_up_to_date() -> None:
     and wrong solution in-process)."""
     files = build_suite.render(build_suite.all_defs())
     for name, content in files.items():
-        assert (SUITE_DIR / name).read_bytes() == content, f"{name} is stale: run python -m producers.suite.build_suite"
+        assert (SUITE_DIR / name).read_bytes() == content, f"{name} is stale: run python -m rollstream.producers.suite.build_suite"
 
 
 async def _score_all(tasks: list[TaskSpec], wrong: dict[str, str]) -> list[tuple[str, str, float, object]]:
-    from consumers.rewards import default_registry
-    from consumers.sandbox import DockerSandboxPool
-    from consumers.score import evaluate
+    from rollstream.consumers.rewards import default_registry
+    from rollstream.consumers.sandbox import DockerSandboxPool
+    from rollstream.consumers.score import evaluate
 
     registry = default_registry()
     config = ExecutorConfig(pool_size=2, concurrency=4, owner="rollstream-test-suite")

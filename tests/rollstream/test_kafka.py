@@ -10,12 +10,13 @@ import time
 from pathlib import Path
 
 import msgspec
+from rollstream.schemas import codec
 
 from rollstream.config import InfraConfig
 from rollstream.kafka import BATCH_API_MIN_RECORDS, EventConsumer, EventProducer, ensure_topics, topic_name
 from rollstream.metrics import StageMetrics, read_counter
-from schemas import codec
-from tests.factories import make_prompt, make_reward, read_dead_letters
+from rollstream.testing import make_prompt, make_reward
+from tests.helpers import read_dead_letters
 
 
 async def _drain(consumer: EventConsumer, want: int, timeout_s: float = 20.0) -> list:

@@ -23,7 +23,7 @@ from rollstream.models import (
     plain_model_from,
     resolve_model,
 )
-from tests.consumers.tiny_model import make_tiny_model_dir
+from rollstream.testing import make_tiny_model_dir
 
 
 @pytest.fixture(scope="module")
@@ -153,9 +153,9 @@ def test_save_converted_is_atomic_and_keeps_a_finished_copy(tiny_dir: Path, tmp_
 @pytest.mark.slow
 def test_generator_and_learner_tokenize_a_chat_prompt_and_a_completion_alike(tmp_path: Path) -> None:
     """Each stage's own loading path, on the real SmolLM2 (the first run converts the GGUF: 60-100 s)."""
-    from consumers.backends.hf import TransformersBackend
-    from consumers.models import chat_prompt_ids
-    from learner.train import build_trainer
+    from rollstream.consumers.backends.hf import TransformersBackend
+    from rollstream.consumers.models import chat_prompt_ids
+    from rollstream.learner.train import build_trainer
 
     generator = TransformersBackend.load("smollm2")  # the transformers generator and eval
     config = Config(learner=LearnerConfig(model="smollm2", checkpoint=CheckpointConfig(dir=str(tmp_path / "ckpt"))))

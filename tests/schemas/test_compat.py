@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import msgspec
 import pytest
-
-from schemas import PromptIssued, SchemaError, codec
-from schemas.events import SCHEMA_VERSION
+from rollstream.schemas import PromptIssued, SchemaError, codec
+from rollstream.schemas.events import SCHEMA_VERSION
 
 
 class V1RewardSpec(msgspec.Struct, kw_only=True):
@@ -112,7 +111,7 @@ class V1ExecutionRecord(msgspec.Struct, kw_only=True):
 
 
 def test_version_1_arrays_of_numbers_still_decode_and_are_checked() -> None:
-    from schemas import RewardScored, TokenArray
+    from rollstream.schemas import RewardScored, TokenArray
 
     rollout = V1Rollout(rollout_id="g/0", group_id="g", sample_index=0, group_size=2, task_id="t", family="f",
                         prompt_token_ids=[1, 2, 70000], completion_token_ids=[5, 6], behaviour_logprobs=[-0.25, 0.0],
@@ -141,7 +140,7 @@ class V2ExecutionRecord(msgspec.Struct, kw_only=True):
 
 
 def test_version_2_records_decode_and_say_their_verdict_was_not_judged() -> None:
-    from schemas import RewardScored
+    from rollstream.schemas import RewardScored
 
     rollout = V1Rollout(rollout_id="g/0", group_id="g", sample_index=0, group_size=2, task_id="t", family="f",
                         prompt_token_ids=[1], completion_token_ids=[5], behaviour_logprobs=[-0.5],

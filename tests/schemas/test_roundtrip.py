@@ -8,10 +8,9 @@ import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from schemas import TOPICS, Codec, SchemaError, codec, dlq_spec
-from schemas.arrays import LogProbArray, MaskArray, TokenArray, dec_hook, enc_hook
-from schemas.events import (
+from rollstream.schemas import TOPICS, Codec, SchemaError, codec, dlq_spec
+from rollstream.schemas.arrays import LogProbArray, MaskArray, TokenArray, dec_hook, enc_hook
+from rollstream.schemas.events import (
     SCHEMA_VERSION,
     ActionGenerated,
     DeadLetter,
@@ -21,7 +20,8 @@ from schemas.events import (
     SandboxAudit,
     WeightsPublished,
 )
-from tests.factories import make_action, make_prompt, make_reward
+
+from rollstream.testing import make_action, make_prompt, make_reward
 
 EVENTS = [PromptIssued, ActionGenerated, RewardScored, GroupAdvantaged, WeightsPublished, SandboxAudit, DeadLetter]
 

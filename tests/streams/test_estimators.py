@@ -5,9 +5,8 @@ from __future__ import annotations
 import math
 
 import pytest
-
-from streams import estimators
-from streams.estimators import GroupInput, batch_advantages, group_advantages
+from rollstream.streams import estimators
+from rollstream.streams.estimators import GroupInput, batch_advantages, group_advantages
 
 SQRT3 = math.sqrt(3.0)
 

@@ -10,13 +10,13 @@ import urllib.request
 from pathlib import Path
 
 import msgspec
+from rollstream.schemas import GroupAdvantaged, codec
 
 from rollstream.config import Config, RLConfig, StreamConfig
 from rollstream.infra import free_port
 from rollstream.kafka import EventProducer, ensure_topics, topic_name
-from schemas import GroupAdvantaged, codec
-from tests.streams.fakes import make_reward
-from tests.streams.procs import end, kill, read_all, start_worker, wait_ready, write_config
+from rollstream.testing import make_reward
+from tests.helpers import end, kill, read_all, start_worker, wait_ready, write_config
 
 GROUP_SIZE = 4
 PARTITIONS = 4

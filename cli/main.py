@@ -23,11 +23,11 @@ log = logging.getLogger("rollstream")
 
 # stage -> (module, help). Each module exposes ``async def run(config, **options) -> None``.
 STAGES: dict[str, tuple[str, str]] = {
-    "sampler": ("producers.sampler", "publish PromptIssued events from task sources"),
-    "generator": ("consumers.generator", "turn prompts into G completions each (transformers or SGLang)"),
-    "executor": ("consumers.executor", "run completions in Docker sandboxes and score them"),
-    "stream": ("streams.advantages", "gather each group's rewards and compute advantages (Faust)"),
-    "learner": ("learner.train", "train the policy on advantages and broadcast weights"),
+    "sampler": ("rollstream.producers.sampler", "publish PromptIssued events from task sources"),
+    "generator": ("rollstream.consumers.generator", "turn prompts into G completions each (transformers or SGLang)"),
+    "executor": ("rollstream.consumers.executor", "run completions in Docker sandboxes and score them"),
+    "stream": ("rollstream.streams.advantages", "gather each group's rewards and compute advantages (Faust)"),
+    "learner": ("rollstream.learner.train", "train the policy on advantages and broadcast weights"),
 }
 
 
@@ -84,7 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("eval", help="pass@1 / pass@k per task family at a fixed policy")
     _common(p)
-    from rollstream.evaluate import add_arguments  # argparse only: stays fast
+    from rollstream.cli.evaluate import add_arguments  # argparse only: stays fast
 
     add_arguments(p)
     return parser
@@ -104,7 +104,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         profile = profile_path(args.profile) if args.profile else None
         overrides = list(args.overrides)
         if args.command == "eval":
-            from rollstream.evaluate import eval_overrides
+            from rollstream.cli.evaluate import eval_overrides
 
             overrides += eval_overrides(args)  # the flags are short for --set eval.KEY=VALUE
         config = load_config(args.config, overrides, profile=profile)
@@ -124,9 +124,10 @@ def dispatch(args: argparse.Namespace, config: Config) -> int:
     if command == "infra":
         return _infra(args.action, config)
     if command == "topics":
+        from rollstream.schemas import TOPICS
+
         from rollstream.infra import with_local_endpoints
         from rollstream.kafka import ensure_topics
-        from schemas import TOPICS
 
         config = with_local_endpoints(config)
         asyncio.run(ensure_topics(config.infra, list(TOPICS)))
@@ -145,22 +146,22 @@ def dispatch(args: argparse.Namespace, config: Config) -> int:
         asyncio.run(runner(config, **options))
         return 0
     if command == "run":
-        from rollstream.local import run_pipeline
+        from rollstream.cli.run import run_pipeline
 
         return run_pipeline(config, args)
     if command == "score":
-        from consumers.score import score_main
+        from rollstream.consumers.score import score_main
 
         return asyncio.run(score_main(config, args.inputs, args.output))
     if command == "sandbox":
-        from consumers.image import build_image
+        from rollstream.consumers.image import build_image
 
         tag = args.tag or config.executor.image
         build_image(tag=tag, offline=args.offline)
         print(f"built sandbox image {tag}")
         return 0
     if command == "eval":
-        from rollstream.evaluate import eval_main
+        from rollstream.cli.evaluate import eval_main
 
         return asyncio.run(eval_main(config, args))
     raise AssertionError(command)

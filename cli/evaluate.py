@@ -107,7 +107,7 @@ def eval_spec(task: Any, tests: str) -> Any:
 
 
 def select_tasks(config: Config) -> list[Any]:
-    from producers.sources import load_tasks
+    from rollstream.producers.sources import load_tasks
 
     options = config.eval
     tasks = load_tasks(options.sources or config.sampler.sources)
@@ -142,7 +142,7 @@ async def run(config: Config) -> dict[str, Any]:
             import torch
 
             torch.set_num_threads(options.threads)
-        from consumers.backends.hf import TransformersBackend
+        from rollstream.consumers.backends.hf import TransformersBackend
 
         backend = await asyncio.to_thread(TransformersBackend.load, model, config.generator.device)
         log.info("loaded %s in %.0f s; %d samples to generate (%d tasks x %d, %d already scored)", model,
@@ -166,11 +166,11 @@ def build_requests(config: Config, tokenizer: Any,
                    missing: Sequence[tuple[Any, int]]) -> tuple[list[Any], dict[str, tuple[Any, int]]]:
     """Generation requests of the (task, sample index) pairs, shortest prompts first."""
     options = config.eval
-    from consumers.backends.base import GenerationRequest
-    from consumers.backends.sampling import derive_seed
-    from consumers.generator import resolve_sampling
-    from consumers.models import chat_prompt_ids
-    from schemas.events import SamplingParams
+    from rollstream.consumers.backends.base import GenerationRequest
+    from rollstream.consumers.backends.sampling import derive_seed
+    from rollstream.consumers.generator import resolve_sampling
+    from rollstream.consumers.models import chat_prompt_ids
+    from rollstream.schemas.events import SamplingParams
 
     requests, owners = [], {}
     prompt_cache: dict[str, list[int]] = {}
@@ -192,9 +192,9 @@ async def generate_and_score(config: Config, backend: Any,
     """Generate the missing samples in batches; score each batch in the sandbox pool while the
     next one generates. Appends to ``results`` (and the completions file); returns tokens generated."""
     options = config.eval
-    from consumers.rewards import default_registry
-    from consumers.sandbox import DockerSandboxPool
-    from consumers.score import evaluate
+    from rollstream.consumers.rewards import default_registry
+    from rollstream.consumers.sandbox import DockerSandboxPool
+    from rollstream.consumers.score import evaluate
 
     requests, owners = build_requests(config, backend.tokenizer, missing)
     registry = default_registry()
@@ -255,7 +255,7 @@ def previous_results(options: EvalConfig, tasks: Sequence[Any]) -> list[SampleRe
 
 
 def _messages(config: Config, task: Any) -> list[Any]:
-    from schemas.events import Message
+    from rollstream.schemas.events import Message
 
     messages = task.chat()
     if config.sampler.system_prompt and not any(m.role == "system" for m in messages):

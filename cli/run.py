@@ -70,8 +70,9 @@ def run_pipeline(config: Config, args: argparse.Namespace) -> int:
     overrides += [f"infra.kafka_bootstrap={state['kafka_bootstrap']}", f"infra.redis_url={state['redis_url']}"]
     resolved = load_config(args.config, overrides, profile=profile)
     print(f"run {run_id}: kafka {resolved.infra.kafka_bootstrap}, redis {resolved.infra.redis_url}, logs {run_dir}")
+    from rollstream.schemas import TOPICS
+
     from rollstream.kafka import ensure_topics
-    from schemas import TOPICS
 
     asyncio.run(ensure_topics(resolved.infra, list(TOPICS)))
     children: list[Child] = []

@@ -1,0 +1,221 @@
+"""The tests' shared helpers, in one module (fixtures are in tests/fixtures/, registered as
+plugins by tests/conftest.py; event builders and the tiny model in rollstream.testing).
+
+* sandbox containers of an owner label: :func:`containers_of`, :func:`remove_containers_of`;
+* topics: :func:`read_events` (decoded, from the start, no consumer group),
+  :func:`read_dead_letters`, :func:`read_all` (raw records, every partition);
+* processes: stream workers started as ``rollstream stream`` in their own session and ended
+  by pid (:func:`start_worker`, :func:`wait_ready`, :func:`kill`, :func:`end`);
+* the learner's hand-made advantaged groups and tiny in-memory models (:func:`group`,
+  :func:`rollout`, :func:`tiny_model`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from rollstream.schemas.events import AdvantagedRollout, GroupAdvantaged, GroupStats, Rollout
+
+from rollstream.config import Config, to_toml
+from rollstream.infra import pid_alive
+
+
+async def read_events(infra, name: str, event: type, until=lambda got: False, timeout_s: float = 20.0) -> list:
+    """The events on registry topic ``name`` from the start (no consumer group), decoded as
+    ``event``, until ``until(events)`` holds or ``timeout_s`` passed (then whatever arrived)."""
+    from aiokafka import AIOKafkaConsumer
+    from rollstream.schemas import codec
+
+    from rollstream.kafka import topic_name
+
+    consumer = AIOKafkaConsumer(topic_name(infra, name), bootstrap_servers=infra.kafka_bootstrap,
+                                auto_offset_reset="earliest", enable_auto_commit=False, group_id=None)
+    await consumer.start()
+    events: list = []
+    try:
+        deadline = time.monotonic() + timeout_s
+        while not until(events) and time.monotonic() < deadline:
+            for records in (await consumer.getmany(timeout_ms=500)).values():
+                events += [codec(event).decode(r.value) for r in records]
+    finally:
+        await consumer.stop()
+    return events
+
+
+async def read_dead_letters(infra, name: str, want: int, timeout_s: float = 20.0) -> list:
+    """The DeadLetter records of registry topic ``name``'s DLQ."""
+    from rollstream.schemas import DeadLetter
+
+    return await read_events(infra, f"{name}.dlq", DeadLetter, lambda got: len(got) >= want, timeout_s)
+
+
+REPO = Path(__file__).resolve().parents[1]
+READY_LINE = "Recovery]: Worker ready"  # partitions assigned, flow resumed
+
+
+def write_config(config: Config, path: Path) -> Path:
+    path.write_text(to_toml(config))
+    return path
+
+
+def start_worker(config_path: Path, log_path: Path) -> subprocess.Popen[bytes]:
+    """``rollstream stream --config ...`` in its own session, output to ``log_path``."""
+    env = dict(os.environ, PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1")
+    with open(log_path, "ab") as log:
+        return subprocess.Popen(
+            [sys.executable, "-m", "rollstream.cli", "stream", "--config", str(config_path)],
+            stdout=log, stderr=subprocess.STDOUT, cwd=REPO, env=env, start_new_session=True,
+        )
+
+
+def ready_count(log_path: Path) -> int:
+    try:
+        return log_path.read_text(errors="replace").count(READY_LINE)
+    except FileNotFoundError:
+        return 0
+
+
+async def wait_ready(proc: subprocess.Popen[bytes], log_path: Path, *, starts: int = 1, timeout_s: float = 90) -> None:
+    """Wait until the log shows ``starts`` "Ready" lines (a worker appends to its log)."""
+    deadline = time.monotonic() + timeout_s
+    while ready_count(log_path) < starts:
+        if proc.poll() is not None:
+            raise AssertionError(f"worker exited with {proc.returncode}; log:\n{log_path.read_text()[-3000:]}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"worker not ready after {timeout_s}s; log:\n{log_path.read_text()[-3000:]}")
+        await asyncio.sleep(0.1)
+
+
+def kill(proc: subprocess.Popen[bytes], sig: int = signal.SIGKILL, timeout_s: float = 20) -> int:
+    """Send ``sig`` to the worker (by pid), wait for it, return its exit code."""
+    if proc.poll() is None:
+        os.kill(proc.pid, sig)
+    try:
+        return proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.kill(proc.pid, signal.SIGKILL)
+        return proc.wait(timeout=10)
+
+
+def end(procs: Sequence[subprocess.Popen[bytes]]) -> None:
+    for proc in procs:
+        if proc.poll() is None and pid_alive(proc.pid):
+            kill(proc)
+
+
+async def read_all(bootstrap: str, topic: str, *, expect: int, timeout_s: float = 60.0,
+                   idle_s: float = 2.0) -> list[tuple[int, bytes | None, bytes]]:
+    """Every (partition, key, value) on ``topic``, from the start: waits until ``expect`` records arrived
+    and then ``idle_s`` more without any (so extra records would be seen), or ``timeout_s``."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
+                                auto_offset_reset="earliest", group_id=None)
+    await consumer.start()
+    try:
+        partitions = consumer.partitions_for_topic(topic) or set()
+        deadline = time.monotonic() + 10
+        while not partitions and time.monotonic() < deadline:
+            await consumer.force_metadata_update()
+            partitions = consumer.partitions_for_topic(topic) or set()
+            await asyncio.sleep(0.2)
+        consumer.assign([TopicPartition(topic, p) for p in sorted(partitions)])
+        await consumer.seek_to_beginning()
+        records: list[tuple[int, bytes | None, bytes]] = []
+        deadline = time.monotonic() + timeout_s
+        last_new = time.monotonic()
+        while time.monotonic() < deadline:
+            batch = await consumer.getmany(timeout_ms=200)
+            got = [(m.partition, m.key, m.value) for msgs in batch.values() for m in msgs]
+            if got:
+                records.extend(got)
+                last_new = time.monotonic()
+            elif len(records) >= expect and time.monotonic() - last_new > idle_s:
+                break
+        return records
+    finally:
+        await consumer.stop()
+
+
+VOCAB = 64
+
+
+def tiny_model(seed: int = 0) -> torch.nn.Module:
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+        tie_word_embeddings=True, pad_token_id=0,
+    )
+    return AutoModelForCausalLM.from_config(config)
+
+
+def rollout(
+    group_id: str, index: int, prompt: list[int], completion: list[int], *, version: int = 0,
+    behaviour: list[float] | None = None, mask: list[int] | None = None, group_size: int = 4,
+) -> Rollout:
+    return Rollout(
+        rollout_id=f"{group_id}/{index}", group_id=group_id, sample_index=index, group_size=group_size,
+        task_id="t/0", family="t", prompt_token_ids=prompt, completion_token_ids=completion,
+        behaviour_logprobs=behaviour if behaviour is not None else [-1.0] * len(completion),
+        generated_mask=mask, policy_version_first=version, policy_version_last=version,
+        issued_policy_version=version, finish_reason="stop",
+    )
+
+
+def group(group_id: str, advantages: list[float], *, version: int = 0, seed: int = 0,
+          length: int = 6) -> GroupAdvantaged:
+    gen = torch.Generator().manual_seed(seed)
+    items = []
+    for i, adv in enumerate(advantages):
+        prompt = torch.randint(1, VOCAB, (3,), generator=gen).tolist()
+        completion = torch.randint(1, VOCAB, (length - (i % 3),), generator=gen).tolist()
+        items.append(AdvantagedRollout(
+            rollout=rollout(group_id, i, prompt, completion, version=version, group_size=len(advantages)),
+            reward=adv, advantage=adv,
+        ))
+    rewards = [a for a in advantages]
+    return GroupAdvantaged(
+        group_id=group_id, task_id="t/0", family="t", estimator="grpo", complete=True, rollouts=items,
+        stats=GroupStats(size=len(items), expected_size=len(items), reward_mean=0.0,
+                         reward_std=float(torch.tensor(rewards).std()) if len(rewards) > 1 else 0.0,
+                         reward_min=min(rewards), reward_max=max(rewards)),
+        emitted_at=time.time(),
+    )
+
+
+async def containers_of(owner: str) -> list[dict]:
+    import aiodocker
+    from rollstream.consumers.sandbox import LABEL, OWNER_LABEL
+
+    async with aiodocker.Docker() as docker:
+        found = await docker.containers.list(
+            all=True, filters=json.dumps({"label": [f"{LABEL}=1", f"{OWNER_LABEL}={owner}"]})
+        )
+        return [c._container for c in found]
+
+
+async def remove_containers_of(owner: str) -> int:
+    import aiodocker
+    from rollstream.consumers.sandbox import LABEL, OWNER_LABEL
+
+    async with aiodocker.Docker() as docker:
+        found = await docker.containers.list(
+            all=True, filters=json.dumps({"label": [f"{LABEL}=1", f"{OWNER_LABEL}={owner}"]})
+        )
+        for container in found:
+            try:
+                await container.delete(force=True)
+            except aiodocker.DockerError:
+                pass
+        return len(found)
