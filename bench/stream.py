@@ -129,14 +129,15 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-READY_LINE = "Recovery]: Worker ready"  # Faust's line: partitions assigned, flow resumed
 _LOG_TIME = re.compile(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})")
 
 
 def ready_time(log: Path) -> float | None:
     """Unix time of the first "Worker ready" line of a Faust worker's log (ms resolution)."""
+    from rollstream.streams.faust_runtime import READY_LOG_LINE
+
     for line in log.read_text(errors="replace").splitlines():
-        if READY_LINE in line and (found := _LOG_TIME.search(line)):
+        if READY_LOG_LINE in line and (found := _LOG_TIME.search(line)):
             return datetime.strptime(found.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp()
     return None
 

@@ -33,8 +33,8 @@ STAGES: dict[str, tuple[str, str]] = {
 
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", "-c", help="TOML config file (default: $ROLLSTREAM_CONFIG)")
-    parser.add_argument("--profile", help="a TOML file of defaults under the config (a shipped name such as "
-                                          "'quick', or a path)")
+    parser.add_argument("--profile", help="a TOML file of defaults under the config: a shipped name ('quick', "
+                                          "what `rollstream run` uses unless told otherwise) or a path")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
                         help="override one config value (repeatable)")
     parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ERROR")

@@ -24,8 +24,8 @@ from rollstream import infra
 from rollstream.config import Config, load_config, profile_path
 from rollstream.errors import ConfigError
 
-# A short run that fits a 2-core CPU machine (rollstream/profiles/quick.toml); anything the user
-# sets wins over it.
+# A short run that fits a 2-core CPU machine (rollstream/profiles/quick.toml), unless the user
+# names another profile; anything the user sets wins over the profile.
 PROFILE = "quick"
 PROGRESS_EVERY_S = 5.0
 
@@ -49,7 +49,7 @@ def run_pipeline(config: Config, args: argparse.Namespace) -> int:
     run_id = time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:4]
     base = Path(config.infra.state_dir).resolve()
     run_dir = base / "runs" / run_id
-    profile = str(profile_path(PROFILE))
+    profile = str(profile_path(args.profile or PROFILE))
     overrides = [
         *args.overrides,
         f"learner.max_steps={args.max_steps}",

@@ -1,9 +1,10 @@
 """The in-container runner: PID 1 of every sandbox container, fresh forked processes per job.
 
-This file is executed INSIDE the sandbox (``python3 -I -S -c <judge.py + this source>``); it uses
-only the standard library and must not import rollstream. The executor reads its source (after
-``consumers/judge.py``, whose names it uses) and passes it on the container's command line, so
-the image does not need rebuilding when it changes.
+This file is executed INSIDE the sandbox (``python3 -I -S -c <source>``, the source being
+``plain.py``, ``candidate.py``, ``judge.py`` and this file, in that order: it uses their names);
+it uses only the standard library and must not import rollstream. The executor reads the
+sources and passes them on the container's command line, so the image does not need rebuilding
+when they change.
 
 Protocol (over the container's attach stream, one JSON object per line):
 
@@ -76,28 +77,17 @@ import sys
 import time
 from json.encoder import encode_basestring_ascii as _json_string  # json.dumps' own quoting
 
-if __name__ != "__main__":  # on the host (linters, readers): what the sandbox gets from judge.py
-    from rollstream.consumers.judge import (
-        MAX_MESSAGE_BYTES,
-        Channel,
-        Encoder,
+if __name__ != "__main__":  # on the host (linters, readers): what the sandbox gets from the files above
+    from rollstream.consumers.candidate import (
         Handles,
-        LinkDown,
-        PipeLink,
-        ProtocolError,
         _line_of,
-        _proxy_id,
         _serve,
-        _text,
         candidate_main,
-        frame,
-        judge_main,
-        load_part,
         print_exception,
-        raises,
         run_program_here,
-        send_text,
     )
+    from rollstream.consumers.judge import Channel, LinkDown, PipeLink, _proxy_id, judge_main, raises
+    from rollstream.consumers.plain import MAX_MESSAGE_BYTES, Encoder, ProtocolError, _text, frame, send_text
 
 WORK = "/work"
 MQUEUE = "/dev/mqueue"
@@ -765,6 +755,11 @@ def _reset_shared_fds(host):
     trip up the next one."""
     for fd in (host.out_w, host.err_w, host.rep_w, host.req_r, host.resp_w):
         os.set_blocking(fd, True)
+
+
+def load_part(fd):
+    """A child's part of the job: the runner's marshal of trusted data (never the candidate's)."""
+    return marshal.loads(os.pread(fd, os.fstat(fd).st_size, 0))
 
 
 def _write_part(fd, part):

@@ -127,10 +127,13 @@ class SandboxBackend(Protocol):
     async def execute(self, job: Job) -> RunResult: ...
 
 
+RUNTIME = ("plain.py", "candidate.py", "judge.py", "runner.py")  # each uses the names of those before
+
+
 def runner_source() -> str:
-    """What the container runs: the judge module, then the runner (which uses its names)."""
+    """What the container runs: the sandbox's runtime modules as one source, in order."""
     package = resources.files("rollstream.consumers")
-    return package.joinpath("judge.py").read_text() + "\n\n" + package.joinpath("runner.py").read_text()
+    return "\n\n".join(package.joinpath(name).read_text() for name in RUNTIME)
 
 
 def limits_from_config(config: ExecutorConfig) -> SandboxLimits:

@@ -54,6 +54,9 @@ COMMIT_ON_STOP_TIMEOUT_S = 5.0
 # worker's event loop waiting for the consumer thread between fetches; 4 MiB kept it busy
 # (bare read rate ~5k -> ~7.5k/s in bench/stream.py; more than 4 MiB gained nothing).
 FETCH_BYTES_PER_PARTITION = 4 << 20
+# What a worker logs once its partitions are assigned and events flow (Faust's own line): tests
+# and the benchmark wait for it.
+READY_LOG_LINE = "Recovery]: Worker ready"
 
 
 class BatchStage(Protocol):

@@ -60,7 +60,6 @@ async def read_dead_letters(infra, name: str, want: int, timeout_s: float = 20.0
 
 
 REPO = Path(__file__).resolve().parents[1]
-READY_LINE = "Recovery]: Worker ready"  # partitions assigned, flow resumed
 
 
 def write_config(config: Config, path: Path) -> Path:
@@ -79,8 +78,10 @@ def start_worker(config_path: Path, log_path: Path) -> subprocess.Popen[bytes]:
 
 
 def ready_count(log_path: Path) -> int:
+    from rollstream.streams.faust_runtime import READY_LOG_LINE  # Faust is imported only where needed
+
     try:
-        return log_path.read_text(errors="replace").count(READY_LINE)
+        return log_path.read_text(errors="replace").count(READY_LOG_LINE)
     except FileNotFoundError:
         return 0
 

@@ -1,6 +1,6 @@
-"""The judge/candidate protocol on the host (consumers/judge.py is stdlib-only and runs the same
-here): the plain-data codec, and whole jobs with a forked candidate over pipes. The attacks
-against the real sandbox are in test_tamper.py."""
+"""The judge/candidate protocol on the host (consumers/plain.py, candidate.py and judge.py are
+stdlib-only and run the same here): the plain-data codec, and whole jobs with a forked candidate
+over pipes. The attacks against the real sandbox are in test_tamper.py."""
 
 from __future__ import annotations
 
@@ -12,13 +12,13 @@ from enum import IntEnum
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from rollstream.consumers import judge, sandbox
+from rollstream.consumers import candidate, judge, plain, sandbox
 
 # ---------------------------------------------------------------- the codec
 
 scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text() | st.binary()
 hashables = st.recursive(scalars, lambda inner: st.tuples(inner, inner) | st.frozensets(inner, max_size=3), max_leaves=8)
-plain = st.recursive(
+plain_data = st.recursive(
     scalars,
     lambda inner: (
         st.lists(inner, max_size=4)
@@ -44,17 +44,17 @@ def exact(a: object, b: object) -> bool:
 
 
 @settings(max_examples=300, deadline=None)
-@given(plain)
+@given(plain_data)
 def test_plain_data_round_trips_with_exact_types(value: object) -> None:
-    assert exact(judge.decode(judge.Encoder().text(value)), value)
+    assert exact(plain.decode(plain.Encoder().text(value)), value)
 
 
 def test_floats_keep_their_meaning() -> None:
     for value in (2.0, -0.0, 1e300, float("inf"), float("-inf")):
-        assert exact(judge.decode(judge.Encoder().text(value)), value)
-    nan = judge.decode(judge.Encoder().text(float("nan")))
+        assert exact(plain.decode(plain.Encoder().text(value)), value)
+    nan = plain.decode(plain.Encoder().text(float("nan")))
     assert type(nan) is float and nan != nan
-    assert judge.decode(judge.Encoder().text(2.0)) == 2  # honest results keep their Python meaning
+    assert plain.decode(plain.Encoder().text(2.0)) == 2  # honest results keep their Python meaning
 
 
 @pytest.mark.parametrize(
@@ -64,26 +64,26 @@ def test_floats_keep_their_meaning() -> None:
         ((x for x in [1]), "generator is not plain data"),
         (object(), "object is not plain data"),
         (10 ** 5000, "integer too large"),
-        ("x" * (judge.MAX_VALUE_BYTES + 1), "too large"),
-        (list(range(judge.MAX_VALUE_BYTES)), "too large"),
+        ("x" * (plain.MAX_VALUE_BYTES + 1), "too large"),
+        (list(range(plain.MAX_VALUE_BYTES)), "too large"),
         (complex(1, 2), "complex is not plain data"),
     ],
     ids=["map", "generator", "object", "huge-int", "huge-str", "huge-list", "complex"],
 )
 def test_what_is_not_plain_data_is_refused(value: object, reason: str) -> None:
-    with pytest.raises(judge.NotPlain, match=reason):
-        judge.Encoder().text(value)
+    with pytest.raises(plain.NotPlain, match=reason):
+        plain.Encoder().text(value)
 
 
 def test_cyclic_and_deep_values_are_refused() -> None:
     cycle: list = []
     cycle.append(cycle)
     deep: list = []
-    for _ in range(judge.MAX_DEPTH + 5):
+    for _ in range(plain.MAX_DEPTH + 5):
         deep = [deep]
     for value in (cycle, deep):
-        with pytest.raises(judge.NotPlain, match="deeper than"):
-            judge.Encoder().text(value)
+        with pytest.raises(plain.NotPlain, match="deeper than"):
+            plain.Encoder().text(value)
 
 
 def test_the_candidate_side_turns_subclasses_into_their_plain_base() -> None:
@@ -97,14 +97,14 @@ def test_the_candidate_side_turns_subclasses_into_their_plain_base() -> None:
         __hash__ = str.__hash__
 
     point = namedtuple("point", "x y")
-    encoder = judge.Encoder(handle=lambda obj: None)
+    encoder = plain.Encoder(handle=lambda obj: None)
     for value, expected in [
         (Level.HIGH, 3), (Counter("aab"), {"a": 2, "b": 1}), (OrderedDict(a=1), {"a": 1}),
         (point(1, 2), (1, 2)), (Sneaky("no"), "no"),
     ]:
-        decoded = judge.decode(encoder.text(value))
+        decoded = plain.decode(encoder.text(value))
         assert exact(decoded, expected), (value, decoded)
-    assert judge.decode(encoder.text(Sneaky("no"))) != "yes"
+    assert plain.decode(encoder.text(Sneaky("no"))) != "yes"
 
 
 @pytest.mark.parametrize(
@@ -125,16 +125,16 @@ def test_the_candidate_side_turns_subclasses_into_their_plain_base() -> None:
          "unexpected-handle", "torn", "deep", "huge-int"],
 )
 def test_the_strict_decoder_refuses_what_the_encoder_never_writes(text: str) -> None:
-    with pytest.raises(judge.ProtocolError):
-        judge.decode(text)
+    with pytest.raises(plain.ProtocolError):
+        plain.decode(text)
 
 
 def test_an_oversized_frame_is_refused_before_it_is_read() -> None:
     r, w = os.pipe()
     try:
-        os.write(w, (judge.MAX_MESSAGE_BYTES + 1).to_bytes(4, "big"))
-        with pytest.raises(judge.ProtocolError, match="bytes"):
-            judge.receive(r)
+        os.write(w, (plain.MAX_MESSAGE_BYTES + 1).to_bytes(4, "big"))
+        with pytest.raises(plain.ProtocolError, match="bytes"):
+            plain.receive(r)
     finally:
         os.close(r)
         os.close(w)
@@ -167,7 +167,7 @@ def judged(code: str, tests: list[str], *, setup: str = "", entry_point: str = "
                 os.close(fd)
             os.dup2(high_r, 3)
             os.dup2(high_w, 4)
-            status = judge.candidate_main(code, setup_code, names, program, 3, 4, 1 << 16)
+            status = candidate.candidate_main(code, setup_code, names, program, 3, 4, 1 << 16)
         finally:
             os._exit(status)
     os.close(req_r)
@@ -313,7 +313,7 @@ def test_messages_the_honest_candidate_never_sends_are_tamper() -> None:
     forged = json.dumps([1, "ok", True, "", []]).encode()
     code = (
         "import os\n"
-        f"frame = {judge.frame(forged)!r}\n"
+        f"frame = {plain.frame(forged)!r}\n"
         "os.write(4, frame + frame)\n"
         "def f(x):\n    return None\n"
     )
