@@ -26,6 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from rollstream.config import ExecutorConfig
 from rollstream.consumers.sandbox import (
     LABEL,
     OWNER_LABEL,
@@ -34,8 +35,6 @@ from rollstream.consumers.sandbox import (
     hardened_config,
     limits_from_config,
 )
-
-from rollstream.config import ExecutorConfig
 
 CODE = "def add(a, b):\n    return a + b\n"
 TESTS = ["assert add(1, 2) == 3", "assert add(-1, 1) == 0", "assert add(2, 3) == 5"]

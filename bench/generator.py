@@ -39,15 +39,14 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.common import report, with_local_broker
+from rollstream.config import Config, GeneratorConfig, InfraConfig
 from rollstream.consumers.backends.hf import TransformersBackend
 from rollstream.consumers.generator import group_requests, run
 from rollstream.consumers.models import chat_prompt_ids
-from rollstream.schemas.events import Message, PromptIssued, SamplingParams
-
-from bench.common import report, with_local_broker
-from rollstream.config import Config, GeneratorConfig, InfraConfig
 from rollstream.kafka import EventConsumer, EventProducer, delete_topics, ensure_topics, topic_name
 from rollstream.redis import connect, delete_prefix
+from rollstream.schemas.events import Message, PromptIssued, SamplingParams
 from rollstream.testing import make_prompt
 from rollstream.weights import WeightStore
 

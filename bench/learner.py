@@ -41,12 +41,6 @@ from aiokafka.errors import KafkaError as AIOKafkaError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from rollstream.learner.batch import micro_batches
-from rollstream.learner.checkpoint import read_step_log
-from rollstream.learner.model import merged_state_dict
-from rollstream.learner.train import run
-from rollstream.schemas.events import AdvantagedRollout, GroupAdvantaged, GroupStats, Rollout
-
 from bench.common import raw_redis_set_get
 from rollstream.config import (
     CheckpointConfig,
@@ -59,8 +53,13 @@ from rollstream.config import (
 )
 from rollstream.infra import free_port, start_broker, stop_pid
 from rollstream.kafka import EventProducer, delete_topics, ensure_topics, topic_name
+from rollstream.learner.batch import micro_batches
+from rollstream.learner.checkpoint import read_step_log
+from rollstream.learner.model import merged_state_dict
+from rollstream.learner.train import run
 from rollstream.models import load_model
 from rollstream.redis import connect, delete_prefix
+from rollstream.schemas.events import AdvantagedRollout, GroupAdvantaged, GroupStats, Rollout
 from rollstream.weights import WeightStore, pack
 
 PROMPT, COMPLETION, GROUP = 64, 64, 8

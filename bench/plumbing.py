@@ -31,13 +31,12 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from rollstream.schemas import RewardScored, codec
-
 from bench.common import raw_redis_set_get, report, with_local_broker
 from rollstream.config import InfraConfig
 from rollstream.kafka import EventConsumer, EventProducer, delete_topics, ensure_topics, topic_name
 from rollstream.lifecycle import tune_gc
 from rollstream.redis import connect, delete_prefix
+from rollstream.schemas import RewardScored, codec
 from rollstream.testing import make_reward
 from rollstream.weights import WeightStore, pack
 

@@ -86,9 +86,9 @@ def run_bare(config_path: str, n_events: int, out: str) -> None:
     Its app is built by the stage's own ``faust_app`` (same fetch size, stream buffer, schema,
     monitor, log level, GC tuning), so that it is Faust's floor under the stage's settings."""
     import faust
-    from rollstream.streams.faust_runtime import faust_app, raw_topic
 
     from rollstream.infra import resolve_endpoints
+    from rollstream.streams.faust_runtime import faust_app, raw_topic
 
     config = load_config(config_path)
     app = faust_app(f"{config.infra.topic_prefix}bare", config, resolve_endpoints(config), tempfile.mkdtemp())
@@ -198,6 +198,7 @@ async def measure_stream(config: Config, bootstrap: str, n_groups: int, group_si
 async def measure_plain(config: Config, bootstrap: str, n_events: int) -> float:
     """consume -> decode -> encode -> produce -> await acks, per fetched batch."""
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
     from rollstream.schemas import RewardScored, codec
 
     rewards_codec = codec(RewardScored)

@@ -124,10 +124,9 @@ def dispatch(args: argparse.Namespace, config: Config) -> int:
     if command == "infra":
         return _infra(args.action, config)
     if command == "topics":
-        from rollstream.schemas import TOPICS
-
         from rollstream.infra import with_local_endpoints
         from rollstream.kafka import ensure_topics
+        from rollstream.schemas import TOPICS
 
         config = with_local_endpoints(config)
         asyncio.run(ensure_topics(config.infra, list(TOPICS)))

@@ -70,9 +70,8 @@ def run_pipeline(config: Config, args: argparse.Namespace) -> int:
     overrides += [f"infra.kafka_bootstrap={state['kafka_bootstrap']}", f"infra.redis_url={state['redis_url']}"]
     resolved = load_config(args.config, overrides, profile=profile)
     print(f"run {run_id}: kafka {resolved.infra.kafka_bootstrap}, redis {resolved.infra.redis_url}, logs {run_dir}")
-    from rollstream.schemas import TOPICS
-
     from rollstream.kafka import ensure_topics
+    from rollstream.schemas import TOPICS
 
     asyncio.run(ensure_topics(resolved.infra, list(TOPICS)))
     children: list[Child] = []
@@ -132,19 +131,17 @@ def _supervise(config: Config, children: list[Child]) -> int:
 
 
 async def _progress(config: Config) -> str:
-    from rollstream.redis import connect, get_policy_version, groups_issued, groups_resolved
+    from rollstream.redis import connect, progress
 
     client = connect(config.infra.redis_url)
     try:
-        version = await get_policy_version(client, config.infra)
-        resolved = await groups_resolved(client, config.infra)
-        issued = await groups_issued(client, config.infra)
+        counts = await progress(client, config.infra)
     except Exception as exc:  # progress is best effort; the run goes on
         return f"progress unavailable: {exc}"
     finally:
         await client.aclose()
-    return (f"policy version {version}/{config.learner.max_steps}: "
-            f"groups issued {issued}, trained or dropped {resolved}")
+    return (f"policy version {counts['version']}/{config.learner.max_steps}: groups issued {counts['issued']}, "
+            f"trained {counts['trained']}, dropped as stale {counts['stale']}, filtered {counts['filtered']}")
 
 
 def _print_tail(child: Child, lines: int, only: str = "") -> None:

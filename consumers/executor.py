@@ -38,15 +38,14 @@ import time
 from collections import Counter as Tally
 from contextlib import AsyncExitStack
 
+from rollstream.config import Config
 from rollstream.consumers.rewards import RewardRegistry, default_registry
 from rollstream.consumers.sandbox import DockerSandboxPool, SandboxBackend
 from rollstream.consumers.score import audit_record, evaluate
-from rollstream.schemas import codec
-from rollstream.schemas.events import ActionGenerated, Event, ExecutionRecord, RewardScored
-
-from rollstream.config import Config
 from rollstream.kafka import Delivery, EventConsumer, EventProducer, ensure_topics
 from rollstream.metrics import StageMetrics, serve_metrics
+from rollstream.schemas import codec
+from rollstream.schemas.events import ActionGenerated, Event, ExecutionRecord, RewardScored
 
 log = logging.getLogger(__name__)
 STAGE = "executor"

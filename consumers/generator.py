@@ -38,17 +38,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from jinja2 import TemplateError
+
+from rollstream.config import Config, GeneratorConfig
 from rollstream.consumers.backends.base import Completion, GenerationBackend, GenerationRequest, Sampling
 from rollstream.consumers.backends.sampling import derive_seed
 from rollstream.consumers.models import chat_prompt_ids
 from rollstream.consumers.weight_sync import WeightSync
-from rollstream.schemas.events import ActionGenerated, PromptIssued, Rollout, SamplingParams
-
-from rollstream.config import Config, GeneratorConfig
 from rollstream.errors import BackendError
 from rollstream.kafka import Delivery, EventConsumer, EventProducer, ensure_topics
 from rollstream.metrics import StageMetrics, serve_metrics
 from rollstream.retry import retry
+from rollstream.schemas.events import ActionGenerated, PromptIssued, Rollout, SamplingParams
 
 log = logging.getLogger(__name__)
 STAGE = "generator"
@@ -132,6 +132,7 @@ def build_backend(config: Config) -> GenerationBackend:
     gen = config.generator
     if gen.backend == "transformers":
         import torch
+
         from rollstream.consumers.backends.hf import TransformersBackend
 
         if gen.torch_threads:
@@ -139,7 +140,6 @@ def build_backend(config: Config) -> GenerationBackend:
         return TransformersBackend.load(gen.model, device=gen.device)
     from rollstream.consumers.backends.sglang import SGLangBackend
     from rollstream.consumers.models import max_context
-
     from rollstream.models import load_model_config, load_tokenizer, resolve_model
 
     files = resolve_model(gen.model, cache_dir=None)  # model_dir: a plain directory spec only
@@ -223,6 +223,8 @@ class GeneratorStage:
                 batch = await self.next_batch(stop)
                 if not batch:
                     continue
+                issued_at = max(item.delivery.event.issued_policy_version for item in batch)
+                await self.sync.catch_up(issued_at, self.gen.weight_wait_s)
                 await self.sync.apply_pending(wait_s=self.gen.weight_wait_s)
                 await self.sync.wait_until_fresh(stop)
                 self.version_gauge.set(self.backend.policy_version)

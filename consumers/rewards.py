@@ -34,6 +34,7 @@ from importlib import metadata
 from typing import Protocol
 
 import msgspec
+
 from rollstream.consumers.sandbox import Job, RunResult
 from rollstream.schemas.events import ExecutionRecord, RewardSpec
 

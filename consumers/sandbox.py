@@ -37,11 +37,11 @@ from importlib import resources
 from typing import Any, Literal, Protocol
 
 import msgspec
-from rollstream.schemas.events import SandboxLimits
 
 from rollstream.config import ExecutorConfig
 from rollstream.errors import SandboxError
 from rollstream.retry import retry
+from rollstream.schemas.events import SandboxLimits
 
 log = logging.getLogger(__name__)
 

@@ -30,14 +30,14 @@ from pathlib import Path
 from typing import IO, Any
 
 import msgspec
-from rollstream.consumers.rewards import RewardRegistry, Scored, default_registry
-from rollstream.consumers.sandbox import Job, RunResult, SandboxBackend
-from rollstream.schemas.events import RewardSpec, SandboxAudit, SandboxLimits
-from rollstream.schemas.tasks import TaskSpec, decode_task
 
 from rollstream.config import Config
+from rollstream.consumers.rewards import RewardRegistry, Scored, default_registry
+from rollstream.consumers.sandbox import Job, RunResult, SandboxBackend
 from rollstream.errors import ConfigError, SandboxError
 from rollstream.retry import retry
+from rollstream.schemas.events import RewardSpec, SandboxAudit, SandboxLimits
+from rollstream.schemas.tasks import TaskSpec, decode_task
 
 SANDBOX_ATTEMPTS = 3
 

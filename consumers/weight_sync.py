@@ -11,10 +11,17 @@ Guarantees:
   every name and shape. A batch never sees a half-loaded model.
 * A failed fetch or a refused load keeps the current weights serving; the fetch is retried
   with bounded exponential backoff for as long as the store announces something newer.
+* Before a batch, :meth:`WeightSync.catch_up` loads the version its prompts were issued at (or
+  newer), waiting up to ``generator.weight_wait_s`` for it: the learner publishes a version
+  before it lets the sampler issue the groups it should be sampled with, so without the wait
+  a generator that has not fetched it yet would sample a whole batch with the old weights,
+  and the learner would drop them as stale.
 * Optionally (``generator.max_staleness_refuse``) :meth:`WeightSync.wait_until_fresh` holds
-  generation while the learner (Redis ``policy:version``) is more than ``rl.max_staleness``
-  versions ahead of the loaded weights. The learner moves that version only when it broadcasts,
-  so a refusal lasts until the broadcast version is fetched and loaded.
+  generation while the loaded weights are ``rl.max_staleness`` or more versions behind the
+  learner (Redis ``policy:version``): a sample generated that far behind is too old once the
+  learner takes one more step. Weights of the learner's own version always generate. The
+  learner moves that version only when it broadcasts, so a refusal lasts until the broadcast
+  version is fetched and loaded.
 """
 
 from __future__ import annotations
@@ -26,7 +33,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
 from rollstream.consumers.backends.base import GenerationBackend
-
 from rollstream.errors import BackendError, WeightStoreError
 from rollstream.retry import Backoff, retry
 
@@ -190,8 +196,29 @@ class WeightSync:
         log.info("swapped to weights v%d in %.3fs", version, time.time() - started)
         return version
 
+    async def catch_up(self, version: int, wait_s: float, check_s: float = 0.02) -> int:
+        """Load ``version`` (the learner's when the batch's prompts were issued) or newer, if the
+        store has it, waiting up to ``wait_s``; returns the version that will generate."""
+        if self.backend.policy_version >= version:
+            return self.backend.policy_version
+        deadline = time.monotonic() + wait_s
+        latest = await self.store.latest_version()  # the prompt's claim is not trusted: the store decides
+        if latest is not None and latest > self.announced:
+            self.announced = latest
+            self._wake.set()
+        while self.backend.policy_version < min(version, self.announced):
+            await self.apply_pending()
+            if self.backend.policy_version >= min(version, self.announced) or time.monotonic() >= deadline:
+                break
+            await asyncio.sleep(check_s)
+        if self.backend.policy_version < version:
+            log.warning("generating with weights v%d for prompts issued at learner version %d (not loaded "
+                        "within %.1fs)", self.backend.policy_version, version, wait_s)
+        return self.backend.policy_version
+
     async def wait_until_fresh(self, stop: asyncio.Event | None = None, check_s: float = 0.2) -> float:
-        """Hold while more than ``max_staleness`` versions behind the learner; returns seconds held."""
+        """Hold while ``max_staleness`` or more versions behind the learner (and behind at all);
+        returns seconds held."""
         if self.max_staleness is None or self.learner_version is None:
             return 0.0
         started = time.monotonic()
@@ -199,7 +226,7 @@ class WeightSync:
         while True:
             learner = await self.learner_version()
             lag = learner - self.backend.policy_version
-            if lag <= self.max_staleness or (stop is not None and stop.is_set()):
+            if lag <= 0 or lag < self.max_staleness or (stop is not None and stop.is_set()):
                 return time.monotonic() - started
             if not warned:
                 log.warning("refusing to generate: weights v%d are %d versions behind the learner (max %d)",

@@ -18,6 +18,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import torch
+
 from rollstream.schemas.arrays import PackedArray
 from rollstream.schemas.events import AdvantagedRollout, GroupAdvantaged
 

@@ -34,20 +34,20 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
+from rollstream.config import Config
+from rollstream.infra import resolve_endpoints
+from rollstream.kafka import Delivery, EventConsumer, EventProducer, ensure_topics
 from rollstream.learner import checkpoint as ckpt
 from rollstream.learner.batch import select_rollouts
 from rollstream.learner.metrics import LearnerMetrics
 from rollstream.learner.model import add_lora, merged_state_dict, pad_id_of
 from rollstream.learner.trainer import Trainer
-from rollstream.schemas.events import GroupAdvantaged
-
-from rollstream.config import Config
-from rollstream.infra import resolve_endpoints
-from rollstream.kafka import Delivery, EventConsumer, EventProducer, ensure_topics
 from rollstream.lifecycle import stop_event
 from rollstream.metrics import StageMetrics, serve_metrics
 from rollstream.models import load_model, load_tokenizer
-from rollstream.redis import connect, set_groups_consumed, set_policy_version
+from rollstream.redis import connect, count_outcomes, set_groups_consumed, set_policy_version
+from rollstream.schemas.events import GroupAdvantaged
 from rollstream.weights import WeightStore
 
 log = logging.getLogger(__name__)
@@ -185,6 +185,9 @@ class LearnerLoop:
         self.metrics, self.run_id = metrics, run_id
         self.buffer: deque[Delivery[GroupAdvantaged]] = deque()
         self.checkpointed = (lineage.step, lineage.groups_consumed)
+        # Groups trained into a version not yet published: their sampler capacity is held back
+        # until it is, or the sampler's next groups would be generated with the old weights.
+        self.unpublished = 0
 
     async def run(self, stop: asyncio.Event) -> None:
         c, per_step = self.config.learner, self.config.rl.groups_per_step
@@ -194,8 +197,11 @@ class LearnerLoop:
                 continue
             groups = [self.buffer.popleft() for _ in range(per_step)]
             trained = await self.consume(groups)
-            if trained and self.lineage.step % c.broadcast_every == 0:
-                await self.publish()
+            if trained:
+                self.unpublished += len(groups)
+                if self.lineage.step % c.broadcast_every == 0:
+                    await self.publish()
+            await self.release()
             if trained and c.checkpoint.every and self.lineage.step % c.checkpoint.every == 0:
                 await self.checkpoint()
         if self.checkpointed != (self.lineage.step, self.lineage.groups_consumed):
@@ -226,7 +232,8 @@ class LearnerLoop:
     async def consume(self, deliveries: list[Delivery[GroupAdvantaged]]) -> bool:
         """Train one step on ``deliveries`` (unless all of it is stale); returns whether a step ran."""
         groups = [d.event for d in deliveries]
-        selection = select_rollouts(groups, self.lineage.version, self.config.rl.max_staleness)
+        version = self.lineage.version
+        selection = select_rollouts(groups, version, self.config.rl.max_staleness)
         self.metrics.observe_rollouts(selection.lags, len(selection.rollouts), selection.stale, selection.empty)
         result = None
         if selection.rollouts:
@@ -238,7 +245,10 @@ class LearnerLoop:
                                       result.stats, self.lineage.version)
         self.lineage.groups_consumed += len(groups)
         self.lineage.recent.extend(g.group_id for g in groups)
-        self.metrics.groups.labels("trained" if result else "stale").inc(len(groups))
+        outcomes = self.log_drops(groups, selection.lags, version)
+        for outcome, count in outcomes.items():
+            self.metrics.groups.labels(outcome).inc(count)
+        await count_outcomes(self.redis, self.config.infra, outcomes)
         for delivery in deliveries:
             self.consumer.done(delivery)
         record: dict[str, Any] = {
@@ -254,8 +264,30 @@ class LearnerLoop:
                      result.loss, result.grad_norm, result.tokens, result.tokens / max(result.seconds, 1e-9),
                      selection.stale, record["groups"])
         ckpt.append_step_log(self.config.learner.checkpoint.dir, record)
-        await set_groups_consumed(self.redis, self.config.infra, self.lineage.groups_consumed)
         return result is not None
+
+    def log_drops(self, groups: list[GroupAdvantaged], lags: list[int], version: int) -> dict[str, int]:
+        """Log each group of which rollouts were dropped as stale (with its versions and the
+        reason); the groups per outcome: ``trained`` (some rollout trained) or ``stale``."""
+        bound = self.config.rl.max_staleness
+        outcomes = {"trained": 0, "stale": 0}
+        at = 0
+        for group in groups:
+            group_lags = lags[at:at + len(group.rollouts)]
+            at += len(group.rollouts)
+            stale = sum(lag > bound for lag in group_lags)
+            outcomes["stale" if stale == len(group_lags) else "trained"] += 1
+            if stale:
+                firsts = sorted({r.rollout.policy_version_first for r in group.rollouts})
+                log.warning("dropped %d of %d rollouts of group %s as stale: generated at policy version(s) %s, "
+                            "learner at version %d before this step, max_staleness %d", stale, len(group_lags),
+                            group.group_id, firsts, version, bound)
+        return outcomes
+
+    async def release(self) -> None:
+        """Tell the sampler which groups are resolved: all consumed but those trained into a
+        version not yet published."""
+        await set_groups_consumed(self.redis, self.config.infra, self.lineage.groups_consumed - self.unpublished)
 
     async def run_polling(self, work: Any) -> Any:
         """Await ``work`` while keeping the consumer polled (paused), so a long step never counts
@@ -283,6 +315,7 @@ class LearnerLoop:
         published = await self.store.publish(self.lineage.version, weights, step=self.lineage.step)
         await self.producer.send("policy", published)
         await set_policy_version(self.redis, self.config.infra, self.lineage.version)
+        self.unpublished = 0
         self.metrics.broadcast_seconds.observe(time.perf_counter() - started)
         log.info("published policy version %d (%d bytes)", published.version, published.num_bytes)
 

@@ -21,11 +21,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
+
+from rollstream.config import LearnerConfig, OptimConfig
 from rollstream.learner.batch import Batch, micro_batches
 from rollstream.learner.loss import policy_loss, token_logprobs
 from rollstream.schemas.events import AdvantagedRollout
-
-from rollstream.config import LearnerConfig, OptimConfig
 
 MEAN_STATS = ("clip_frac_low", "clip_frac_high", "is_mean", "is_trunc_frac", "kl", "entropy")
 

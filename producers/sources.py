@@ -25,10 +25,10 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-from rollstream.schemas.events import RewardSpec
-from rollstream.schemas.tasks import TaskSpec, decode_task
 
 from rollstream.errors import ConfigError
+from rollstream.schemas.events import RewardSpec
+from rollstream.schemas.tasks import TaskSpec, decode_task
 
 SUITE_DIR = Path(__file__).resolve().parent / "suite"
 INSTRUCTION = "Complete the following Python function. Return the complete function in a ```python code block.\n\n"

@@ -164,7 +164,8 @@ class GeneratorConfig(Section):
     weight_poll_s: PositiveFloat = 5.0
     """Fallback polling period of the weight store's `latest` pointer."""
     weight_wait_s: Annotated[float, Meta(ge=0.0)] = 5.0
-    """Before a batch, wait up to this long for a newer version already being fetched (0 = never wait)."""
+    """Before a batch, wait up to this long for the weights its prompts were issued at, or for a newer
+    version already being fetched (0 = never wait)."""
     metrics_port: Port = 0
     """Prometheus port (0 = do not serve)."""
     sglang: SGLangConfig | None = None

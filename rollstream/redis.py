@@ -6,10 +6,14 @@ Keys (all under ``infra.key_prefix``):
   lineage). Written by the learner, read by the sampler and generators.
 * ``progress:groups_consumed`` — groups the learner has taken off ``advantages`` (trained or
   dropped as stale), as an absolute count restored from its checkpoint, so a replay
-  after a crash never double counts.
+  after a crash never double counts; groups trained into a version not yet published are
+  left out until it is (so the sampler's next groups are generated with that version).
 * ``progress:groups_dropped`` — a set of group ids the stream dropped (filtered or
   incomplete): they will never reach the learner. A set, so re-processing is idempotent.
 
+* ``progress:groups_trained`` / ``progress:groups_stale`` — groups the learner trained on /
+  dropped because all their rollouts were too stale (counters for progress lines; the learner's
+  metrics and step log are the record).
 * ``sampler:issued`` — groups the sampler has issued (acknowledged by the broker).
 
 The sampler's backpressure reads ``issued - consumed - |dropped|``.
@@ -44,6 +48,27 @@ async def set_groups_consumed(client: aioredis.Redis, infra: InfraConfig, count:
     await client.set(key(infra, "progress:groups_consumed"), count)
 
 
+async def count_outcomes(client: aioredis.Redis, infra: InfraConfig, outcomes: dict[str, int]) -> None:
+    """Add to the learner's progress counters (``{"trained": n, "stale": m}``)."""
+    async with client.pipeline(transaction=False) as pipe:
+        for outcome, count in outcomes.items():
+            if count:
+                pipe.incrby(key(infra, f"progress:groups_{outcome}"), count)
+        await pipe.execute()
+
+
+async def progress(client: aioredis.Redis, infra: InfraConfig) -> dict[str, int]:
+    """Issued, trained, stale (learner) and filtered (stream) groups, and the policy version."""
+    names = ("sampler:issued", "progress:groups_trained", "progress:groups_stale", "policy:version")
+    async with client.pipeline(transaction=False) as pipe:
+        for name in names:
+            pipe.get(key(infra, name))
+        pipe.scard(key(infra, "progress:groups_dropped"))
+        values = await pipe.execute()
+    counts = dict(zip(("issued", "trained", "stale", "version", "filtered"), (int(v or 0) for v in values)))
+    return counts
+
+
 async def mark_group_dropped(client: aioredis.Redis, infra: InfraConfig, group_id: str) -> None:
     await client.sadd(key(infra, "progress:groups_dropped"), group_id)
 
@@ -55,10 +80,6 @@ async def groups_resolved(client: aioredis.Redis, infra: InfraConfig) -> int:
         pipe.scard(key(infra, "progress:groups_dropped"))
         consumed, dropped = await pipe.execute()
     return int(consumed or 0) + int(dropped or 0)
-
-
-async def groups_issued(client: aioredis.Redis, infra: InfraConfig) -> int:
-    return int(await client.get(key(infra, "sampler:issued")) or 0)
 
 
 async def delete_prefix(client: aioredis.Redis, prefix: str) -> int:

@@ -38,6 +38,7 @@ from typing import Annotated, Literal
 
 import msgspec
 from msgspec import Meta
+
 from rollstream.schemas.arrays import MAX_TOKENS, LogProbArray, MaskArray, PackedArray, TokenArray
 
 SCHEMA_VERSION = 3

@@ -22,6 +22,7 @@ from typing import Annotated
 
 import msgspec
 from msgspec import Meta
+
 from rollstream.schemas.events import Id, Message, RewardSpec, SamplingParams, Text
 
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 import msgspec
+
 from rollstream.schemas.arrays import dec_hook, enc_hook
 from rollstream.schemas.events import (
     SCHEMA_VERSION,

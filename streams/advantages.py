@@ -42,16 +42,15 @@ import time
 from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 
-from rollstream.schemas import RewardScored, SchemaError, codec, topic
-from rollstream.streams.faust_runtime import serve
-from rollstream.streams.groups import Arrival, Finished, GroupStore, LoadedGroup, Outcome, decide
-from rollstream.streams.output import AdvantagesTopic
-
 from rollstream.config import Config
 from rollstream.infra import Endpoints, resolve_endpoints
 from rollstream.kafka import EventProducer, RawRecord, ensure_topics, topic_name
 from rollstream.metrics import StageMetrics, serve_metrics
 from rollstream.redis import connect
+from rollstream.schemas import RewardScored, SchemaError, codec, topic
+from rollstream.streams.faust_runtime import serve
+from rollstream.streams.groups import Arrival, Finished, GroupStore, LoadedGroup, Outcome, decide
+from rollstream.streams.output import AdvantagesTopic
 
 log = logging.getLogger("rollstream.stream")
 STAGE = "stream"

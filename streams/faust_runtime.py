@@ -40,11 +40,11 @@ from typing import Any, NoReturn, Protocol
 
 import faust
 from aiokafka.errors import KafkaError as AIOKafkaError
-from rollstream.schemas import topic
 
 from rollstream.config import Config, StreamConfig
 from rollstream.infra import Endpoints
 from rollstream.kafka import RawRecord, topic_name
+from rollstream.schemas import topic
 
 log = logging.getLogger("rollstream.stream")
 EXIT_ON_ERROR = 70  # a batch or sweep failed half way: die before Faust can ack it

@@ -45,12 +45,12 @@ from typing import Literal
 
 import msgspec
 import redis.asyncio as aioredis
-from rollstream.schemas import AdvantagedRollout, Codec, GroupAdvantaged, GroupStats, RewardScored, codec
-from rollstream.streams import estimators
-from rollstream.streams.estimators import GroupInput
 
 from rollstream.config import InfraConfig, StreamConfig
 from rollstream.redis import mark_group_dropped
+from rollstream.schemas import AdvantagedRollout, Codec, GroupAdvantaged, GroupStats, RewardScored, codec
+from rollstream.streams import estimators
+from rollstream.streams.estimators import GroupInput
 
 OutcomeKind = Literal["emitted", "filtered", "dropped"]
 

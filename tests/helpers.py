@@ -24,19 +24,19 @@ from pathlib import Path
 
 import torch
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from rollstream.schemas.events import AdvantagedRollout, GroupAdvantaged, GroupStats, Rollout
 
 from rollstream.config import Config, to_toml
 from rollstream.infra import pid_alive
+from rollstream.schemas.events import AdvantagedRollout, GroupAdvantaged, GroupStats, Rollout
 
 
 async def read_events(infra, name: str, event: type, until=lambda got: False, timeout_s: float = 20.0) -> list:
     """The events on registry topic ``name`` from the start (no consumer group), decoded as
     ``event``, until ``until(events)`` holds or ``timeout_s`` passed (then whatever arrived)."""
     from aiokafka import AIOKafkaConsumer
-    from rollstream.schemas import codec
 
     from rollstream.kafka import topic_name
+    from rollstream.schemas import codec
 
     consumer = AIOKafkaConsumer(topic_name(infra, name), bootstrap_servers=infra.kafka_bootstrap,
                                 auto_offset_reset="earliest", enable_auto_commit=False, group_id=None)
@@ -197,6 +197,7 @@ def group(group_id: str, advantages: list[float], *, version: int = 0, seed: int
 
 async def containers_of(owner: str) -> list[dict]:
     import aiodocker
+
     from rollstream.consumers.sandbox import LABEL, OWNER_LABEL
 
     async with aiodocker.Docker() as docker:
@@ -208,6 +209,7 @@ async def containers_of(owner: str) -> list[dict]:
 
 async def remove_containers_of(owner: str) -> int:
     import aiodocker
+
     from rollstream.consumers.sandbox import LABEL, OWNER_LABEL
 
     async with aiodocker.Docker() as docker:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+
 from rollstream.consumers.backends.base import (
     Completion,
     GenerationRequest,
@@ -32,9 +33,10 @@ from rollstream.consumers.backends.sampling import (
     logprob_temperature,
     processed_logprobs,
     sample_tokens,
+    tempered_logprobs,
+    truncates,
 )
 from rollstream.consumers.models import eos_token_ids, max_context
-
 from rollstream.errors import BackendError
 from rollstream.models import load_policy, tied_parameter_names
 
@@ -118,9 +120,11 @@ def sample_batch(model: Any, tokenizer: Any, requests: Sequence[GenerationReques
     top_k = torch.tensor([r.sampling.top_k for r in requests], device=device)
     active = list(range(len(rows)))  # batch row -> index into rows
     while True:
-        logprobs = processed_logprobs(logits, temperature, top_p, top_k)  # [A, V]
+        logprobs = processed_logprobs(logits, temperature, top_p, top_k)  # [A, V]: what is sampled
+        # what is recorded: the tempered, untruncated distribution (the same as when nothing is cut)
+        recorded = tempered_logprobs(logits, temperature) if truncates(top_p, top_k, logits.shape[-1]) else None
         tokens, chosen = sample_tokens(logprobs, [float(t) <= 0 for t in temperature],
-                                       [rows[i].generator for i in active])
+                                       [rows[i].generator for i in active], recorded)
         token_list, chosen_list = tokens.tolist(), chosen.tolist()
         keep = [j for j, i in enumerate(active) if not rows[i].push(token_list[j], chosen_list[j], eos, tokenizer)]
         if not keep:
@@ -141,18 +145,13 @@ def sample_batch(model: Any, tokenizer: Any, requests: Sequence[GenerationReques
 @torch.inference_mode()
 def score_completion(model: Any, prompt_ids: Sequence[int], completion_ids: Sequence[int],
                      sampling: Sampling | None = None) -> list[float]:
-    """Teacher-forced log-probs of ``completion_ids`` after ``prompt_ids``, processed exactly as
-    sampling processes them (one forward over the whole sequence, no cache, no padding)."""
+    """Teacher-forced log-probs of ``completion_ids`` after ``prompt_ids``, as sampling records
+    them: tempered, untruncated (one forward over the whole sequence, no cache, no padding)."""
     sampling = sampling or Sampling()
     ids = torch.tensor([list(prompt_ids) + list(completion_ids)], device=model.device)  # [1, P+C]
     logits = model(input_ids=ids).logits[0, len(prompt_ids) - 1 : -1, :]  # [C, V]
-    n = logits.shape[0]
-    logprobs = processed_logprobs(
-        logits,
-        torch.full((n,), float(sampling.temperature), device=model.device),
-        torch.full((n,), float(sampling.top_p), device=model.device),
-        torch.full((n,), int(sampling.top_k), device=model.device),
-    )
+    logprobs = tempered_logprobs(logits, torch.full((logits.shape[0],), float(sampling.temperature),
+                                                    device=model.device))
     targets = torch.tensor(list(completion_ids), device=model.device)[:, None]  # [C, 1]
     return logprobs.gather(1, targets)[:, 0].tolist()
 

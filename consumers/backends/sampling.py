@@ -2,9 +2,16 @@
 
 Order, per row (the same as transformers' logits processors): divide by the temperature,
 keep the ``top_k`` largest logits, keep the smallest set of the remaining tokens whose
-probability mass reaches ``top_p`` (the first token is always kept), renormalise. The
-behaviour log-prob of a sampled token is its log-probability under that renormalised
-distribution, i.e. exactly the distribution it was drawn from.
+probability mass reaches ``top_p`` (the first token is always kept), renormalise, draw.
+
+The recorded behaviour log-prob of a sampled token is its log-probability under the
+*tempered, untruncated* distribution (the softmax of logits / temperature), on every backend:
+it is what SGLang returns, and what the learner computes for the proximal and current policy
+at the rollout's ``logprob_temperature``, so the importance weight pi_prox / mu compares the
+same kind of distribution. Top-p and top-k are a filter on what gets sampled, not part of the
+policy being trained; with them, mu is the untruncated distribution (the weight slightly
+over-counts the kept tokens by 1 / kept mass, a bias that vanishes as top_p -> 1 and
+top_k -> 0). docs/generator.md has the reasoning.
 
 Greedy rows (temperature 0) pick the argmax; their recorded log-prob is that of the plain
 softmax of the logits (temperature 1, no truncation), since the point mass actually used
@@ -21,6 +28,21 @@ import torch
 def logprob_temperature(temperature: float) -> float:
     """The temperature the recorded log-probs are computed at (1 for greedy)."""
     return temperature if temperature > 0 else 1.0
+
+
+def tempered_logprobs(
+    logits: torch.Tensor,  # [B, V]
+    temperature: torch.Tensor,  # [B]; 0 = greedy (then temperature 1)
+) -> torch.Tensor:  # [B, V]
+    """Log-probs of the tempered, untruncated distribution: what behaviour log-probs record."""
+    greedy = temperature <= 0
+    temp = torch.where(greedy, torch.ones_like(temperature), temperature).float()
+    return (logits.float() / temp[:, None]).log_softmax(dim=-1)
+
+
+def truncates(top_p: torch.Tensor, top_k: torch.Tensor, vocab: int) -> bool:
+    """Whether any row cuts the distribution (then sampled and recorded distributions differ)."""
+    return bool(((top_k > 0) & (top_k < vocab)).any()) or bool((top_p < 1.0).any())
 
 
 def processed_logprobs(
@@ -53,7 +75,8 @@ def sample_tokens(
     logprobs: torch.Tensor,  # [B, V] from processed_logprobs
     greedy: Sequence[bool],
     generators: Sequence[torch.Generator],
-) -> tuple[torch.Tensor, torch.Tensor]:  # tokens [B] long, their log-probs [B] float
+    recorded: torch.Tensor | None = None,  # [B, V] the log-probs to record (default: ``logprobs``)
+) -> tuple[torch.Tensor, torch.Tensor]:  # tokens [B] long, their recorded log-probs [B] float
     """Draw one token per row with that row's own generator (so each row's stream depends only
     on its seed and its own logits, not on its neighbours in the batch)."""
     probs = logprobs.exp()  # [B, V]
@@ -63,7 +86,7 @@ def sample_tokens(
             tokens[row] = logprobs[row].argmax()
         else:
             tokens[row] = torch.multinomial(probs[row], 1, generator=generator)[0]
-    chosen = logprobs.gather(1, tokens[:, None])[:, 0]  # [B]
+    chosen = (logprobs if recorded is None else recorded).gather(1, tokens[:, None])[:, 0]  # [B]
     return tokens, chosen
 
 

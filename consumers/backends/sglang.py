@@ -30,14 +30,14 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+
+from rollstream.config import SGLangConfig
 from rollstream.consumers.backends.base import (
     Completion,
     GenerationRequest,
     error_completion,
     prompt_too_long,
 )
-
-from rollstream.config import SGLangConfig
 from rollstream.errors import BackendError, converted
 from rollstream.retry import retry
 

@@ -20,6 +20,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import msgspec
+
 from rollstream.producers.suite import defs_a, defs_b, defs_c, defs_easy, defs_judged
 from rollstream.producers.suite.defs import Def
 from rollstream.producers.suite.defs_judged import J

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 import torch
+
 from rollstream.consumers.backends.base import GenerationRequest, Sampling
 from rollstream.consumers.backends.hf import TransformersBackend, sample_batch, score_completion
 from rollstream.consumers.backends.sampling import derive_seed, find_stop, processed_logprobs, sample_tokens
 from rollstream.consumers.models import chat_prompt_ids, eos_token_ids
-
 from rollstream.errors import BackendError
 from rollstream.models import load_policy
 
@@ -105,6 +105,18 @@ async def test_logprobs_match_teacher_forcing_in_a_mixed_batch(backend: Transfor
     plain = logits.log_softmax(-1).gather(1, torch.tensor(completion.token_ids)[:, None])[:, 0]
     assert max(abs(a - b) for a, b in zip(plain.tolist(), completion.logprobs)) < TOLERANCE
     assert {c.logprob_temperature for c in completions} == {1.0, 0.7, 1.3}
+    # With top-p the recorded log-probs are still the tempered, untruncated ones (what the learner
+    # and SGLang compute), not those of the cut distribution the token was drawn from.
+    request, completion = requests[1], completions[1]
+    ids = torch.tensor([request.prompt_token_ids + completion.token_ids])
+    with torch.no_grad():
+        logits = backend.model(input_ids=ids).logits[0, len(request.prompt_token_ids) - 1 : -1]
+    tempered = (logits / 0.7).log_softmax(-1).gather(1, torch.tensor(completion.token_ids)[:, None])[:, 0]
+    assert max(abs(a - b) for a, b in zip(tempered.tolist(), completion.logprobs)) < TOLERANCE
+    cut = processed_logprobs(logits, torch.full((len(logits),), 0.7), torch.full((len(logits),), 0.9),
+                             torch.zeros(len(logits), dtype=torch.long))
+    cut = cut.gather(1, torch.tensor(completion.token_ids)[:, None])[:, 0]
+    assert bool((cut >= tempered - 1e-6).all()) and bool((cut > tempered + 1e-4).any())  # renormalised: differs
 
 
 async def test_logprobs_match_right_after_a_weight_swap(backend: TransformersBackend) -> None:

@@ -12,12 +12,12 @@ import sys
 from pathlib import Path
 
 import msgspec
-from rollstream.consumers.executor import run
-from rollstream.schemas import DeadLetter, codec
-from rollstream.schemas.events import ActionGenerated, RewardScored, RewardSpec, SandboxAudit
 
 from rollstream.config import Config, ExecutorConfig, to_toml
+from rollstream.consumers.executor import run
 from rollstream.kafka import EventProducer, ensure_topics
+from rollstream.schemas import DeadLetter, codec
+from rollstream.schemas.events import ActionGenerated, RewardScored, RewardSpec, SandboxAudit
 from rollstream.testing import make_action, make_rollout
 from tests.helpers import read_events
 

@@ -15,14 +15,14 @@ from typing import Any
 import msgspec
 import pytest
 import torch
+
+from rollstream.config import Config, GeneratorConfig, RLConfig, to_toml
 from rollstream.consumers.backends.base import Sampling
 from rollstream.consumers.backends.hf import TransformersBackend, score_completion
 from rollstream.consumers.generator import run
-from rollstream.schemas.events import ActionGenerated, Continuation, Message, PromptIssued, SamplingParams
-
-from rollstream.config import Config, GeneratorConfig, RLConfig, to_toml
 from rollstream.kafka import EventConsumer, EventProducer, ensure_topics, topic_name
 from rollstream.redis import connect, set_policy_version
+from rollstream.schemas.events import ActionGenerated, Continuation, Message, PromptIssued, SamplingParams
 from rollstream.testing import make_prompt
 from rollstream.weights import WeightStore
 from tests.helpers import read_dead_letters

@@ -14,6 +14,7 @@ import time
 import uuid
 
 import pytest
+
 from rollstream.consumers.rewards import RewardRegistry
 from rollstream.consumers.sandbox import DockerSandboxPool
 from rollstream.consumers.score import Evaluation, audit_record, evaluate

@@ -12,6 +12,7 @@ from enum import IntEnum
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from rollstream.consumers import candidate, judge, plain, sandbox
 
 # ---------------------------------------------------------------- the codec

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from rollstream.consumers.rewards import (
     PythonTests,
     RewardRegistry,

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import msgspec
 import pytest
+
+from rollstream.config import Config, ExecutorConfig
 from rollstream.consumers.rewards import RewardRegistry
 from rollstream.consumers.sandbox import (
     HOST_LABEL,
@@ -25,10 +27,8 @@ from rollstream.consumers.sandbox import (
     remove_orphans,
 )
 from rollstream.consumers.score import evaluate, score_file
-from rollstream.schemas.events import RewardSpec
-
-from rollstream.config import Config, ExecutorConfig
 from rollstream.errors import SandboxError
+from rollstream.schemas.events import RewardSpec
 from tests.helpers import containers_of
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import pytest
+
 from rollstream.consumers.rewards import default_registry
 from rollstream.consumers.sandbox import Job, RunResult
 from rollstream.consumers.score import evaluate
-from rollstream.schemas.events import RewardSpec
-
 from rollstream.errors import SandboxError
+from rollstream.schemas.events import RewardSpec
 
 SPEC = RewardSpec(entry_point="f", tests=["assert f(1) == 2"])
 COMPLETION = "```python\ndef f(x):\n    return x + 1\n```"

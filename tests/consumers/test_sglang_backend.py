@@ -17,10 +17,10 @@ from typing import Any
 import httpx
 import pytest
 import torch
-from rollstream.consumers.backends.base import GenerationRequest, Sampling
-from rollstream.consumers.backends.sglang import SGLangBackend
 
 from rollstream.config import SGLangConfig
+from rollstream.consumers.backends.base import GenerationRequest, Sampling
+from rollstream.consumers.backends.sglang import SGLangBackend
 from rollstream.errors import BackendError
 
 

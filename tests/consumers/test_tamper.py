@@ -13,6 +13,7 @@ import uuid
 
 import msgspec
 import pytest
+
 from rollstream.consumers.rewards import RewardRegistry
 from rollstream.consumers.sandbox import DockerSandboxPool
 from rollstream.consumers.score import Evaluation, evaluate

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 import torch
-from rollstream.consumers.backends.hf import TransformersBackend
-from rollstream.consumers.weight_sync import WeightSync
 
 from rollstream.config import InfraConfig
+from rollstream.consumers.backends.hf import TransformersBackend
+from rollstream.consumers.weight_sync import WeightSync
 from rollstream.errors import WeightStoreError
 from rollstream.redis import connect
 from rollstream.weights import WeightStore
@@ -97,8 +97,10 @@ async def test_corrupt_version_in_redis_then_a_good_one(tiny_model_dir: Path, in
         await redis.aclose()
 
 
-@pytest.mark.parametrize("learner", [1, 4])
+@pytest.mark.parametrize("learner", [0, 1, 4])
 async def test_staleness_gate(tiny_model_dir: Path, learner: int) -> None:
+    """max_staleness 1: weights of the learner's own version generate; one version behind is
+    already too old once the learner takes its next step, so it waits (the old gate let it by)."""
     backend = TransformersBackend.load(str(tiny_model_dir))
     store = FlakyStore(_perturbed(backend), version=4, failures=0)
 
@@ -106,7 +108,7 @@ async def test_staleness_gate(tiny_model_dir: Path, learner: int) -> None:
         return learner
 
     sync = WeightSync(store, backend, poll_s=0.05, max_staleness=1, learner_version=learner_version)
-    if learner == 1:  # within the bound: no wait
+    if learner == 0:  # the learner's own version: no wait
         assert await sync.wait_until_fresh() < 0.5 and backend.policy_version == 0
         return
     task = asyncio.create_task(sync.run())
@@ -115,6 +117,23 @@ async def test_staleness_gate(tiny_model_dir: Path, learner: int) -> None:
     finally:
         task.cancel()
     assert backend.policy_version == 4 and held > 0
+
+
+async def test_a_batch_catches_up_with_the_version_its_prompts_were_issued_at(tiny_model_dir: Path) -> None:
+    """The learner publishes v3, then the sampler issues prompts at v3: before the generator has
+    even heard of v3, its batch waits for it instead of sampling with v0."""
+    backend = TransformersBackend.load(str(tiny_model_dir))
+    store = FlakyStore(_perturbed(backend), version=3, failures=0)
+    sync = WeightSync(store, backend, poll_s=3600)  # no announcement will come in time: catch_up asks
+    task = asyncio.create_task(sync.run())
+    try:
+        assert await sync.catch_up(3, wait_s=10) == 3 and backend.policy_version == 3
+        assert await sync.catch_up(2, wait_s=10) == 3  # already newer: nothing to do
+        started = asyncio.get_running_loop().time()
+        assert await sync.catch_up(10**9, wait_s=0.3) == 3  # a version the store does not have
+        assert asyncio.get_running_loop().time() - started < 5 and sync.announced == 3  # not believed
+    finally:
+        task.cancel()
 
 
 async def test_a_batch_waits_briefly_for_a_fetch_in_progress(tiny_model_dir: Path) -> None:

@@ -14,11 +14,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
-from rollstream.schemas import GroupAdvantaged, PromptIssued, WeightsPublished
 from safetensors.torch import load_file
 
 from rollstream.config import InfraConfig
+from rollstream.schemas import GroupAdvantaged, PromptIssued, WeightsPublished
 from rollstream.testing import make_tiny_model_dir
 from tests.helpers import read_events
 
@@ -32,7 +33,11 @@ ANYTHING = [
 ]
 
 
-def test_run_trains_and_checkpoints(tmp_path: Path, broker: str, redis_url: str) -> None:
+@pytest.mark.parametrize("max_staleness", [0, 1])
+def test_run_trains_and_checkpoints(tmp_path: Path, broker: str, redis_url: str, max_staleness: int) -> None:
+    """Also: a healthy run drops nothing as stale, neither synchronous (max_staleness 0) nor one
+    version off-policy (the learner publishes a version before the sampler may issue the groups
+    meant for it, and generators catch up with it before sampling them)."""
     model = make_tiny_model_dir(tmp_path / "tiny")
     tasks = tmp_path / "tasks.jsonl"
     tasks.write_text("".join(json.dumps(t) + "\n" for t in ANYTHING))
@@ -49,7 +54,7 @@ partitions = 2
 [rl]
 group_size = 4
 groups_per_step = 2
-max_staleness = 1
+max_staleness = {max_staleness}
 
 [sampler]
 sources = ["jsonl:{tasks}"]
@@ -85,8 +90,11 @@ checkpoint_every = 1
     run_id = checkpoints[0].parent.name
     infra = InfraConfig(kafka_bootstrap=broker, topic_prefix=f"e2e{os.getpid()}.{run_id}.")
     assert_weights_moved(model, checkpoints[0])
-    steps = assert_groups_accounted_for(infra, checkpoints[0], group_size=4, groups_per_step=2, max_staleness=1)
+    steps = assert_groups_accounted_for(infra, checkpoints[0], group_size=4, groups_per_step=2,
+                                        max_staleness=max_staleness)
     assert_policy_advanced(infra, steps)
+    # staleness as the learner measures it: from policy_version_first, the oldest weights of a rollout
+    assert [s["stale"] for s in steps] == [0] * len(steps) and all(s["trained"] for s in steps), steps
 
 
 def assert_weights_moved(start: Path, checkpoints: Path) -> None:

@@ -6,12 +6,12 @@ import math
 
 import pytest
 import torch
+
+from rollstream.config import LearnerConfig, LossConfig, OptimConfig
 from rollstream.learner.batch import collate, micro_batches, select_rollouts
 from rollstream.learner.loss import aggregate, policy_loss, token_logprobs
 from rollstream.learner.trainer import Trainer, sequence_logprob
 from rollstream.schemas.events import AdvantagedRollout
-
-from rollstream.config import LearnerConfig, LossConfig, OptimConfig
 from tests.helpers import group, rollout
 
 EPS = 1e-4

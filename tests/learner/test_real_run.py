@@ -16,16 +16,16 @@ from pathlib import Path
 import msgspec
 import pytest
 import torch
+
+from rollstream.config import CheckpointConfig, Config, LearnerConfig, OptimConfig, RLConfig
+from rollstream.kafka import EventProducer, ensure_topics
 from rollstream.learner.batch import collate
 from rollstream.learner.checkpoint import latest_checkpoint, read_step_log
 from rollstream.learner.train import run
 from rollstream.learner.trainer import sequence_logprob
-from rollstream.schemas.events import AdvantagedRollout, GroupAdvantaged, GroupStats, Rollout
-
-from rollstream.config import CheckpointConfig, Config, LearnerConfig, OptimConfig, RLConfig
-from rollstream.kafka import EventProducer, ensure_topics
 from rollstream.models import load_model, load_tokenizer
 from rollstream.redis import connect
+from rollstream.schemas.events import AdvantagedRollout, GroupAdvantaged, GroupStats, Rollout
 from rollstream.weights import WeightStore
 
 pytestmark = pytest.mark.slow

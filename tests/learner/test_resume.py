@@ -13,10 +13,10 @@ from collections import Counter
 from pathlib import Path
 
 import msgspec
-from rollstream.learner.checkpoint import latest_checkpoint, load_state, read_step_log
 
 from rollstream.config import CheckpointConfig, Config, LearnerConfig, OptimConfig, RLConfig, to_toml
 from rollstream.kafka import EventProducer, ensure_topics
+from rollstream.learner.checkpoint import latest_checkpoint, load_state, read_step_log
 from rollstream.redis import connect, get_policy_version, key
 from rollstream.weights import WeightStore
 from tests.helpers import group

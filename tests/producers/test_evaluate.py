@@ -8,8 +8,8 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from rollstream.cli.evaluate import SampleResult, format_table, pass_at_k, run, summarize
 
+from rollstream.cli.evaluate import SampleResult, format_table, pass_at_k, run, summarize
 from rollstream.config import Config, EvalConfig, ExecutorConfig, GeneratorConfig
 from rollstream.testing import make_tiny_model_dir
 
@@ -84,7 +84,6 @@ def test_the_flags_set_keys_of_the_eval_section() -> None:
     import argparse
 
     from rollstream.cli.evaluate import add_arguments, eval_overrides
-
     from rollstream.config import load_config
 
     parser = argparse.ArgumentParser()

@@ -6,6 +6,7 @@ import random
 from collections import Counter
 
 import pytest
+
 from rollstream.producers.mixture import (
     AdaptiveStats,
     apportion,

@@ -6,10 +6,10 @@ import json
 from pathlib import Path
 
 import pytest
-from rollstream.producers.sources import builtin_tasks, load_tasks, task_from_row
-from rollstream.schemas.tasks import encode_task
 
 from rollstream.errors import ConfigError
+from rollstream.producers.sources import builtin_tasks, load_tasks, task_from_row
+from rollstream.schemas.tasks import encode_task
 
 
 def run_tests_locally(code: str, tests: list[str], setup: str = "") -> bool:

@@ -13,11 +13,11 @@ from collections import Counter
 
 import msgspec
 import pytest
+
+from rollstream.config import ExecutorConfig
 from rollstream.producers.sources import SUITE_DIR, builtin_tasks
 from rollstream.producers.suite import build_suite
 from rollstream.schemas.tasks import TaskSpec
-
-from rollstream.config import ExecutorConfig
 
 
 def wrong_solutions() -> dict[str, str]:

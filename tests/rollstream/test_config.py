@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from rollstream.cli import main
 
+from rollstream.cli import main
 from rollstream.config import Config, load_config, to_toml, validate
 from rollstream.errors import ConfigError
 

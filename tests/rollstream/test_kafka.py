@@ -10,11 +10,11 @@ import time
 from pathlib import Path
 
 import msgspec
-from rollstream.schemas import codec
 
 from rollstream.config import InfraConfig
 from rollstream.kafka import BATCH_API_MIN_RECORDS, EventConsumer, EventProducer, ensure_topics, topic_name
 from rollstream.metrics import StageMetrics, read_counter
+from rollstream.schemas import codec
 from rollstream.testing import make_prompt, make_reward
 from tests.helpers import read_dead_letters
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import msgspec
 import pytest
+
 from rollstream.schemas import PromptIssued, SchemaError, codec
 from rollstream.schemas.events import SCHEMA_VERSION
 

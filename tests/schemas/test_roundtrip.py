@@ -8,6 +8,7 @@ import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
 from rollstream.schemas import TOPICS, Codec, SchemaError, codec, dlq_spec
 from rollstream.schemas.arrays import LogProbArray, MaskArray, TokenArray, dec_hook, enc_hook
 from rollstream.schemas.events import (
@@ -20,7 +21,6 @@ from rollstream.schemas.events import (
     SandboxAudit,
     WeightsPublished,
 )
-
 from rollstream.testing import make_action, make_prompt, make_reward
 
 EVENTS = [PromptIssued, ActionGenerated, RewardScored, GroupAdvantaged, WeightsPublished, SandboxAudit, DeadLetter]

@@ -16,12 +16,11 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from rollstream.streams.faust_runtime import serve
-
 from rollstream.config import load_config
 from rollstream.infra import resolve_endpoints
 from rollstream.kafka import RawRecord
 from rollstream.lifecycle import setup_logging
+from rollstream.streams.faust_runtime import serve
 
 CALL_S = 0.05  # each call takes this long, so that an overlapping call would be caught
 

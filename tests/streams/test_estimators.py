@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
+
 from rollstream.streams import estimators
 from rollstream.streams.estimators import GroupInput, batch_advantages, group_advantages
 

@@ -15,11 +15,11 @@ from types import SimpleNamespace
 
 import msgspec
 from aiokafka import AIOKafkaProducer
-from rollstream.streams.faust_runtime import EXIT_ON_ERROR, faust_app, raw_topic
 
 from rollstream.config import Config, InfraConfig, StreamConfig
 from rollstream.infra import Endpoints
 from rollstream.kafka import ensure_topics, topic_name
+from rollstream.streams.faust_runtime import EXIT_ON_ERROR, faust_app, raw_topic
 from tests.helpers import REPO, end, kill, write_config
 
 BATCH_MAX = 40

@@ -5,11 +5,11 @@ from __future__ import annotations
 import time
 
 import pytest
-from rollstream.schemas import GroupAdvantaged, codec
-from rollstream.streams.groups import Arrival, Finished, GroupStore, LoadedGroup, Outcome, decide
 
 from rollstream.config import InfraConfig, StreamConfig
 from rollstream.redis import connect, groups_resolved, key
+from rollstream.schemas import GroupAdvantaged, codec
+from rollstream.streams.groups import Arrival, Finished, GroupStore, LoadedGroup, Outcome, decide
 from rollstream.testing import make_reward
 
 ENCODE = codec(type(make_reward("g", 0, 1.0))).encode

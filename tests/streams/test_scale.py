@@ -10,11 +10,11 @@ import urllib.request
 from pathlib import Path
 
 import msgspec
-from rollstream.schemas import GroupAdvantaged, codec
 
 from rollstream.config import Config, RLConfig, StreamConfig
 from rollstream.infra import free_port
 from rollstream.kafka import EventProducer, ensure_topics, topic_name
+from rollstream.schemas import GroupAdvantaged, codec
 from rollstream.testing import make_reward
 from tests.helpers import end, kill, read_all, start_worker, wait_ready, write_config
 
