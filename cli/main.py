@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from rollstream.config import Config, load_config, profile_path, to_toml
-from rollstream.errors import RollstreamError
+from rollstream.errors import ConfigError, RollstreamError
 
 log = logging.getLogger("rollstream")
 
@@ -81,6 +81,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("action", choices=["build"])
     p.add_argument("--offline", action="store_true", help="debootstrap + docker import (no registry needed)")
     p.add_argument("--tag", default=None, help="image tag (default: executor.image)")
+
+    p = sub.add_parser("plot", help="draw reward and pass rate per learner step of one run or several")
+    _common(p)
+    p.add_argument("runs", nargs="+", metavar="RUN", help="a run directory, or a run id under infra.state_dir/runs")
+    p.add_argument("--output", "-o", help="the PNG to write (default: the run's reward.png; runs.png for several)")
+    p.add_argument("--window", type=int, default=5, help="steps of the moving average (default 5)")
 
     p = sub.add_parser("eval", help="pass@1 / pass@k per task family at a fixed policy")
     _common(p)
@@ -159,11 +165,32 @@ def dispatch(args: argparse.Namespace, config: Config) -> int:
         build_image(tag=tag, offline=args.offline)
         print(f"built sandbox image {tag}")
         return 0
+    if command == "plot":
+        return _plot(args, config)
     if command == "eval":
         from rollstream.cli.evaluate import eval_main
 
         return asyncio.run(eval_main(config, args))
     raise AssertionError(command)
+
+
+def _plot(args: argparse.Namespace, config: Config) -> int:
+    from pathlib import Path
+
+    from rollstream.cli.watch import METRICS_FILE, PLOT_FILE, plot
+
+    runs = []
+    for name in args.runs:
+        run = Path(name)
+        if not run.exists():
+            run = Path(config.infra.state_dir) / "runs" / name
+        if not (run / METRICS_FILE).is_file():
+            raise ConfigError(f"{name}: no {METRICS_FILE} there (a run directory written by `rollstream run`, "
+                              f"or a run id under {config.infra.state_dir}/runs)")
+        runs.append(run)
+    out = Path(args.output) if args.output else (runs[0] / PLOT_FILE if len(runs) == 1 else Path("runs.png"))
+    print(f"wrote {plot(runs, out, window=args.window)}")
+    return 0
 
 
 def _infra(action: str, config: Config) -> int:

@@ -27,7 +27,7 @@ from rollstream.errors import ConfigError
 # A short run that fits a 2-core CPU machine (rollstream/profiles/quick.toml), unless the user
 # names another profile; anything the user sets wins over the profile.
 PROFILE = "quick"
-PROGRESS_EVERY_S = 5.0
+PROGRESS_EVERY_S = 30.0  # a progress line when no learner step came for this long
 
 
 @dataclass
@@ -35,6 +35,7 @@ class Child:
     name: str
     proc: subprocess.Popen[bytes]
     log: Path
+    metrics_port: int
 
 
 def _docker_image_present(image: str) -> bool:
@@ -82,8 +83,9 @@ def run_pipeline(config: Config, args: argparse.Namespace) -> int:
                 ("sampler", 1)]
         for stage, count in plan:
             for i in range(count):
-                children.append(_spawn(stage, i, cli_args, run_dir))
-        return _supervise(resolved, children)
+                port = infra.free_port()  # each process serves its metrics: the status line reads them
+                children.append(_spawn(stage, i, [*cli_args, "--set", f"{stage}.metrics_port={port}"], run_dir, port))
+        return _supervise(resolved, children, run_dir)
     finally:
         _stop_all(children)
         asyncio.run(_delete_run_keys(resolved))
@@ -91,7 +93,7 @@ def run_pipeline(config: Config, args: argparse.Namespace) -> int:
             infra.down(resolved.infra)
 
 
-def _spawn(stage: str, index: int, cli_args: list[str], run_dir: Path) -> Child:
+def _spawn(stage: str, index: int, cli_args: list[str], run_dir: Path, metrics_port: int) -> Child:
     run_dir.mkdir(parents=True, exist_ok=True)
     name = f"{stage}-{index}" if stage in ("executor", "generator") else stage
     log = run_dir / f"{name}.log"
@@ -101,33 +103,44 @@ def _spawn(stage: str, index: int, cli_args: list[str], run_dir: Path) -> Child:
         out.flush()
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     print(f"started {name} (pid {proc.pid}), log {log}")
-    return Child(name, proc, log)
+    return Child(name, proc, log, metrics_port)
 
 
-def _supervise(config: Config, children: list[Child]) -> int:
+def _supervise(config: Config, children: list[Child], run_dir: Path) -> int:
+    """Wait for the learner to finish; meanwhile a status line per learner step (and a progress
+    line while none comes), the run's metrics.jsonl; at the end a summary and a plot."""
+    from rollstream.cli.watch import PLOT_FILE, Watcher, plot, summary
+
     learner = next(c for c in children if c.name == "learner")
-    last_poll = last_report = 0.0
-    last_line = ""
+    watcher = Watcher(Path(config.learner.checkpoint.dir) / "steps.jsonl", run_dir, config.learner.max_steps,
+                      [c.metrics_port for c in children], echo=lambda line: print(_stamp(line), flush=True))
+    last_news = time.monotonic()
     while True:
+        if watcher.poll():
+            last_news = time.monotonic()
         for child in children:
             code = child.proc.poll()
             if code is None:
                 continue
             if child is learner and code == 0:
+                watcher.poll()
                 print(f"learner finished {config.learner.max_steps} steps")
-                _print_tail(learner, 40, only="learner.train")
+                print(summary(watcher.records))
+                if watcher.records:
+                    print(f"metrics: {watcher.out}; plot: {plot([run_dir], run_dir / PLOT_FILE)}")
                 print(f"checkpoints: {config.learner.checkpoint.dir}")
                 return 0
             print(f"{child.name} exited with {code}; stopping the run. Last lines of {child.log}:")
             _print_tail(child, 30)
             return 1
-        if time.monotonic() - last_poll > PROGRESS_EVERY_S:
-            last_poll = time.monotonic()
-            line = asyncio.run(_progress(config))
-            if line != last_line or time.monotonic() - last_report > 6 * PROGRESS_EVERY_S:
-                print(f"[{time.strftime('%H:%M:%S')}] {line}", flush=True)
-                last_report, last_line = time.monotonic(), line
+        if time.monotonic() - last_news > PROGRESS_EVERY_S:
+            print(_stamp(asyncio.run(_progress(config))), flush=True)
+            last_news = time.monotonic()
         time.sleep(0.5)
+
+
+def _stamp(line: str) -> str:
+    return f"[{time.strftime('%H:%M:%S')}] {line}"
 
 
 async def _progress(config: Config) -> str:

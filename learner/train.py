@@ -79,6 +79,37 @@ class RecentIds:
 
 
 @dataclass
+class Window:
+    """What the groups resolved since the last step record say about the policy: every one of
+    them (trained, dropped as stale, filtered), so that reward and pass rate are the policy's,
+    not only those of the groups that had something to train on."""
+
+    groups: int = 0
+    filtered: int = 0
+    rewards: list[float] = field(default_factory=list)
+    passed: list[bool] = field(default_factory=list)
+    families: dict[str, list[float]] = field(default_factory=dict)
+
+    def add(self, group: GroupAdvantaged) -> None:
+        self.groups += 1
+        self.filtered += bool(group.filtered)
+        for item in group.rollouts:
+            self.rewards.append(item.reward)
+            if item.passed is not None:
+                self.passed.append(item.passed)
+            self.families.setdefault(group.family, []).append(item.reward)
+
+    def summary(self) -> dict[str, Any]:
+        n = len(self.rewards)
+        return {
+            "groups_resolved": self.groups, "groups_filtered": self.filtered, "completions": n,
+            "reward_mean": sum(self.rewards) / n if n else None,
+            "pass_rate": sum(self.passed) / len(self.passed) if self.passed else None,
+            "family_reward": {f: sum(r) / len(r) for f, r in sorted(self.families.items())},
+        }
+
+
+@dataclass
 class Lineage:
     """What the checkpoint carries besides weights and optimizer."""
 
@@ -188,11 +219,15 @@ class LearnerLoop:
         # Groups trained into a version not yet published: their sampler capacity is held back
         # until it is, or the sampler's next groups would be generated with the old weights.
         self.unpublished = 0
+        self.window = Window()  # every group resolved since the last step's record
+        self.filtered: list[Delivery[GroupAdvantaged]] = []  # arrived flagged: recorded, not trained
 
     async def run(self, stop: asyncio.Event) -> None:
         c, per_step = self.config.learner, self.config.rl.groups_per_step
         while not stop.is_set() and not (c.max_steps and self.lineage.step >= c.max_steps):
             await self.fill(per_step)
+            if self.filtered:
+                await self.settle_filtered()
             if len(self.buffer) < per_step:
                 continue
             groups = [self.buffer.popleft() for _ in range(per_step)]
@@ -218,16 +253,33 @@ class LearnerLoop:
             self.accept(got)
 
     def accept(self, deliveries: list[Delivery[GroupAdvantaged]]) -> None:
-        """Buffer new groups; a group this lineage already has is skipped (marked done, counted)."""
+        """Buffer new groups; a group this lineage already has is skipped (marked done, counted);
+        one the stream flagged as filtered waits for :meth:`settle_filtered`."""
         for delivery in deliveries:
             group_id = delivery.event.group_id
-            if group_id in self.lineage.recent or any(d.event.group_id == group_id for d in self.buffer):
+            if group_id in self.lineage.recent or any(d.event.group_id == group_id
+                                                      for d in (*self.buffer, *self.filtered)):
                 log.warning("skipping duplicate group %s (%s[%d]@%d)", group_id, delivery.topic,
                             delivery.partition, delivery.offset)
                 self.metrics.groups.labels("duplicate").inc()
                 self.consumer.done(delivery)
                 continue
-            self.buffer.append(delivery)
+            (self.filtered if delivery.event.filtered else self.buffer).append(delivery)
+
+    async def settle_filtered(self) -> None:
+        """Groups with nothing to train on (e.g. zero variance): consumed without a step, counted,
+        their capacity freed at once (no version will ever train them)."""
+        deliveries, self.filtered = self.filtered, []
+        for delivery in deliveries:
+            group = delivery.event
+            self.window.add(group)
+            log.debug("group %s filtered by the stream (%s): recorded, not trained", group.group_id, group.filtered)
+            self.consumer.done(delivery)
+        self.lineage.recent.extend(d.event.group_id for d in deliveries)
+        self.lineage.groups_consumed += len(deliveries)
+        self.metrics.groups.labels("filtered").inc(len(deliveries))
+        await count_outcomes(self.redis, self.config.infra, {"filtered": len(deliveries)})
+        await self.release()
 
     async def consume(self, deliveries: list[Delivery[GroupAdvantaged]]) -> bool:
         """Train one step on ``deliveries`` (unless all of it is stale); returns whether a step ran."""
@@ -245,6 +297,8 @@ class LearnerLoop:
                                       result.stats, self.lineage.version)
         self.lineage.groups_consumed += len(groups)
         self.lineage.recent.extend(g.group_id for g in groups)
+        for group in groups:
+            self.window.add(group)
         outcomes = self.log_drops(groups, selection.lags, version)
         for outcome, count in outcomes.items():
             self.metrics.groups.labels(outcome).inc(count)
@@ -256,7 +310,11 @@ class LearnerLoop:
             "groups_consumed": self.lineage.groups_consumed,
             "trained": result is not None, "groups": [g.group_id for g in groups],
             "rollouts": len(selection.rollouts), "stale": selection.stale, "time": time.time(),
+            "lag_mean": sum(selection.lags) / len(selection.lags) if selection.lags else None,
+            "lag_max": max(selection.lags, default=None),
+            **self.window.summary(),
         }
+        self.window = Window()
         if result is not None:
             record.update(loss=result.loss, grad_norm=result.grad_norm, tokens=result.tokens,
                           seconds=result.seconds, **result.stats)

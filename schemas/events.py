@@ -277,6 +277,7 @@ class AdvantagedRollout(msgspec.Struct, frozen=True, kw_only=True):
     rollout: Rollout
     reward: Reward
     advantage: Finite
+    passed: bool | None = None  # ran cleanly and passed every test (None: written before it was recorded)
 
 
 class GroupStats(msgspec.Struct, frozen=True, kw_only=True):
@@ -299,6 +300,9 @@ class GroupAdvantaged(Event, frozen=True, kw_only=True):
     rollouts: Annotated[list[AdvantagedRollout], Meta(min_length=1, max_length=1024)]
     stats: GroupStats
     emitted_at: Timestamp
+    # Set when the group carries nothing to train on (e.g. "zero_variance": every reward equal,
+    # advantages all 0): the learner records and counts it, and trains on it no step.
+    filtered: ShortText = ""
 
 
 class WeightsPublished(Event, frozen=True, kw_only=True):

@@ -21,6 +21,9 @@ Guarantees:
   several workers in the Faust group split the partitions without splitting a group.
 * Incomplete groups: at ``group_deadline_s`` after the first reward, emit if at least
   ``min_group_size`` arrived, else drop (counted, ``mark_group_dropped``).
+* Groups with nothing to train on (zero variance, when ``filter_zero_variance``) are emitted
+  like the others, flagged ``filtered`` with advantages 0: the learner records their fate and
+  counts them, and no step trains on them.
 * SIGTERM/SIGINT: finish the batch in hand, commit Faust's acked offsets, exit 0. (Faust's
   own shutdown hangs with buffered un-acked events; nothing un-stored is ever acked.)
 
@@ -150,11 +153,11 @@ class AdvantageStage:
 
     def _count(self, outcomes: Iterable[Outcome]) -> None:
         for outcome in outcomes:
-            if outcome.kind == "emitted":
-                self.groups_emitted.labels("true" if outcome.complete else "false").inc()
-            elif outcome.kind == "filtered":
+            if outcome.kind == "emitted" and outcome.reason:  # emitted flagged: nothing to train on
                 self.groups_filtered.labels(outcome.reason).inc()
                 log.debug("filtered a group: %s", outcome.reason)
+            elif outcome.kind == "emitted":
+                self.groups_emitted.labels("true" if outcome.complete else "false").inc()
             else:
                 self.groups_dropped.labels(outcome.reason).inc()
 

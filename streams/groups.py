@@ -52,7 +52,7 @@ from rollstream.schemas import AdvantagedRollout, Codec, GroupAdvantaged, GroupS
 from rollstream.streams import estimators
 from rollstream.streams.estimators import GroupInput
 
-OutcomeKind = Literal["emitted", "filtered", "dropped"]
+OutcomeKind = Literal["emitted", "dropped"]  # an emitted outcome with a reason is a filtered group
 
 
 class Outcome(msgspec.Struct, frozen=True, kw_only=True):
@@ -278,8 +278,9 @@ def decide(
 
     A group is decided when all ``group_size`` rollouts arrived, or when its deadline passed:
     then it is emitted as incomplete if it has >= ``min_group_size`` rollouts, else dropped
-    (reason ``incomplete``). Zero-variance groups are filtered when configured. Advantages
-    are computed over all groups emitted together (that matters for task/batch scope).
+    (reason ``incomplete``). Zero-variance groups are filtered when configured: emitted with
+    ``filtered`` set and advantages 0, for the learner to record and count. Advantages of the
+    others are computed over all groups emitted together (that matters for task/batch scope).
     Groups already staged keep their staged outcome; open groups that are neither complete
     nor expired get none. ``fresh`` (rollout_id -> (bytes, event)) saves decoding rewards
     that were just decoded on arrival.
@@ -305,8 +306,11 @@ def decide(
             continue
         clipped = estimators.clip_rewards([e.reward for e in rewards], stream.reward_clip)
         reason = estimators.filter_reason(clipped, stream.filter_zero_variance)
-        if reason is not None:
-            outcomes[group.group_id] = Outcome(kind="filtered", reason=reason, complete=complete)
+        if reason is not None:  # emitted for the record (its fate is the learner's), nothing to train
+            event = build_event(group.group_id, rewards, [0.0] * len(rewards), stream.estimator, complete, now,
+                                filtered=reason)
+            outcomes[group.group_id] = Outcome(kind="emitted", reason=reason, complete=complete,
+                                               value=codec(GroupAdvantaged).encode(event))
             continue
         to_emit.append((group.group_id, rewards, clipped, complete))
 
@@ -338,6 +342,7 @@ def build_event(
     estimator: str,
     complete: bool,
     now: float,
+    filtered: str = "",
 ) -> GroupAdvantaged:
     first = rewards[0].rollout
     stats = estimators.reward_stats([e.reward for e in rewards])
@@ -348,7 +353,7 @@ def build_event(
         estimator=estimator,
         complete=complete,
         rollouts=[
-            AdvantagedRollout(rollout=e.rollout, reward=e.reward, advantage=a)
+            AdvantagedRollout(rollout=e.rollout, reward=e.reward, advantage=a, passed=passed(e))
             for e, a in zip(rewards, advantages, strict=True)
         ],
         stats=GroupStats(
@@ -360,4 +365,11 @@ def build_event(
             reward_max=stats.max,
         ),
         emitted_at=now,
+        filtered=filtered,
     )
+
+
+def passed(event: RewardScored) -> bool:
+    """Ran cleanly and passed every test (a task without tests: ran cleanly)."""
+    execution = event.execution
+    return execution.error_kind == "none" and execution.tests_passed == execution.tests_total

@@ -95,6 +95,21 @@ checkpoint_every = 1
     assert_policy_advanced(infra, steps)
     # staleness as the learner measures it: from policy_version_first, the oldest weights of a rollout
     assert [s["stale"] for s in steps] == [0] * len(steps) and all(s["trained"] for s in steps), steps
+    assert_the_run_can_be_watched(checkpoints[0].parent, output, tmp_path)
+
+
+def assert_the_run_can_be_watched(run_dir: Path, output: str, tmp_path: Path) -> None:
+    """A status line per step, a summary, metrics.jsonl and the plot; `rollstream plot` redraws it."""
+    assert "step 1/2 v" in output and "step 2/2 v" in output and "steps trained" in output, output[-3000:]
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [1, 2]
+    assert all(r["completions"] >= 8 and 0 <= r["pass_rate"] <= 1 and r["reward_mean"] is not None for r in records)
+    assert all(set(r["waiting"]) == {"prompts", "actions", "rewards", "advantages"} for r in records)
+    assert (run_dir / "reward.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    redrawn = tmp_path / "again.png"
+    result = subprocess.run([sys.executable, "-m", "rollstream.cli", "plot", str(run_dir), str(run_dir), "-o",
+                             str(redrawn)], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and redrawn.stat().st_size > 10_000, result.stderr[-2000:]
 
 
 def assert_weights_moved(start: Path, checkpoints: Path) -> None:
@@ -132,8 +147,8 @@ def assert_groups_accounted_for(infra: InfraConfig, checkpoints: Path, *, group_
 
 
 def assert_policy_advanced(infra: InfraConfig, steps: list[dict]) -> None:
-    """The learner published a new version per step, in order (what the generators follow)."""
+    """The learner published a new version per step, each once (what the generators follow)."""
     published = asyncio.run(read_events(infra, "policy", WeightsPublished, timeout_s=5))
-    versions = [p.version for p in published]
-    assert versions == sorted(set(versions)) and len(versions) >= 2, versions
+    versions = sorted(p.version for p in published)  # the topic's partitions interleave: no global order
+    assert len(versions) == len(set(versions)) >= 2, versions
     assert [s["policy_version"] for s in steps if s["trained"]] == versions[-2:]

@@ -59,3 +59,40 @@ async def test_capacity_follows_publication(config: Config, learner_model_dir: s
     assert ("published", steps) in events and events[-1] == ("released", steps * PER_STEP), events
     if broadcast_every == 2:  # after step 1 (not published) nothing of it was released
         assert ("released", PER_STEP) not in events, events
+
+
+async def test_filtered_groups_are_recorded_and_counted_not_trained(config: Config, learner_model_dir: str,
+                                                                   tmp_path, monkeypatch) -> None:
+    """The stream emits groups with nothing to train on flagged ``filtered``: the learner counts
+    them into the next step's record (reward, pass rate) and frees their capacity at once, and
+    no step is filled or trained with them."""
+    config = msgspec.structs.replace(
+        config,
+        rl=RLConfig(groups_per_step=PER_STEP, max_staleness=100, seed=1),
+        learner=LearnerConfig(model=learner_model_dir, micro_batch=4, optim=OptimConfig(lr=1e-3),
+                              checkpoint=CheckpointConfig(every=0, dir=str(tmp_path / "ckpt")), max_steps=2),
+    )
+    flat = [msgspec.structs.replace(group(f"flat{i}", [0.5, 0.5], seed=i), filtered="zero_variance") for i in range(3)]
+    useful = [group(f"g{i}", [1.0, -1.0], seed=i) for i in range(4)]
+    await ensure_topics(config.infra, ["advantages", "policy"])
+    async with EventProducer(config.infra, client_id="test") as producer:
+        await producer.send_many([("advantages", g) for g in (flat[0], useful[0], flat[1], useful[1], flat[2],
+                                                               useful[2], useful[3])])
+    released: list[int] = []
+    set_consumed = train.set_groups_consumed
+
+    async def record(client, infra, count: int) -> None:
+        released.append(count)
+        await set_consumed(client, infra, count)
+
+    monkeypatch.setattr(train, "set_groups_consumed", record)
+    await asyncio.wait_for(train.run(config), 300)
+
+    from rollstream.learner.checkpoint import read_step_log
+
+    steps = read_step_log(tmp_path / "ckpt")
+    assert [s["trained"] for s in steps] == [True, True]
+    trained = [g for s in steps for g in s["groups"]]  # arrival order across partitions may vary
+    assert sorted(trained) == ["g0", "g1", "g2", "g3"]  # no step holds a filtered group
+    assert sum(s["groups_filtered"] for s in steps) == 3 and sum(s["groups_resolved"] for s in steps) == 7
+    assert steps[0]["reward_mean"] is not None and released[-1] == 7

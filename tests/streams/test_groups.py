@@ -112,7 +112,11 @@ def test_decide_filters_zero_variance_and_computes_advantages_in_sample_order():
     groups = [loaded_group("flat", [1.0, 1.0, 1.0]), loaded_group("mixed", [0.0, 1.0, 1.0]),
               loaded_group("waiting", [1.0], size=3)]
     outcomes = decide(groups, {}, StreamConfig(estimator="rloo"), 3)
-    assert outcomes["flat"] == Outcome(kind="filtered", reason="zero_variance")
+    # emitted for the record, flagged: the learner counts it and trains on it no step
+    assert (outcomes["flat"].kind, outcomes["flat"].reason) == ("emitted", "zero_variance")
+    flat = codec(GroupAdvantaged).decode(outcomes["flat"].value)
+    assert flat.filtered == "zero_variance" and [r.advantage for r in flat.rollouts] == [0.0, 0.0, 0.0]
+    assert all(r.passed for r in flat.rollouts)  # the rewards' records said: ran, every test passed
     assert "waiting" not in outcomes  # neither complete nor expired: stays open
     event = codec(GroupAdvantaged).decode(outcomes["mixed"].value)
     assert [r.rollout.sample_index for r in event.rollouts] == [0, 1, 2]
@@ -124,7 +128,7 @@ def test_decide_filters_zero_variance_and_computes_advantages_in_sample_order():
 def test_decide_keeps_zero_variance_groups_when_not_filtering():
     outcomes = decide([loaded_group("flat", [1.0, 1.0])], {}, StreamConfig(filter_zero_variance=False), 2)
     event = codec(GroupAdvantaged).decode(outcomes["flat"].value)
-    assert [r.advantage for r in event.rollouts] == [0.0, 0.0]
+    assert [r.advantage for r in event.rollouts] == [0.0, 0.0] and event.filtered == ""
 
 
 def test_decide_clips_rewards_but_reports_them_as_scored():
@@ -140,5 +144,5 @@ def test_decide_batch_normalisation_uses_only_emitted_groups():
     std = (29 / 30) ** 0.5  # pooled [0, 1, 0, 0, 2, 2]; the filtered group is left out
     a = codec(GroupAdvantaged).decode(outcomes["a"].value)
     assert [r.advantage for r in a.rollouts] == pytest.approx([-0.5 / std, 0.5 / std])
-    assert outcomes["flat"].kind == "filtered"
+    assert codec(GroupAdvantaged).decode(outcomes["flat"].value).filtered == "zero_variance"
 
