@@ -107,10 +107,15 @@ def eval_spec(task: Any, tests: str) -> Any:
 
 
 def select_tasks(config: Config) -> list[Any]:
-    from rollstream.producers.sources import load_tasks
+    from rollstream.producers.sources import load_tasks, split_tasks
 
     options = config.eval
     tasks = load_tasks(options.sources or config.sampler.sources)
+    if options.split != "all":
+        trained, held_out = split_tasks(tasks, config.sampler.holdout_fraction, config.sampler.holdout_seed)
+        if not held_out:
+            raise ValueError("eval.split needs sampler.holdout_fraction > 0 (the split the run trained with)")
+        tasks = held_out if options.split == "heldout" else trained
     if options.families:
         tasks = [t for t in tasks if t.family in options.families]
     if options.task_ids:
@@ -265,7 +270,7 @@ def _messages(config: Config, task: Any) -> list[Any]:
 
 # `rollstream eval` flag -> the eval key it sets (the flags are short for --set eval.KEY=VALUE).
 FLAGS: dict[str, str] = {
-    "model": "model", "sources": "sources", "families": "families", "task_ids": "task_ids",
+    "model": "model", "sources": "sources", "families": "families", "task_ids": "task_ids", "split": "split",
     "limit_per_family": "limit_per_family", "samples": "samples", "k": "ks", "tests": "tests", "batch": "batch",
     "seed": "seed", "threads": "threads", "json_out": "json_out", "completions_out": "completions_out",
     "resume": "resume",
@@ -281,6 +286,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(default: sampler.sources)")
     parser.add_argument("--family", action="append", dest="families", help="only these families (repeatable)")
     parser.add_argument("--task", action="append", dest="task_ids", help="only these task ids (repeatable)")
+    parser.add_argument("--split", choices=("all", "train", "heldout"),
+                        help="the tasks sampler.holdout_fraction held out of training, the others, or all")
     parser.add_argument("--limit-per-family", type=int, help="first N tasks of each family (0 = all)")
     parser.add_argument("--samples", type=int, help="samples per task (n)")
     parser.add_argument("--k", help="comma-separated k values of pass@k (each <= --samples)")
@@ -305,6 +312,55 @@ def eval_overrides(args: argparse.Namespace) -> list[str]:
             value = [int(k) for k in str(value).split(",") if k.strip()]
         out.append(f"eval.{key}={msgspec.json.encode(value).decode()}")
     return out
+
+
+def per_task_pass(path: Path) -> dict[str, tuple[str, float]]:
+    """task id -> (family, fraction of its samples that passed), from an eval completions file."""
+    rows: dict[str, list[bool]] = defaultdict(list)
+    family: dict[str, str] = {}
+    for line in path.read_text().splitlines():
+        row = json.loads(line)
+        rows[row["task_id"]].append(bool(row["passed"]))
+        family[row["task_id"]] = row["family"]
+    return {t: (family[t], sum(v) / len(v)) for t, v in rows.items()}
+
+
+def bootstrap_difference(before: Mapping[str, float], after: Mapping[str, float], *, resamples: int = 10000,
+                         seed: int = 0, level: float = 0.95) -> dict[str, float]:
+    """Mean over tasks of after - before (per-task pass@1), and its bootstrap confidence interval
+    resampled over tasks (the tasks both sides evaluated)."""
+    import random
+
+    tasks = sorted(set(before) & set(after))
+    if not tasks:
+        raise ValueError("the two evaluations share no task")
+    diffs = [after[t] - before[t] for t in tasks]
+    rng = random.Random(seed)
+    means = sorted(sum(rng.choices(diffs, k=len(diffs))) / len(diffs) for _ in range(resamples))
+    low, high = means[int((1 - level) / 2 * resamples)], means[int((1 + level) / 2 * resamples) - 1]
+    return {"tasks": len(tasks), "before": sum(before[t] for t in tasks) / len(tasks),
+            "after": sum(after[t] for t in tasks) / len(tasks), "difference": sum(diffs) / len(diffs),
+            "ci_low": low, "ci_high": high, "level": level, "resamples": resamples}
+
+
+def compare_main(before_path: str, after_path: str, json_out: str | None = None) -> int:
+    """`rollstream compare BEFORE AFTER`: pass@1 per family before and after, and the difference
+    over all tasks with its bootstrap 95% confidence interval (resampled over tasks)."""
+    before, after = per_task_pass(Path(before_path)), per_task_pass(Path(after_path))
+    overall = bootstrap_difference({t: v for t, (_, v) in before.items()}, {t: v for t, (_, v) in after.items()})
+    families = sorted({f for f, _ in before.values()})
+    lines = ["| family | tasks | pass@1 before | pass@1 after |", "|---|---|---|---|"]
+    for family in families:
+        tasks = [t for t, (f, _) in before.items() if f == family and t in after]
+        lines.append(f"| {family} | {len(tasks)} | {sum(before[t][1] for t in tasks) / len(tasks):.3f} | "
+                     f"{sum(after[t][1] for t in tasks) / len(tasks):.3f} |")
+    lines.append(f"| ALL | {overall['tasks']} | {overall['before']:.3f} | {overall['after']:.3f} |")
+    print("\n".join(lines))
+    print(f"difference {overall['difference']:+.3f}, 95% CI [{overall['ci_low']:+.3f}, {overall['ci_high']:+.3f}] "
+          f"(bootstrap over {overall['tasks']} tasks, {overall['resamples']} resamples)")
+    if json_out:
+        Path(json_out).write_text(json.dumps(overall, indent=2) + "\n")
+    return 0
 
 
 async def eval_main(config: Config, args: argparse.Namespace) -> int:

@@ -88,6 +88,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", "-o", help="the PNG to write (default: the run's reward.png; runs.png for several)")
     p.add_argument("--window", type=int, default=5, help="steps of the moving average (default 5)")
 
+    p = sub.add_parser("compare", help="pass@1 before and after (two eval completion files), with a bootstrap CI")
+    _common(p)
+    p.add_argument("before", help="`rollstream eval --completions` output of the policy before")
+    p.add_argument("after", help="the same of the policy after")
+    p.add_argument("--json", dest="json_out", help="write the difference and its interval as JSON here")
+
     p = sub.add_parser("eval", help="pass@1 / pass@k per task family at a fixed policy")
     _common(p)
     from rollstream.cli.evaluate import add_arguments  # argparse only: stays fast
@@ -167,6 +173,10 @@ def dispatch(args: argparse.Namespace, config: Config) -> int:
         return 0
     if command == "plot":
         return _plot(args, config)
+    if command == "compare":
+        from rollstream.cli.evaluate import compare_main
+
+        return compare_main(args.before, args.after, args.json_out)
     if command == "eval":
         from rollstream.cli.evaluate import eval_main
 

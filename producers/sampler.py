@@ -39,7 +39,7 @@ from rollstream.config import Config
 from rollstream.kafka import EventConsumer, EventProducer, ensure_topics
 from rollstream.metrics import StageMetrics, serve_metrics
 from rollstream.producers.mixture import AdaptiveStats, epoch_plan, family_probabilities, informative
-from rollstream.producers.sources import load_tasks
+from rollstream.producers.sources import load_tasks, split_tasks
 from rollstream.redis import connect, get_policy_version, groups_resolved, key
 from rollstream.schemas.events import GroupAdvantaged, Message, PromptIssued, SamplingParams
 from rollstream.schemas.tasks import TaskSpec
@@ -260,7 +260,11 @@ async def run(config: Config, *, stop: asyncio.Event | None = None) -> None:
         from rollstream.lifecycle import stop_event
 
         stop = stop_event()
-    tasks = load_tasks(config.sampler.sources)
+    tasks, held_out = split_tasks(load_tasks(config.sampler.sources), config.sampler.holdout_fraction,
+                                  config.sampler.holdout_seed)
+    if held_out:
+        log.info("%d tasks held out of training (sampler.holdout_fraction %.2f), %d to sample from",
+                 len(held_out), config.sampler.holdout_fraction, len(tasks))
     metrics = StageMetrics("sampler")
     serve_metrics(config.sampler.metrics_port, metrics)
     await ensure_topics(config.infra, ["prompts", "advantages"])

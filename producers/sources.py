@@ -13,12 +13,20 @@ A source spec (``Config.sampler.sources``) is one of:
 ``load_tasks(specs)`` returns every task once, in a stable order (sorted by task id within
 a source, sources in the given order); duplicate task ids are an error, because the sampler's
 resume position and the adaptive statistics are keyed by task id.
+
+``split_tasks(tasks, fraction, seed)`` holds whole tasks out of training, the same ones for
+the sampler (which never issues them) and for ``rollstream eval --split heldout`` (which
+evaluates exactly them): in each family, the ``fraction`` of its tasks that come first in an
+order fixed by a hash of (seed, task id). So every family the run trains on has held-out
+tasks, and which ones does not depend on the order or number of the other tasks.
 """
 
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
+import math
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
@@ -47,6 +55,21 @@ def load_tasks(specs: Iterable[str]) -> list[TaskSpec]:
     if not tasks:
         raise ConfigError(f"sampler sources {list(specs)!r} hold no tasks")
     return tasks
+
+
+def split_tasks(tasks: list[TaskSpec], fraction: float, seed: int = 0) -> tuple[list[TaskSpec], list[TaskSpec]]:
+    """(trained, held out): per family, ``ceil(fraction * size)`` tasks held out, chosen by a
+    hash of (seed, task id); both lists keep the input order. ``fraction`` 0 holds nothing out."""
+    if fraction <= 0:
+        return list(tasks), []
+    by_family: dict[str, list[TaskSpec]] = {}
+    for task in tasks:
+        by_family.setdefault(task.family, []).append(task)
+    held: set[str] = set()
+    for members in by_family.values():
+        ranked = sorted(members, key=lambda t: hashlib.sha256(f"{seed}/{t.task_id}".encode()).digest())
+        held.update(t.task_id for t in ranked[: math.ceil(fraction * len(members))])
+    return [t for t in tasks if t.task_id not in held], [t for t in tasks if t.task_id in held]
 
 
 def load_source(spec: str) -> list[TaskSpec]:

@@ -117,6 +117,11 @@ class SamplerConfig(Section):
     """Most prompts sent in one acknowledged batch (the position is persisted after each batch)."""
     adaptive_window: PositiveInt = 4
     """Recent groups per task that adaptive sampling remembers."""
+    holdout_fraction: Annotated[float, Meta(ge=0.0, lt=1.0)] = 0.0
+    """Hold this fraction of each family's tasks out of training (whole tasks, chosen by a hash of
+    holdout_seed and the task id); `rollstream eval` with eval.split = "heldout" evaluates them."""
+    holdout_seed: int = 0
+    """Which tasks are held out (see holdout_fraction)."""
 
 
 class SGLangConfig(Section):
@@ -313,6 +318,8 @@ class EvalConfig(Section):
     """Only these task families (empty: all)."""
     task_ids: list[str] = []
     """Only these task ids (empty: all)."""
+    split: Literal["all", "train", "heldout"] = "all"
+    """Which side of sampler.holdout_fraction's split: every task, those trained on, or those held out."""
     limit_per_family: NonNegInt = 0
     """The first N tasks of each family (0: all)."""
     samples: PositiveInt = 1

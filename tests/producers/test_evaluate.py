@@ -98,3 +98,17 @@ def test_the_flags_set_keys_of_the_eval_section() -> None:
 
     with pytest.raises(ConfigError, match="eval.samples >= 4"):
         load_config(None, eval_overrides(parser.parse_args(["--k", "4"])), environ={})
+
+
+def test_bootstrap_difference_over_tasks() -> None:
+    from rollstream.cli.evaluate import bootstrap_difference
+
+    before = {f"t{i}": 0.0 for i in range(40)}
+    better = {f"t{i}": (0.5 if i % 2 else 0.25) for i in range(40)}
+    up = bootstrap_difference(before, better, resamples=2000)
+    assert up["difference"] == pytest.approx(0.375) and 0.3 < up["ci_low"] < 0.375 < up["ci_high"] < 0.45
+    noise = {f"t{i}": (0.5 if i % 2 else -0.5) + 0.0 for i in range(40)}  # as much up as down
+    flat = bootstrap_difference({t: 0.5 for t in noise}, {t: 0.5 + v for t, v in noise.items()}, resamples=2000)
+    assert flat["ci_low"] < 0 < flat["ci_high"]  # no difference: the interval holds zero
+    with pytest.raises(ValueError):
+        bootstrap_difference({"a": 1.0}, {"b": 1.0})

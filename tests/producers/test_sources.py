@@ -71,3 +71,18 @@ def test_hf_datasets_from_local_files_only(tmp_path: Path) -> None:
     assert [t.task_id for t in load_tasks([f"hf:{saved}"])] == ["mbpp_disk/2", "mbpp_disk/3"]
     with pytest.raises(ConfigError, match="does not exist"):
         load_tasks([f"hf:{tmp_path / 'missing'}"])
+
+
+def test_the_held_out_split_is_whole_tasks_of_every_family_and_stable() -> None:
+    from rollstream.producers.sources import builtin_tasks, split_tasks
+
+    tasks = builtin_tasks()
+    trained, held = split_tasks(tasks, 0.25, seed=0)
+    assert {t.task_id for t in trained}.isdisjoint(t.task_id for t in held)
+    assert len(trained) + len(held) == len(tasks)
+    assert {t.family for t in held} == {t.family for t in tasks}  # every family keeps some back
+    # the same tasks whatever else is in the list: removing other tasks does not move the split
+    some = [t for t in tasks if t.family == "strings"]
+    assert {t.task_id for t in split_tasks(some, 0.25, seed=0)[1]} == {t.task_id for t in held if t.family == "strings"}
+    assert {t.task_id for t in split_tasks(tasks, 0.25, seed=1)[1]} != {t.task_id for t in held}
+    assert split_tasks(tasks, 0.0) == (tasks, [])
