@@ -49,6 +49,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("run", help="run the whole pipeline locally: a short real GRPO run")
     _common(p)
     p.add_argument("--max-steps", type=int, default=4, help="optimizer steps to train (default 4)")
+    p.add_argument("--max-minutes", type=float, default=0.0,
+                   help="also stop after this many minutes from the start of the run: the learner finishes "
+                        "its step, checkpoints and exits (default 0: no time limit)")
     p.add_argument("--executors", type=int, default=1, help="executor processes")
     p.add_argument("--generators", type=int, default=1, help="generator processes")
     p.add_argument("--keep-infra", action="store_true", help="leave the local broker/Redis running afterwards")

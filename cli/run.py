@@ -85,7 +85,7 @@ def run_pipeline(config: Config, args: argparse.Namespace) -> int:
             for i in range(count):
                 port = infra.free_port()  # each process serves its metrics: the status line reads them
                 children.append(_spawn(stage, i, [*cli_args, "--set", f"{stage}.metrics_port={port}"], run_dir, port))
-        return _supervise(resolved, children, run_dir)
+        return _supervise(resolved, children, run_dir, max_minutes=args.max_minutes)
     finally:
         _stop_all(children)
         asyncio.run(_delete_run_keys(resolved))
@@ -106,16 +106,24 @@ def _spawn(stage: str, index: int, cli_args: list[str], run_dir: Path, metrics_p
     return Child(name, proc, log, metrics_port)
 
 
-def _supervise(config: Config, children: list[Child], run_dir: Path) -> int:
+def _supervise(config: Config, children: list[Child], run_dir: Path, *, max_minutes: float = 0.0) -> int:
     """Wait for the learner to finish; meanwhile a status line per learner step (and a progress
-    line while none comes), the run's metrics.jsonl; at the end a summary and a plot."""
+    line while none comes), the run's metrics.jsonl; at the end a summary and a plot. With
+    ``max_minutes`` the learner is sent SIGTERM when they are up: it finishes its step,
+    checkpoints and exits 0, and the run ends as if that step had been the last."""
     from rollstream.cli.watch import PLOT_FILE, Watcher, plot, summary
 
     learner = next(c for c in children if c.name == "learner")
     watcher = Watcher(Path(config.learner.checkpoint.dir) / "steps.jsonl", run_dir, config.learner.max_steps,
                       [c.metrics_port for c in children], echo=lambda line: print(_stamp(line), flush=True))
     last_news = time.monotonic()
+    deadline = time.monotonic() + max_minutes * 60 if max_minutes > 0 else None
     while True:
+        if deadline is not None and time.monotonic() > deadline and learner.proc.poll() is None:
+            print(_stamp(f"{max_minutes:g} minutes are up: the learner finishes its step, checkpoints and stops"),
+                  flush=True)
+            learner.proc.send_signal(signal.SIGTERM)
+            deadline = None
         if watcher.poll():
             last_news = time.monotonic()
         for child in children:
@@ -124,7 +132,7 @@ def _supervise(config: Config, children: list[Child], run_dir: Path) -> int:
                 continue
             if child is learner and code == 0:
                 watcher.poll()
-                print(f"learner finished {config.learner.max_steps} steps")
+                print(f"learner finished after {len(watcher.records)} steps")
                 print(summary(watcher.records))
                 if watcher.records:
                     print(f"metrics: {watcher.out}; plot: {plot([run_dir], run_dir / PLOT_FILE)}")

@@ -84,3 +84,50 @@ def test_what_waits_on_each_topic_comes_from_the_stages_metrics() -> None:
         for server, thread in servers:
             server.shutdown()
             thread.join(5)
+
+
+LEARNER_STUB = """
+import json, signal, sys, time
+steps = sys.argv[1]
+def stop(*_):
+    with open(steps, "a") as fh:  # the step it was running, then exit 0 as the learner does
+        fh.write(json.dumps({"step": 1, "policy_version": 1, "trained": True, "completions": 16,
+                             "reward_mean": 0.5, "pass_rate": 0.25, "time": time.time()}) + "\\n")
+    sys.exit(0)
+signal.signal(signal.SIGTERM, stop)
+print("ready", flush=True)
+time.sleep(600)
+"""
+
+
+def test_max_minutes_stops_the_learner_cleanly_and_summarises(tmp_path: Path, capsys) -> None:
+    """`rollstream run --max-minutes`: when the time is up the learner gets SIGTERM (it finishes
+    its step, checkpoints, exits 0) and the run ends with its summary and plot, rc 0."""
+    import subprocess
+    import sys
+
+    from rollstream.cli.run import Child, _supervise
+    from rollstream.config import load_config
+
+    checkpoints = tmp_path / "checkpoints"
+    checkpoints.mkdir()
+    config = load_config(None, [f"learner.checkpoint.dir={checkpoints}", "learner.max_steps=100"])
+    log = tmp_path / "learner.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([sys.executable, "-c", LEARNER_STUB, str(checkpoints / "steps.jsonl")],
+                                stdout=out, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 30
+        while b"ready" not in log.read_bytes() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        started = time.monotonic()
+        assert _supervise(config, [Child("learner", proc, log, free_port())], tmp_path, max_minutes=0.02) == 0
+        assert 1.0 <= time.monotonic() - started < 20
+        assert proc.returncode == 0
+        out = capsys.readouterr().out
+        assert "minutes are up" in out and "learner finished after 1 steps" in out
+        assert (tmp_path / "metrics.jsonl").exists() and (tmp_path / "reward.png").exists()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
