@@ -132,7 +132,7 @@ def _supervise(config: Config, children: list[Child], run_dir: Path, *, max_minu
                 continue
             if child is learner and code == 0:
                 watcher.poll()
-                print(f"learner finished after {len(watcher.records)} steps")
+                print(f"learner finished {len(watcher.records)} steps")
                 print(summary(watcher.records))
                 if watcher.records:
                     print(f"metrics: {watcher.out}; plot: {plot([run_dir], run_dir / PLOT_FILE)}")

@@ -125,7 +125,7 @@ def test_max_minutes_stops_the_learner_cleanly_and_summarises(tmp_path: Path, ca
         assert 1.0 <= time.monotonic() - started < 20
         assert proc.returncode == 0
         out = capsys.readouterr().out
-        assert "minutes are up" in out and "learner finished after 1 steps" in out
+        assert "minutes are up" in out and "learner finished 1 steps" in out
         assert (tmp_path / "metrics.jsonl").exists() and (tmp_path / "reward.png").exists()
     finally:
         if proc.poll() is None:
