@@ -115,7 +115,8 @@ def _supervise(config: Config, children: list[Child], run_dir: Path, *, max_minu
 
     learner = next(c for c in children if c.name == "learner")
     watcher = Watcher(Path(config.learner.checkpoint.dir) / "steps.jsonl", run_dir, config.learner.max_steps,
-                      [c.metrics_port for c in children], echo=lambda line: print(_stamp(line), flush=True))
+                      [c.metrics_port for c in children], echo=lambda line: print(_stamp(line), flush=True),
+                      max_seconds=max_minutes * 60)
     last_news = time.monotonic()
     deadline = time.monotonic() + max_minutes * 60 if max_minutes > 0 else None
     while True:

@@ -59,10 +59,11 @@ class Watcher:
     """Follows the learner's step log and writes the run's metrics.jsonl."""
 
     def __init__(self, steps_log: Path, run_dir: Path, max_steps: int, ports: Sequence[int] = (),
-                 echo: Any = print) -> None:
+                 echo: Any = print, max_seconds: float = 0.0) -> None:
         self.steps_log, self.out = steps_log, run_dir / METRICS_FILE
         self.max_steps, self.ports, self.echo = max_steps, list(ports), echo
         self.started = time.time()
+        self.max_seconds = max_seconds  # a time limit (0: none) caps the ETA
         self.read = 0  # lines of the step log already turned into records
         self.records: list[dict[str, Any]] = []
 
@@ -101,7 +102,11 @@ class Watcher:
                       waiting=waiting(scrape(self.ports)) if self.ports else None)
         done = sum(1 for r in self.records if r["trained"]) + bool(step.get("trained"))
         mean_step = (now - self.started) / max(done, 1)
-        record["eta_s"] = round(mean_step * (self.max_steps - done)) if self.max_steps else None
+        eta = mean_step * (self.max_steps - done) if self.max_steps else None
+        if self.max_seconds > 0:
+            left = max(0.0, self.started + self.max_seconds - now)
+            eta = left if eta is None else min(eta, left)
+        record["eta_s"] = round(eta) if eta is not None else None
         self.records.append(record)
         return record
 

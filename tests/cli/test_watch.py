@@ -111,7 +111,7 @@ def test_max_minutes_stops_the_learner_cleanly_and_summarises(tmp_path: Path, ca
 
     checkpoints = tmp_path / "checkpoints"
     checkpoints.mkdir()
-    config = load_config(None, [f"learner.checkpoint.dir={checkpoints}", "learner.max_steps=100"])
+    config = load_config(None, [f"learner.checkpoint.dir={checkpoints}", "learner.max_steps=500"])
     log = tmp_path / "learner.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen([sys.executable, "-c", LEARNER_STUB, str(checkpoints / "steps.jsonl")],
@@ -126,6 +126,7 @@ def test_max_minutes_stops_the_learner_cleanly_and_summarises(tmp_path: Path, ca
         assert proc.returncode == 0
         out = capsys.readouterr().out
         assert "minutes are up" in out and "learner finished 1 steps" in out
+        assert "ETA 0 min 00 s" in out  # the time limit caps the ETA (500 steps would take hours)
         assert (tmp_path / "metrics.jsonl").exists() and (tmp_path / "reward.png").exists()
     finally:
         if proc.poll() is None:
