@@ -16,6 +16,7 @@ pi_prox is the policy before the step's first update:
 
 from __future__ import annotations
 
+import inspect
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -115,9 +116,7 @@ class Trainer:
     def _micro_step(
         self, batch: Batch, prox: torch.Tensor | None, step_tokens: int, step_sequences: int
     ) -> tuple[float, dict[str, float]]:
-        logits = self.model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits  # [B, T, V]
-        logprobs, entropy = token_logprobs(logits, batch.input_ids, batch.temperatures)  # [B, T]
-        del logits
+        logprobs, entropy = completion_logprobs(self.model, batch)  # [B, T]
         ref = self._ref_logprobs(batch) if self.settings.loss.kl_beta > 0 else None
         loss, stats = policy_loss(
             logprobs,
@@ -147,16 +146,41 @@ class Trainer:
 
     def _logprobs_no_grad(self, model: torch.nn.Module, batch: Batch) -> torch.Tensor:
         with torch.no_grad():
-            logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
-            return token_logprobs(logits, batch.input_ids, batch.temperatures)[0]  # [B, T]
+            return completion_logprobs(model, batch)[0]  # [B, T]
 
     def _params(self) -> list[torch.nn.Parameter]:
         return [p for p in self.model.parameters() if p.requires_grad]
 
 
+def _keeps_logits(model: torch.nn.Module) -> bool:
+    """Whether ``model``'s forward takes ``logits_to_keep`` (Hugging Face causal LMs do; a PEFT
+    wrapper passes it on to the model it wraps)."""
+    inner = getattr(model, "get_base_model", lambda: model)()
+    return "logits_to_keep" in inspect.signature(inner.forward).parameters
+
+
+def completion_logprobs(model: torch.nn.Module, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+    """``token_logprobs`` of ``batch`` [B, T] (log-probs, entropy), with the vocabulary projection
+    and the log-softmax computed only from the last position before the batch's first generated
+    token on: the prompt positions before it get no logits (they would be [*, V] with V = 49152
+    for SmolLM2, a quarter to a half of a step's work) and read 0, as position 0 does.
+    Models without ``logits_to_keep`` get every position's logits, with the same result."""
+    generated = batch.loss_mask.sum(0).nonzero()
+    start = max(0, int(generated[0]) - 1) if len(generated) else 0
+    length = batch.input_ids.shape[1]
+    if _keeps_logits(model):
+        logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
+                       logits_to_keep=length - start).logits  # [B, T - start, V]
+    else:
+        logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits[:, start:]
+    logprobs, entropy = token_logprobs(logits, batch.input_ids[:, start:], batch.temperatures)
+    if start == 0:
+        return logprobs, entropy
+    pad = logprobs.new_zeros(logprobs.shape[0], start)
+    return torch.cat([pad, logprobs], dim=1), torch.cat([pad, entropy], dim=1)
+
+
 def sequence_logprob(model: torch.nn.Module, batch: Batch) -> torch.Tensor:
     """Sum of the log-probs of each rollout's generated tokens [B] (for tests and evaluation)."""
     with torch.no_grad():
-        logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
-        logprobs, _ = token_logprobs(logits, batch.input_ids, batch.temperatures)
-        return (logprobs * batch.loss_mask).sum(1)
+        return (completion_logprobs(model, batch)[0] * batch.loss_mask).sum(1)

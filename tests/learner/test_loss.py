@@ -226,3 +226,31 @@ def test_updates_per_step_recomputes_prox_and_clips(model: torch.nn.Module) -> N
     result = trainer.step(items)
     # The second update sees a moved policy: ratios != 1, and at lr 0.05 some tokens clip.
     assert result.stats["clip_frac_low"] + result.stats["clip_frac_high"] > 0
+
+
+def test_completion_logprobs_match_full_logits_from_the_first_generated_token(model: torch.nn.Module) -> None:
+    """The learner projects to the vocabulary only from the last prompt position on (the prompt
+    positions before it are never trained): log-probs and entropy at every generated token are
+    those of the full forward, gradients too, and the skipped positions read 0."""
+    from rollstream.learner.trainer import completion_logprobs
+
+    items = [AdvantagedRollout(rollout=rollout("g", i, prompt, completion), reward=0.0, advantage=a)
+             for i, (prompt, completion, a) in enumerate([([5, 6, 7, 8, 9], [10, 11, 12], 1.0),
+                                                          ([5, 6, 7], [13, 14, 15, 16], -1.0)])]
+    batch = collate(items)
+    temps = torch.tensor([0.7, 1.3])
+    batch = type(batch)(**{**batch.__dict__, "temperatures": temps})
+    full = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
+    want_lp, want_ent = token_logprobs(full, batch.input_ids, temps)
+    (want_lp * batch.loss_mask).sum().backward()
+    want_grad = grads(model).clone()
+    model.zero_grad(set_to_none=True)
+
+    got_lp, got_ent = completion_logprobs(model, batch)
+    assert got_lp.shape == want_lp.shape == batch.input_ids.shape
+    mask = batch.loss_mask.bool()
+    assert torch.allclose(got_lp[mask], want_lp[mask], atol=1e-5)
+    assert torch.allclose(got_ent[mask], want_ent[mask], atol=1e-4)
+    assert (got_lp[:, :2] == 0).all()  # before the shortest prompt's last position: no logits
+    (got_lp * batch.loss_mask).sum().backward()
+    assert torch.allclose(grads(model), want_grad, atol=1e-5)
