@@ -19,6 +19,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from rollstream import infra
 from rollstream.config import Config, load_config, profile_path
@@ -117,6 +118,21 @@ def _supervise(config: Config, children: list[Child], run_dir: Path, *, max_minu
     watcher = Watcher(Path(config.learner.checkpoint.dir) / "steps.jsonl", run_dir, config.learner.max_steps,
                       [c.metrics_port for c in children], echo=lambda line: print(_stamp(line), flush=True),
                       max_seconds=max_minutes * 60)
+    try:
+        return _watch(config, children, learner, watcher, run_dir, max_minutes)
+    except KeyboardInterrupt:  # the caller's finally stops every child (the learner checkpoints)
+        watcher.poll()
+        print(f"interrupted after {len(watcher.records)} steps")
+        if watcher.records:
+            print(summary(watcher.records))
+            print(f"metrics: {watcher.out}; plot: {plot([run_dir], run_dir / PLOT_FILE)}")
+        return 130
+
+
+def _watch(config: Config, children: list[Child], learner: Child, watcher: Any, run_dir: Path,
+           max_minutes: float) -> int:
+    from rollstream.cli.watch import PLOT_FILE, plot, summary
+
     last_news = time.monotonic()
     deadline = time.monotonic() + max_minutes * 60 if max_minutes > 0 else None
     while True:

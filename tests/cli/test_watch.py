@@ -132,3 +132,32 @@ def test_max_minutes_stops_the_learner_cleanly_and_summarises(tmp_path: Path, ca
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_ctrl_c_ends_the_run_with_the_summary_of_the_steps_so_far(tmp_path: Path, capsys) -> None:
+    """Ctrl-C while a run is watched: the steps so far are summarised and plotted, rc 130 (the
+    caller then stops every child)."""
+    import _thread
+    import subprocess
+    import sys
+    import threading
+
+    from rollstream.cli.run import Child, _supervise
+    from rollstream.config import load_config
+
+    checkpoints = tmp_path / "checkpoints"
+    checkpoints.mkdir()
+    write_steps(checkpoints / "steps.jsonl", 3, time.time())
+    config = load_config(None, [f"learner.checkpoint.dir={checkpoints}", "learner.max_steps=10"])
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    timer = threading.Timer(1.5, _thread.interrupt_main)
+    try:
+        timer.start()
+        assert _supervise(config, [Child("learner", proc, tmp_path / "learner.log", free_port())], tmp_path) == 130
+        out = capsys.readouterr().out
+        assert "interrupted after 3 steps" in out and "steps trained" in out
+        assert (tmp_path / "reward.png").exists()
+    finally:
+        timer.cancel()
+        proc.kill()
+        proc.wait()
