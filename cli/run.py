@@ -112,7 +112,7 @@ def _supervise(config: Config, children: list[Child], run_dir: Path, *, max_minu
     line while none comes), the run's metrics.jsonl; at the end a summary and a plot. With
     ``max_minutes`` the learner is sent SIGTERM when they are up: it finishes its step,
     checkpoints and exits 0, and the run ends as if that step had been the last."""
-    from rollstream.cli.watch import PLOT_FILE, Watcher, plot, summary
+    from rollstream.cli.watch import Watcher
 
     learner = next(c for c in children if c.name == "learner")
     watcher = Watcher(Path(config.learner.checkpoint.dir) / "steps.jsonl", run_dir, config.learner.max_steps,
@@ -124,15 +124,21 @@ def _supervise(config: Config, children: list[Child], run_dir: Path, *, max_minu
         watcher.poll()
         print(f"interrupted after {len(watcher.records)} steps")
         if watcher.records:
-            print(summary(watcher.records))
-            print(f"metrics: {watcher.out}; plot: {plot([run_dir], run_dir / PLOT_FILE)}")
+            _summarise(watcher, run_dir)
         return 130
+
+
+def _summarise(watcher: Any, run_dir: Path) -> None:
+    """The summary table of the steps so far and, when there are any, where their metrics and plot are."""
+    from rollstream.cli.watch import PLOT_FILE, plot, summary
+
+    print(summary(watcher.records))
+    if watcher.records:
+        print(f"metrics: {watcher.out}; plot: {plot([run_dir], run_dir / PLOT_FILE)}")
 
 
 def _watch(config: Config, children: list[Child], learner: Child, watcher: Any, run_dir: Path,
            max_minutes: float) -> int:
-    from rollstream.cli.watch import PLOT_FILE, plot, summary
-
     last_news = time.monotonic()
     deadline = time.monotonic() + max_minutes * 60 if max_minutes > 0 else None
     while True:
@@ -150,9 +156,7 @@ def _watch(config: Config, children: list[Child], learner: Child, watcher: Any, 
             if child is learner and code == 0:
                 watcher.poll()
                 print(f"learner finished {len(watcher.records)} steps")
-                print(summary(watcher.records))
-                if watcher.records:
-                    print(f"metrics: {watcher.out}; plot: {plot([run_dir], run_dir / PLOT_FILE)}")
+                _summarise(watcher, run_dir)
                 print(f"checkpoints: {config.learner.checkpoint.dir}")
                 return 0
             print(f"{child.name} exited with {code}; stopping the run. Last lines of {child.log}:")
