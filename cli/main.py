@@ -28,6 +28,7 @@ STAGES: dict[str, tuple[str, str]] = {
     "executor": ("rollstream.consumers.executor", "run completions in Docker sandboxes and score them"),
     "stream": ("rollstream.streams.advantages", "gather each group's rewards and compute advantages (Faust)"),
     "learner": ("rollstream.learner.train", "train the policy on advantages and broadcast weights"),
+    "archiver": ("rollstream.consumers.archiver", "sink every topic of a run into the run archive (Parquet)"),
 }
 
 
@@ -96,6 +97,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("before", help="`rollstream eval --completions` output of the policy before")
     p.add_argument("after", help="the same of the policy after")
     p.add_argument("--json", dest="json_out", help="write the difference and its interval as JSON here")
+
+    p = sub.add_parser("replay", help="re-score recorded actions (archive or live topics) with the current reward "
+                                      "code and report what changed")
+    _common(p)
+    from rollstream.cli.replay import add_arguments as add_replay_arguments  # argparse only: stays fast
+
+    add_replay_arguments(p)
+
+    p = sub.add_parser("inspect", help="one group (or rollout) as the run archive holds it: prompt, completions, "
+                                       "verdicts, advantages, and what the learner did with it")
+    _common(p)
+    from rollstream.cli.records import add_inspect_arguments
+
+    add_inspect_arguments(p)
+
+    p = sub.add_parser("runs", help="the runs under the state directory: steps, version, groups, archive")
+    _common(p)
+    p.add_argument("--json", action="store_true", help="print JSON for tools")
 
     p = sub.add_parser("eval", help="pass@1 / pass@k per task family at a fixed policy")
     _common(p)
@@ -180,6 +199,18 @@ def dispatch(args: argparse.Namespace, config: Config) -> int:
         from rollstream.cli.evaluate import compare_main
 
         return compare_main(args.before, args.after, args.json_out)
+    if command == "replay":
+        from rollstream.cli.replay import replay_main
+
+        return asyncio.run(replay_main(config, args))
+    if command == "inspect":
+        from rollstream.cli.records import inspect_main
+
+        return inspect_main(config, args)
+    if command == "runs":
+        from rollstream.cli.records import runs_main
+
+        return runs_main(config, args.json)
     if command == "eval":
         from rollstream.cli.evaluate import eval_main
 

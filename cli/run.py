@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import shlex
 import signal
 import subprocess
@@ -59,6 +60,7 @@ def run_pipeline(config: Config, args: argparse.Namespace) -> int:
         f"infra.topic_prefix={config.infra.topic_prefix}{run_id}.",
         f"infra.key_prefix={config.infra.key_prefix}{run_id}:",
         f"learner.checkpoint.dir={run_dir / 'checkpoints'}",
+        f"archive.url={run_dir / 'archive'}",
     ]
     resolved = load_config(args.config, overrides, profile=profile)
     if not _docker_image_present(resolved.executor.image):
@@ -77,18 +79,26 @@ def run_pipeline(config: Config, args: argparse.Namespace) -> int:
 
     asyncio.run(ensure_topics(resolved.infra, list(TOPICS)))
     children: list[Child] = []
+    record = RunRecord(run_dir, run_id, resolved)
     cli_args = ["--profile", profile] + (["--config", args.config] if args.config else []) + \
         [a for o in overrides for a in ("--set", o)]
+    code = 1
     try:
-        plan = [("learner", 1), ("stream", 1), ("executor", args.executors), ("generator", args.generators),
-                ("sampler", 1)]
+        plan = [("archiver", int(resolved.archive.enabled)), ("learner", 1), ("stream", 1),
+                ("executor", args.executors), ("generator", args.generators), ("sampler", 1)]
         for stage, count in plan:
             for i in range(count):
                 port = infra.free_port()  # each process serves its metrics: the status line reads them
-                children.append(_spawn(stage, i, [*cli_args, "--set", f"{stage}.metrics_port={port}"], run_dir, port))
-        return _supervise(resolved, children, run_dir, max_minutes=args.max_minutes)
+                section = "archive" if stage == "archiver" else stage
+                children.append(_spawn(stage, i, [*cli_args, "--set", f"{section}.metrics_port={port}"], run_dir,
+                                       port))
+        code = _supervise(resolved, children, run_dir, max_minutes=args.max_minutes)
+        return code
     finally:
         _stop_all(children)
+        if resolved.archive.enabled:
+            _check_archive(resolved)
+        record.finish(code)
         asyncio.run(_delete_run_keys(resolved))
         if not was_up and not args.keep_infra:
             infra.down(resolved.infra)
@@ -196,17 +206,59 @@ def _print_tail(child: Child, lines: int, only: str = "") -> None:
 
 
 def _stop_all(children: list[Child]) -> None:
-    """SIGTERM every child (they commit and exit), SIGKILL what is left after 30 s."""
-    for child in reversed(children):  # producers first, so downstream can drain
-        if child.proc.poll() is None:
-            child.proc.send_signal(signal.SIGTERM)
-    deadline = time.monotonic() + 30
-    for child in children:
-        try:
-            child.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            child.proc.kill()
-            child.proc.wait()
+    """SIGTERM every child (they commit and exit), SIGKILL what is left after 30 s; the archivers
+    last, once nothing writes any more, so that they archive every record of the run."""
+    stages = [c for c in children if not c.name.startswith("archiver")]
+    archivers = [c for c in children if c.name.startswith("archiver")]
+    for group in (stages, archivers):
+        for child in reversed(group):  # producers first, so downstream can drain
+            if child.proc.poll() is None:
+                child.proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 30 + 30 * (group is archivers)
+        for child in group:
+            try:
+                child.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                child.proc.kill()
+                child.proc.wait()
+
+
+def _check_archive(config: Config) -> None:
+    """Compare the archive with the broker and say whether it holds every record of the run."""
+    from rollstream.archive import ArchiveStore
+    from rollstream.consumers.archiver import check_complete
+
+    store = ArchiveStore(config.archive.url)
+    try:
+        report = asyncio.run(check_complete(config, store))
+    except Exception as exc:  # the run is over either way; say what could not be checked
+        print(f"archive {store.root}: could not be checked against the broker: {exc}")
+        return
+    missing = [f"{t}[{p}]" for t, parts in report["topics"].items() for p, v in parts.items() if not v["complete"]]
+    state = "complete" if report["complete"] else f"INCOMPLETE (behind on {', '.join(missing[:8])})"
+    print(f"archive {store.root}: {report['records']} records, {state}")
+
+
+class RunRecord:
+    """``run.json`` in the run directory: what ``rollstream runs`` lists (the run's id, prefixes,
+    start and end, exit status); the archive holds the rest."""
+
+    def __init__(self, run_dir: Path, run_id: str, config: Config) -> None:
+        self.path = run_dir / "run.json"
+        self.data: dict[str, Any] = {
+            "run_id": run_id, "started_at": time.time(), "ended_at": None, "exit_code": None,
+            "topic_prefix": config.infra.topic_prefix, "key_prefix": config.infra.key_prefix,
+            "max_steps": config.learner.max_steps, "archive": config.archive.url if config.archive.enabled else None,
+            "checkpoints": config.learner.checkpoint.dir}
+        self.write()
+
+    def finish(self, code: int) -> None:
+        self.data.update(ended_at=time.time(), exit_code=code)
+        self.write()
+
+    def write(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.write_text(json.dumps(self.data, indent=1) + "\n")
 
 
 async def _delete_run_keys(config: Config) -> None:

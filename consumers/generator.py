@@ -89,6 +89,7 @@ def group_requests(event: PromptIssued, prompt_ids: list[int], defaults: Generat
             prompt_token_ids=prompt_ids,
             sampling=sampling,
             seed=derive_seed(seed, event.group_id, index),
+            task_id=event.task_id,
         )
         for index in range(event.group_size)
     ]
@@ -130,6 +131,10 @@ def action_from(event: PromptIssued, index: int, prompt_ids: list[int], completi
 def build_backend(config: Config) -> GenerationBackend:
     """The configured backend (loads the model: slow; call it in a thread)."""
     gen = config.generator
+    if gen.backend == "scripted":
+        from rollstream.consumers.backends.scripted import ScriptedBackend
+
+        return ScriptedBackend.load(config)
     if gen.backend == "transformers":
         import torch
 

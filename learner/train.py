@@ -17,8 +17,13 @@ seeks there (not to the committed offsets, which may lag), so after a crash ever
 the checkpoint is trained exactly once more and none before it again. Duplicates of a group the
 lineage already consumed (an upstream replay) are skipped by ``group_id``.
 
+Every group consumed gets one ``GroupFate`` on ``fates`` (trained at which step and version, or
+dropped as stale with its versions, filtered, or a duplicate), acknowledged before the group's
+offset is marked done: the one record of each group's fate that the archive, ``rollstream
+inspect``, ``rollstream runs`` and accounting read.
+
 SIGTERM/SIGINT: finish the running step, checkpoint, commit, exit 0. ``steps.jsonl`` in the
-checkpoint directory records, per step, the run id and the group ids it consumed.
+checkpoint directory records, per step, the run id, the group ids and the step's metrics.
 """
 
 from __future__ import annotations
@@ -47,7 +52,7 @@ from rollstream.lifecycle import stop_event
 from rollstream.metrics import StageMetrics, serve_metrics
 from rollstream.models import load_model, load_tokenizer
 from rollstream.redis import connect, count_outcomes, set_groups_consumed, set_policy_version
-from rollstream.schemas.events import GroupAdvantaged
+from rollstream.schemas.events import GroupAdvantaged, GroupFate
 from rollstream.weights import WeightStore
 
 log = logging.getLogger(__name__)
@@ -184,7 +189,7 @@ async def run(config: Config, resume: bool = False) -> None:
         stack.push_async_callback(redis.aclose)
         store = WeightStore(redis, key_prefix=config.infra.key_prefix, chunk_bytes=config.weights.chunk_bytes,
                             keep_versions=config.weights.keep_versions)
-        await ensure_topics(config.infra, ["advantages", "policy"])
+        await ensure_topics(config.infra, ["advantages", "policy", "fates"])
         producer = await stack.enter_async_context(
             EventProducer(config.infra, client_id=f"learner-{run_id}", metrics=stage_metrics, stage="learner"))
         consumer = await stack.enter_async_context(EventConsumer(
@@ -221,13 +226,14 @@ class LearnerLoop:
         self.unpublished = 0
         self.window = Window()  # every group resolved since the last step's record
         self.filtered: list[Delivery[GroupAdvantaged]] = []  # arrived flagged: recorded, not trained
+        self.duplicates: list[Delivery[GroupAdvantaged]] = []  # already consumed by this lineage: skipped
 
     async def run(self, stop: asyncio.Event) -> None:
         c, per_step = self.config.learner, self.config.rl.groups_per_step
         while not stop.is_set() and not (c.max_steps and self.lineage.step >= c.max_steps):
             await self.fill(per_step)
-            if self.filtered:
-                await self.settle_filtered()
+            if self.filtered or self.duplicates:
+                await self.settle_unstepped()
             if len(self.buffer) < per_step:
                 continue
             groups = [self.buffer.popleft() for _ in range(per_step)]
@@ -253,33 +259,54 @@ class LearnerLoop:
             self.accept(got)
 
     def accept(self, deliveries: list[Delivery[GroupAdvantaged]]) -> None:
-        """Buffer new groups; a group this lineage already has is skipped (marked done, counted);
-        one the stream flagged as filtered waits for :meth:`settle_filtered`."""
+        """Buffer new groups; a group this lineage already has waits, as a duplicate, for
+        :meth:`settle_unstepped` (recorded, skipped), as does one the stream flagged as filtered."""
         for delivery in deliveries:
             group_id = delivery.event.group_id
             if group_id in self.lineage.recent or any(d.event.group_id == group_id
                                                       for d in (*self.buffer, *self.filtered)):
                 log.warning("skipping duplicate group %s (%s[%d]@%d)", group_id, delivery.topic,
                             delivery.partition, delivery.offset)
-                self.metrics.groups.labels("duplicate").inc()
-                self.consumer.done(delivery)
+                self.duplicates.append(delivery)
                 continue
             (self.filtered if delivery.event.filtered else self.buffer).append(delivery)
 
-    async def settle_filtered(self) -> None:
-        """Groups with nothing to train on (e.g. zero variance): consumed without a step, counted,
-        their capacity freed at once (no version will ever train them)."""
-        deliveries, self.filtered = self.filtered, []
-        for delivery in deliveries:
-            group = delivery.event
-            self.window.add(group)
-            log.debug("group %s filtered by the stream (%s): recorded, not trained", group.group_id, group.filtered)
+    async def settle_unstepped(self) -> None:
+        """Groups no step will train: those with nothing to train on (e.g. zero variance), and
+        duplicates of groups this lineage already consumed. Their fates are published, they are
+        counted and marked done, and a filtered group's capacity is freed at once."""
+        filtered, self.filtered = self.filtered, []
+        duplicates, self.duplicates = self.duplicates, []
+        version, step = self.lineage.version, self.lineage.step
+        fates = [self.fate(d, "filtered", d.event.filtered, step, version, version) for d in filtered]
+        fates += [self.fate(d, "duplicate", "this lineage already consumed the group", step, version, version)
+                  for d in duplicates]
+        await self.producer.send_many([("fates", fate) for fate in fates])
+        for delivery in filtered:
+            self.window.add(delivery.event)
+            log.debug("group %s filtered by the stream (%s): recorded, not trained", delivery.event.group_id,
+                      delivery.event.filtered)
+        for delivery in (*filtered, *duplicates):
             self.consumer.done(delivery)
-        self.lineage.recent.extend(d.event.group_id for d in deliveries)
-        self.lineage.groups_consumed += len(deliveries)
-        self.metrics.groups.labels("filtered").inc(len(deliveries))
-        await count_outcomes(self.redis, self.config.infra, {"filtered": len(deliveries)})
+        self.lineage.recent.extend(d.event.group_id for d in filtered)
+        self.lineage.groups_consumed += len(filtered)
+        if filtered:
+            self.metrics.groups.labels("filtered").inc(len(filtered))
+            await count_outcomes(self.redis, self.config.infra, {"filtered": len(filtered)})
+        if duplicates:
+            self.metrics.groups.labels("duplicate").inc(len(duplicates))
         await self.release()
+
+    def fate(self, delivery: Delivery[GroupAdvantaged], fate: str, reason: str, step: int, version: int,
+             learner_version: int, *, trained: int = 0, stale: int = 0) -> GroupFate:
+        group = delivery.event
+        return GroupFate(
+            group_id=group.group_id, task_id=group.task_id, family=group.family, fate=fate, reason=reason[:4096],
+            step=step, policy_version=version, learner_version=learner_version, rollouts=len(group.rollouts),
+            rollouts_trained=trained, rollouts_stale=stale,
+            behaviour_versions=sorted({r.rollout.policy_version_first for r in group.rollouts})[:1024],
+            learner_run=self.run_id, source_partition=delivery.partition, source_offset=delivery.offset,
+            decided_at=time.time())
 
     async def consume(self, deliveries: list[Delivery[GroupAdvantaged]]) -> bool:
         """Train one step on ``deliveries`` (unless all of it is stale); returns whether a step ran."""
@@ -299,7 +326,11 @@ class LearnerLoop:
         self.lineage.recent.extend(g.group_id for g in groups)
         for group in groups:
             self.window.add(group)
-        outcomes = self.log_drops(groups, selection.lags, version)
+        fates = self.step_fates(deliveries, selection.lags, version, result is not None)
+        outcomes = {"trained": 0, "stale": 0}
+        for fate in fates:
+            outcomes[fate.fate] += 1
+        await self.producer.send_many([("fates", fate) for fate in fates])  # before done: never a fate lost
         for outcome, count in outcomes.items():
             self.metrics.groups.labels(outcome).inc(count)
         await count_outcomes(self.redis, self.config.infra, outcomes)
@@ -324,23 +355,30 @@ class LearnerLoop:
         ckpt.append_step_log(self.config.learner.checkpoint.dir, record)
         return result is not None
 
-    def log_drops(self, groups: list[GroupAdvantaged], lags: list[int], version: int) -> dict[str, int]:
-        """Log each group of which rollouts were dropped as stale (with its versions and the
-        reason); the groups per outcome: ``trained`` (some rollout trained) or ``stale``."""
+    def step_fates(self, deliveries: list[Delivery[GroupAdvantaged]], lags: list[int], version: int,
+                   stepped: bool) -> list[GroupFate]:
+        """Each group's fate in this step: ``trained`` (some rollout trained) or ``stale`` (every
+        rollout older than ``max_staleness`` allows); each group with stale rollouts is logged
+        with its versions."""
         bound = self.config.rl.max_staleness
-        outcomes = {"trained": 0, "stale": 0}
-        at = 0
-        for group in groups:
+        fates, at = [], 0
+        for delivery in deliveries:
+            group = delivery.event
             group_lags = lags[at:at + len(group.rollouts)]
             at += len(group.rollouts)
             stale = sum(lag > bound for lag in group_lags)
-            outcomes["stale" if stale == len(group_lags) else "trained"] += 1
+            reason = ""
             if stale:
                 firsts = sorted({r.rollout.policy_version_first for r in group.rollouts})
-                log.warning("dropped %d of %d rollouts of group %s as stale: generated at policy version(s) %s, "
-                            "learner at version %d before this step, max_staleness %d", stale, len(group_lags),
-                            group.group_id, firsts, version, bound)
-        return outcomes
+                reason = (f"{stale} of {len(group_lags)} rollouts stale: generated at policy version(s) {firsts}, "
+                          f"learner at version {version} before this step, max_staleness {bound}")
+                log.warning("dropped %s of group %s", reason, group.group_id)
+            trained = stepped and stale < len(group_lags)
+            fates.append(self.fate(
+                delivery, "trained" if trained else "stale", reason, self.lineage.step,
+                self.lineage.version if trained else version, version, trained=len(group_lags) - stale if trained else 0,
+                stale=stale))
+        return fates
 
     async def release(self) -> None:
         """Tell the sampler which groups are resolved: all consumed but those trained into a

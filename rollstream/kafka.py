@@ -89,6 +89,62 @@ async def ensure_topics(infra: InfraConfig, names: Iterable[str], *, with_dlq: b
         await admin.close()
 
 
+async def create_topic(infra: InfraConfig, full_name: str, partitions: int) -> bool:
+    """Create topic ``full_name`` (any name, not only the registry's) unless it exists; True if created."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap_of(infra), client_id="rollstream-admin")
+    with converted("connecting the admin client", into=KafkaError):
+        await retry(admin.start, what="connect admin client", retry_on=(KafkaConnectionError, OSError))
+    try:
+        with converted(f"creating topic {full_name}", into=KafkaError):
+            if full_name in set(await admin.list_topics()):
+                return False
+            try:
+                await admin.create_topics([NewTopic(full_name, num_partitions=partitions,
+                                                    replication_factor=infra.replication_factor)])
+            except TopicAlreadyExistsError:
+                return False
+            return True
+    finally:
+        await admin.close()
+
+
+async def read_to_end(infra: InfraConfig, full_name: str, *, timeout_s: float = 120.0) -> list[Any]:
+    """Every record of topic ``full_name`` from the start to its end at the time of reading (each
+    partition's high watermark as fetches report it), with no consumer group. Raises KafkaError
+    when the topic does not exist or the end is not reached within ``timeout_s``."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap_of(infra), group_id=None, enable_auto_commit=False,
+                                auto_offset_reset="earliest", max_poll_records=5000,
+                                max_partition_fetch_bytes=8 << 20, fetch_max_wait_ms=100)
+    with converted(f"connecting to read {full_name}", into=KafkaError):
+        await retry(consumer.start, what="connect consumer", retry_on=(KafkaConnectionError, OSError))
+    records: list[Any] = []
+    try:
+        partitions = consumer.partitions_for_topic(full_name)
+        if not partitions:
+            await consumer.topics()  # refresh the metadata once
+            partitions = consumer.partitions_for_topic(full_name)
+        if not partitions:
+            raise KafkaError(f"topic {full_name} does not exist on {bootstrap_of(infra)}")
+        tps = [TopicPartition(full_name, p) for p in sorted(partitions)]
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            with converted(f"reading {full_name}", into=KafkaError):
+                for batch in (await consumer.getmany(timeout_ms=200)).values():
+                    records += batch
+                ends = {tp: consumer.highwater(tp) for tp in tps}
+                if all(end is not None for end in ends.values()):
+                    positions = [await consumer.position(tp) for tp in tps]
+                    if all(pos >= ends[tp] for pos, tp in zip(positions, tps)):
+                        return records
+            if time.monotonic() > deadline:
+                raise KafkaError(f"reading {full_name}: not at its end after {timeout_s:.0f} s "
+                                 f"({len(records)} records read)")
+    finally:
+        await consumer.stop()
+
+
 async def delete_topics(infra: InfraConfig, full_names: Iterable[str]) -> None:
     """Delete topics by full name (tests and benchmarks clean up with it)."""
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap_of(infra), client_id="rollstream-admin")

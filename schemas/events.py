@@ -261,6 +261,18 @@ class ExecutionRecord(msgspec.Struct, frozen=True, kw_only=True):
     trust: Trust | None = None
     tamper: ShortText = ""  # with error_kind "tamper": what the code did (e.g. "protocol")
 
+    @property
+    def passed(self) -> bool:
+        """Ran cleanly and passed every test (a task without tests: ran cleanly)."""
+        return self.error_kind == "none" and self.tests_passed == self.tests_total
+
+    @property
+    def verdict(self) -> str:
+        """One word: ``pass``, ``fail`` (ran cleanly, some test failed) or the error kind."""
+        if self.error_kind != "none":
+            return self.error_kind
+        return "pass" if self.passed else "fail"
+
 
 class RewardScored(Event, frozen=True, kw_only=True):
     """The reward of one rollout, with the execution record behind it."""
@@ -315,6 +327,40 @@ class WeightsPublished(Event, frozen=True, kw_only=True):
     num_bytes: Annotated[int, Meta(ge=0)]
     dtype: ShortText
     published_at: Timestamp
+
+
+GroupFateKind = Literal["trained", "stale", "filtered", "duplicate"]
+
+
+class GroupFate(Event, frozen=True, kw_only=True):
+    """What the learner did with one group it consumed: the one record of each group's fate.
+
+    ``trained``: some of its rollouts were in the optimizer step ``step``, which produced policy
+    version ``policy_version``; ``stale``: every rollout was older than ``max_staleness``
+    allows (``reason`` gives the versions); ``filtered``: the stream flagged it as carrying
+    nothing to train on (``reason``, e.g. "zero_variance"); ``duplicate``: this lineage had
+    already consumed a group with this id (an upstream redelivery), so this copy was skipped.
+    ``learner_run`` names the learner process (a resumed learner is a new run continuing the
+    checkpoint's lineage at ``step``), so a group retrained after a learner crash shows up once
+    per run that trained it.
+    """
+
+    group_id: Id
+    task_id: Id
+    family: Id
+    fate: GroupFateKind
+    reason: ShortText = ""
+    step: Annotated[int, Meta(ge=0)]  # the learner's step count after deciding (the step that trained it)
+    policy_version: Version  # the version the step produced (trained), else the learner's version then
+    learner_version: Version  # the learner's version when the group was decided (before the step)
+    rollouts: Annotated[int, Meta(ge=0)]
+    rollouts_trained: Annotated[int, Meta(ge=0)] = 0
+    rollouts_stale: Annotated[int, Meta(ge=0)] = 0
+    behaviour_versions: Annotated[list[Version], Meta(max_length=1024)] = []  # policy_version_first seen
+    learner_run: ShortText
+    source_partition: Annotated[int, Meta(ge=0)]  # where on ``advantages`` the group was read
+    source_offset: Annotated[int, Meta(ge=0)]
+    decided_at: Timestamp
 
 
 class SandboxLimits(msgspec.Struct, frozen=True, kw_only=True):

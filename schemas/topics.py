@@ -17,6 +17,7 @@ from rollstream.schemas.events import (
     DeadLetter,
     Event,
     GroupAdvantaged,
+    GroupFate,
     PromptIssued,
     RewardScored,
     SandboxAudit,
@@ -51,6 +52,7 @@ TOPICS: dict[str, TopicSpec[Any]] = {
         TopicSpec("actions", ActionGenerated, _by_group, 8, "one ActionGenerated per sample (generators -> executors)"),
         TopicSpec("rewards", RewardScored, _by_group, 8, "one RewardScored per sample (executors -> stream)"),
         TopicSpec("advantages", GroupAdvantaged, _by_group, 8, "one GroupAdvantaged per group (stream -> learner)"),
+        TopicSpec("fates", GroupFate, _by_group, 8, "one GroupFate per group the learner consumed (learner)"),
         TopicSpec("policy", WeightsPublished, lambda e: None, 1, "one WeightsPublished per broadcast (learner)"),
         TopicSpec("audit", SandboxAudit, lambda e: e.sandbox_id.encode(), 4, "one SandboxAudit per execution"),
     )

@@ -353,7 +353,7 @@ def build_event(
         estimator=estimator,
         complete=complete,
         rollouts=[
-            AdvantagedRollout(rollout=e.rollout, reward=e.reward, advantage=a, passed=passed(e))
+            AdvantagedRollout(rollout=e.rollout, reward=e.reward, advantage=a, passed=e.execution.passed)
             for e, a in zip(rewards, advantages, strict=True)
         ],
         stats=GroupStats(
@@ -367,9 +367,3 @@ def build_event(
         emitted_at=now,
         filtered=filtered,
     )
-
-
-def passed(event: RewardScored) -> bool:
-    """Ran cleanly and passed every test (a task without tests: ran cleanly)."""
-    execution = event.execution
-    return execution.error_kind == "none" and execution.tests_passed == execution.tests_total

@@ -67,12 +67,12 @@ def write_config(config: Config, path: Path) -> Path:
     return path
 
 
-def start_worker(config_path: Path, log_path: Path) -> subprocess.Popen[bytes]:
-    """``rollstream stream --config ...`` in its own session, output to ``log_path``."""
+def start_worker(config_path: Path, log_path: Path, stage: str = "stream") -> subprocess.Popen[bytes]:
+    """``rollstream STAGE --config ...`` in its own session, output to ``log_path``."""
     env = dict(os.environ, PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1")
     with open(log_path, "ab") as log:
         return subprocess.Popen(
-            [sys.executable, "-m", "rollstream.cli", "stream", "--config", str(config_path)],
+            [sys.executable, "-m", "rollstream.cli", stage, "--config", str(config_path)],
             stdout=log, stderr=subprocess.STDOUT, cwd=REPO, env=env, start_new_session=True,
         )
 

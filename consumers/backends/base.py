@@ -33,6 +33,7 @@ class GenerationRequest:
     prompt_token_ids: list[int]
     sampling: Sampling
     seed: int
+    task_id: str = ""  # the task the prompt came from (the scripted backend answers by it)
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,7 +19,7 @@ import torch
 from safetensors.torch import load_file
 
 from rollstream.config import InfraConfig
-from rollstream.schemas import GroupAdvantaged, PromptIssued, WeightsPublished
+from rollstream.schemas import GroupAdvantaged, GroupFate, PromptIssued, WeightsPublished
 from rollstream.testing import make_tiny_model_dir
 from tests.helpers import read_events
 
@@ -141,6 +141,11 @@ def assert_groups_accounted_for(infra: InfraConfig, checkpoints: Path, *, group_
     assert set(consumed) <= {a.group_id for a in advantaged} <= set(issued_ids)
     for group in advantaged:
         assert group.stats.size == group_size and len({r.rollout.rollout_id for r in group.rollouts}) == group_size
+    # Each group's fate, as the learner published it: one per group consumed, at the step that trained it.
+    fates = asyncio.run(read_events(infra, "fates", GroupFate, lambda got: len(got) >= len(consumed), timeout_s=10))
+    assert sorted(f.group_id for f in fates) == sorted(consumed)
+    step_of = {g: s["step"] for s in trained for g in s["groups"]}
+    assert {f.group_id: f.step for f in fates if f.fate == "trained"} == step_of
     in_flight = set(issued_ids) - set(consumed)
     assert len(in_flight) <= (max_staleness + 1) * groups_per_step, (len(issued_ids), len(consumed))
     return steps

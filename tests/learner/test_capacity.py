@@ -77,7 +77,7 @@ async def test_filtered_groups_are_recorded_and_counted_not_trained(config: Conf
     await ensure_topics(config.infra, ["advantages", "policy"])
     async with EventProducer(config.infra, client_id="test") as producer:
         await producer.send_many([("advantages", g) for g in (flat[0], useful[0], flat[1], useful[1], flat[2],
-                                                               useful[2], useful[3])])
+                                                               useful[2], useful[0], useful[3])])
     released: list[int] = []
     set_consumed = train.set_groups_consumed
 
@@ -96,3 +96,19 @@ async def test_filtered_groups_are_recorded_and_counted_not_trained(config: Conf
     assert sorted(trained) == ["g0", "g1", "g2", "g3"]  # no step holds a filtered group
     assert sum(s["groups_filtered"] for s in steps) == 3 and sum(s["groups_resolved"] for s in steps) == 7
     assert steps[0]["reward_mean"] is not None and released[-1] == 7
+    # Each group's fate on the record: trained at its step, filtered with the stream's reason, the
+    # redelivered copy of g0 (the same partition, so after the first) as a duplicate.
+    from rollstream.schemas import GroupFate
+    from tests.helpers import read_events
+
+    fates = await read_events(config.infra, "fates", GroupFate, lambda got: len(got) >= 8)
+    assert len(fates) == 8
+    step_of = {g: s["step"] for s in steps for g in s["groups"]}
+    assert {f.group_id: f.step for f in fates if f.fate == "trained"} == step_of
+    assert {f.group_id: f.reason for f in fates if f.fate == "filtered"} == {f"flat{i}": "zero_variance"
+                                                                             for i in range(3)}
+    [dup] = [f for f in fates if f.fate == "duplicate"]
+    assert dup.group_id == "g0" and dup.source_offset > next(f.source_offset for f in fates
+                                                              if f.group_id == "g0" and f.fate == "trained")
+    trained = [f for f in fates if f.fate == "trained"]
+    assert all(f.policy_version == f.learner_version + 1 and f.rollouts_trained == f.rollouts == 2 for f in trained)

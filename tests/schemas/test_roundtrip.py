@@ -16,6 +16,7 @@ from rollstream.schemas.events import (
     ActionGenerated,
     DeadLetter,
     GroupAdvantaged,
+    GroupFate,
     PromptIssued,
     RewardScored,
     SandboxAudit,
@@ -23,7 +24,8 @@ from rollstream.schemas.events import (
 )
 from rollstream.testing import make_action, make_prompt, make_reward
 
-EVENTS = [PromptIssued, ActionGenerated, RewardScored, GroupAdvantaged, WeightsPublished, SandboxAudit, DeadLetter]
+EVENTS = [PromptIssued, ActionGenerated, RewardScored, GroupAdvantaged, GroupFate, WeightsPublished, SandboxAudit,
+          DeadLetter]
 
 _texts = st.text(max_size=40)
 _ids = st.text(min_size=1, max_size=20)
@@ -93,6 +95,15 @@ STRATEGIES = {
                                         "reward_mean": _finite, "reward_std": st.floats(0, 1e6),
                                         "reward_min": _finite, "reward_max": _finite}),
         "emitted_at": _stamp,
+    }),
+    GroupFate: st.fixed_dictionaries({
+        "group_id": _ids, "task_id": _ids, "family": _ids,
+        "fate": st.sampled_from(["trained", "stale", "filtered", "duplicate"]), "reason": _texts,
+        "step": st.integers(0, 10**9), "policy_version": st.integers(0, 10**9),
+        "learner_version": st.integers(0, 10**9), "rollouts": st.integers(0, 1024),
+        "rollouts_trained": st.integers(0, 1024), "rollouts_stale": st.integers(0, 1024),
+        "behaviour_versions": st.lists(st.integers(0, 10**9), max_size=4), "learner_run": _texts,
+        "source_partition": st.integers(0, 10**4), "source_offset": st.integers(0, 2**62), "decided_at": _stamp,
     }),
     WeightsPublished: st.fixed_dictionaries({
         "version": st.integers(0, 10**9), "step": st.integers(0, 10**9), "manifest_key": _texts,

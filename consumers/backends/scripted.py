@@ -1,0 +1,112 @@
+"""A generation backend without a model, for tests and pipeline debugging: each sample is one of
+its task's scripted answers, so rewards vary within a group as they do with a real policy.
+
+A task's answers, in order: its ``reference_solution``, the built-in suite's wrong solution for
+it (``producers/suite/_wrong_solutions.jsonl``), and the lines of ``generator.scripted_answers``
+for it. Sample ``i`` of a group gets answer ``i mod n``, as a fenced Python block; a task with
+no answers gets an empty completion. The text is tokenized with the configured model's
+tokenizer (cut at ``max_new_tokens``, finish reason ``length``), each token with log-prob
+``LOGPROB``, so every stage downstream (the learner included) does its real work. Weights are
+accepted and only their version is kept.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from rollstream.consumers.backends.base import (
+    Completion,
+    GenerationRequest,
+    error_completion,
+    prompt_too_long,
+)
+from rollstream.errors import ConfigError
+
+LOGPROB = -0.25
+
+
+def task_answers(config: Any) -> dict[str, list[str]]:
+    """task id -> its scripted answers (see the module doc)."""
+    from rollstream.producers.sources import SUITE_DIR, load_tasks
+
+    answers: dict[str, list[str]] = {}
+    for task in load_tasks(config.sampler.sources):
+        answers[task.task_id] = [task.reference_solution] if task.reference_solution else []
+    extra = [SUITE_DIR / "_wrong_solutions.jsonl"]
+    if config.generator.scripted_answers:
+        extra.append(Path(config.generator.scripted_answers))
+    for path in extra:
+        try:
+            lines = path.read_text().splitlines()
+        except OSError as exc:
+            raise ConfigError(f"generator.scripted_answers: cannot read {path}: {exc}") from exc
+        for number, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                item = json.loads(line)
+                task_id, text = item["task_id"], item.get("completion", item.get("wrong_solution"))
+            except (ValueError, KeyError, TypeError) as exc:
+                raise ConfigError(f"{path}:{number}: expected {{\"task_id\", \"completion\"}}: {exc}") from exc
+            if task_id in answers and isinstance(text, str):
+                answers[task_id].append(text)
+    return answers
+
+
+class ScriptedBackend:
+    def __init__(self, tokenizer: Any, answers: Mapping[str, list[str]], max_context: int, eos_id: int | None) -> None:
+        self.tokenizer = tokenizer
+        self.answers = answers
+        self.max_context = max_context
+        self.eos_id = eos_id
+        self._version = 0
+
+    @classmethod
+    def load(cls, config: Any) -> ScriptedBackend:
+        from rollstream.consumers.models import max_context
+        from rollstream.models import load_model_config, load_tokenizer
+
+        spec = config.generator.model
+        tokenizer = load_tokenizer(spec)
+        return cls(tokenizer, task_answers(config), max_context(load_model_config(spec)), tokenizer.eos_token_id)
+
+    @property
+    def policy_version(self) -> int:
+        return self._version
+
+    def answer(self, request: GenerationRequest) -> str:
+        answers = self.answers.get(request.task_id) or [""]
+        index = int(request.request_id.rsplit("/", 1)[-1]) if "/" in request.request_id else 0
+        text = answers[index % len(answers)]
+        return f"```python\n{text.rstrip()}\n```" if text else ""
+
+    async def generate(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
+        out = []
+        for request in requests:
+            error = prompt_too_long(request, self.max_context)
+            if error is not None:
+                out.append(error_completion(request, error, self._version))
+                continue
+            text = self.answer(request)
+            ids = list(self.tokenizer.encode(text, add_special_tokens=False)) if text else []
+            room = min(request.sampling.max_new_tokens, self.max_context - len(request.prompt_token_ids))
+            finish = "stop"
+            if len(ids) + (self.eos_id is not None) > room:
+                ids, finish = ids[:room], "length"
+                text = self.tokenizer.decode(ids, skip_special_tokens=True)
+            elif self.eos_id is not None:
+                ids.append(self.eos_id)
+            out.append(Completion(
+                request_id=request.request_id, token_ids=ids, logprobs=[LOGPROB] * len(ids), text=text,
+                finish_reason=finish, logprob_temperature=request.sampling.temperature or 1.0,
+                policy_version_first=self._version, policy_version_last=self._version))
+        return out
+
+    async def load_weights(self, version: int, state_dict: Mapping[str, Any]) -> None:
+        self._version = version
+
+    async def aclose(self) -> None:
+        return None
