@@ -44,7 +44,6 @@ from rollstream.consumers.sandbox import DockerSandboxPool, SandboxBackend
 from rollstream.consumers.score import audit_record, evaluate
 from rollstream.kafka import Delivery, EventConsumer, EventProducer, ensure_topics
 from rollstream.metrics import StageMetrics, serve_metrics
-from rollstream.schemas import codec
 from rollstream.schemas.events import ActionGenerated, Event, ExecutionRecord, RewardScored
 
 log = logging.getLogger(__name__)
@@ -178,9 +177,7 @@ class Executor:
             try:
                 reward, audits = await score_action(self.backend, self.registry, action, self.executor_id)
             except ValueError as exc:  # a reward spec no registered kind accepts
-                await self.producer.dead_letter(
-                    delivery, f"rejected: {exc}", stage=STAGE, value=codec(ActionGenerated).encode(action)
-                )
+                await self.producer.dead_letter(delivery, f"rejected: {exc}", stage=STAGE)
                 self.consumer.done(delivery)
                 return
         await self.producer.send_many([("rewards", reward)] + [("audit", audit) for audit in audits])

@@ -227,12 +227,14 @@ class LearnerLoop:
         self.window = Window()  # every group resolved since the last step's record
         self.filtered: list[Delivery[GroupAdvantaged]] = []  # arrived flagged: recorded, not trained
         self.duplicates: list[Delivery[GroupAdvantaged]] = []  # already consumed by this lineage: skipped
+        self.invalid: list[tuple[Delivery[GroupAdvantaged], str]] = []  # cannot be trained: dead-lettered
+        self._vocab: int | None = None
 
     async def run(self, stop: asyncio.Event) -> None:
         c, per_step = self.config.learner, self.config.rl.groups_per_step
         while not stop.is_set() and not (c.max_steps and self.lineage.step >= c.max_steps):
             await self.fill(per_step)
-            if self.filtered or self.duplicates:
+            if self.filtered or self.duplicates or self.invalid:
                 await self.settle_unstepped()
             if len(self.buffer) < per_step:
                 continue
@@ -269,7 +271,30 @@ class LearnerLoop:
                             delivery.partition, delivery.offset)
                 self.duplicates.append(delivery)
                 continue
+            reason = self.invalid_reason(delivery.event)
+            if reason is not None:
+                log.warning("group %s cannot be trained: %s", group_id, reason)
+                self.invalid.append((delivery, reason))
+                continue
             (self.filtered if delivery.event.filtered else self.buffer).append(delivery)
+
+    @property
+    def vocab(self) -> int:
+        if self._vocab is None:
+            self._vocab = self.trainer.model.get_input_embeddings().num_embeddings
+        return self._vocab
+
+    def invalid_reason(self, group: GroupAdvantaged) -> str | None:
+        """Why the model cannot train on ``group`` at all (a token id outside its vocabulary would
+        crash the forward pass, and the step's other groups with it, on every restart)."""
+        vocab = self.vocab
+        for item in group.rollouts:
+            r = item.rollout
+            top = max(max(r.prompt_token_ids, default=0), max(r.completion_token_ids, default=0))
+            if top >= vocab:
+                return (f"invalid: rollout {r.rollout_id} has token id {top}, outside the model's vocabulary "
+                        f"of {vocab}")
+        return None
 
     async def settle_unstepped(self) -> None:
         """Groups no step will train: those with nothing to train on (e.g. zero variance), and
@@ -277,24 +302,31 @@ class LearnerLoop:
         counted and marked done, and a filtered group's capacity is freed at once."""
         filtered, self.filtered = self.filtered, []
         duplicates, self.duplicates = self.duplicates, []
+        invalid, self.invalid = self.invalid, []
         version, step = self.lineage.version, self.lineage.step
         fates = [self.fate(d, "filtered", d.event.filtered, step, version, version) for d in filtered]
         fates += [self.fate(d, "duplicate", "this lineage already consumed the group", step, version, version)
                   for d in duplicates]
+        fates += [self.fate(d, "invalid", reason, step, version, version) for d, reason in invalid]
+        for delivery, reason in invalid:  # with its bytes, for whoever fixes the producer
+            await self.producer.dead_letter(delivery, reason, stage="learner")
         await self.producer.send_many([("fates", fate) for fate in fates])
         for delivery in filtered:
             self.window.add(delivery.event)
             log.debug("group %s filtered by the stream (%s): recorded, not trained", delivery.event.group_id,
                       delivery.event.filtered)
-        for delivery in (*filtered, *duplicates):
+        invalid_deliveries = [d for d, _ in invalid]
+        for delivery in (*filtered, *duplicates, *invalid_deliveries):
             self.consumer.done(delivery)
-        self.lineage.recent.extend(d.event.group_id for d in filtered)
-        self.lineage.groups_consumed += len(filtered)
+        self.lineage.recent.extend(d.event.group_id for d in (*filtered, *invalid_deliveries))
+        self.lineage.groups_consumed += len(filtered) + len(invalid)  # resolved: the sampler's capacity is freed
         if filtered:
             self.metrics.groups.labels("filtered").inc(len(filtered))
             await count_outcomes(self.redis, self.config.infra, {"filtered": len(filtered)})
         if duplicates:
             self.metrics.groups.labels("duplicate").inc(len(duplicates))
+        if invalid:
+            self.metrics.groups.labels("invalid").inc(len(invalid))
         await self.release()
 
     def fate(self, delivery: Delivery[GroupAdvantaged], fate: str, reason: str, step: int, version: int,

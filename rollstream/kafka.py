@@ -168,6 +168,7 @@ class Delivery(Generic[E]):
     key: bytes | None
     event: E
     received_at: float
+    value: bytes | None = None  # the record's bytes, for a dead letter of a record that decoded
 
 
 @dataclass(frozen=True, slots=True)
@@ -287,11 +288,10 @@ class EventProducer:
                           value: bytes | None = None) -> None:
         """Write ``source`` to ``<topic>.dlq`` with ``reason``; waits for the ack.
 
-        For a :class:`Delivery` the original bytes must be passed as ``value`` (the
-        consumer does that for records it could not decode).
+        The record's original bytes go with it: ``source.value`` unless ``value`` is given.
         """
         registry_name = source.topic.removeprefix(self.infra.topic_prefix)
-        original = value if isinstance(source, Delivery) else source.value
+        original = value if value is not None else source.value
         letter = DeadLetter(
             topic=source.topic,
             partition=source.partition,
@@ -438,7 +438,8 @@ class EventConsumer(Generic[E]):
                     await self.producer.dead_letter(raw, str(exc), stage=self.stage)
                     tracker.mark_done(record.offset)
                     continue
-                out.append(Delivery(record.topic, record.partition, record.offset, record.key, event, now))
+                out.append(Delivery(record.topic, record.partition, record.offset, record.key, event, now,
+                                    record.value))
         if self.metrics is not None and out:
             self.metrics.records_in(self.stage, self.spec.name).inc(len(out))
         return out

@@ -329,7 +329,7 @@ class WeightsPublished(Event, frozen=True, kw_only=True):
     published_at: Timestamp
 
 
-GroupFateKind = Literal["trained", "stale", "filtered", "duplicate"]
+GroupFateKind = Literal["trained", "stale", "filtered", "duplicate", "invalid"]
 
 
 class GroupFate(Event, frozen=True, kw_only=True):
@@ -339,7 +339,9 @@ class GroupFate(Event, frozen=True, kw_only=True):
     version ``policy_version``; ``stale``: every rollout was older than ``max_staleness``
     allows (``reason`` gives the versions); ``filtered``: the stream flagged it as carrying
     nothing to train on (``reason``, e.g. "zero_variance"); ``duplicate``: this lineage had
-    already consumed a group with this id (an upstream redelivery), so this copy was skipped.
+    already consumed a group with this id (an upstream redelivery), so this copy was skipped;
+    ``invalid``: the model cannot train on it (``reason``, e.g. a token id outside its
+    vocabulary); it is also dead-lettered with its bytes.
     ``learner_run`` names the learner process (a resumed learner is a new run continuing the
     checkpoint's lineage at ``step``), so a group retrained after a learner crash shows up once
     per run that trained it.

@@ -7,6 +7,7 @@ shows a group as the archive holds it, and `rollstream runs` lists the run."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -14,8 +15,11 @@ import sys
 from pathlib import Path
 
 from rollstream.archive import ArchiveStore
+from rollstream.config import InfraConfig
 from rollstream.infra import free_port, start_broker, stop_pid
+from rollstream.schemas import RewardScored
 from rollstream.testing import make_tiny_model_dir
+from tests.helpers import read_events
 
 SLOW = "import time\ndef add(a, b):\n    time.sleep(1.0)\n    return a + b\n"
 TASKS = [
@@ -99,6 +103,12 @@ flush_s = 1.0
         trained = {f["group_id"] for f in fates if f["verdict"] == "trained"}
         assert len(trained) == 4 and len(fates) == len({f["group_id"] for f in fates})
         assert all(f"{g}/{i}" in verdicts for g in trained for i in range(4))
+        # While the broker is up, replay can read the live topics too.
+        live = cli("replay", "--config", str(config), "--run", run_dir.name, "--from-broker", "--group", min(trained),
+                   "--jsonl", "-", "--json", "live.json", cwd=tmp_path)
+        assert live.returncode == 0, (live.stdout + live.stderr)[-3000:]
+        summary = json.loads((tmp_path / "live.json").read_text())["all"]
+        assert summary["rollouts"] == 4 and summary["changed"] == 0 and summary["not_scored_before"] == 0
     finally:
         stop_pid(broker.pid)
     broker = start_broker(port, tmp_path / "broker2.log")  # the same address, empty: the run's topics are gone
@@ -123,6 +133,31 @@ flush_s = 1.0
         summary = json.loads((tmp_path / "cut.json").read_text())
         assert summary["all"]["flipped_to_fail"] == len(slow) and summary["all"]["flipped_to_pass"] == 0
         assert "family" in cut.stdout and "arch2" in cut.stdout
+
+        # The tests a task source defines now, matched by task id: one task's tests fixed differently.
+        fixed = [dict(t, reward=dict(t["reward"], tests=["assert add(1, 2) == 4"])) if t["task_id"] == "arch/add-1"
+                 else t for t in TASKS]
+        (tmp_path / "fixed.jsonl").write_text("".join(json.dumps(t) + "\n" for t in fixed))
+        retest = cli("replay", "--config", str(config), "--run", run_dir.name, "--tasks",
+                     f"jsonl:{tmp_path / 'fixed.jsonl'}", "--jsonl", "fixed-out.jsonl", cwd=tmp_path)
+        assert retest.returncode == 0, (retest.stdout + retest.stderr)[-3000:]
+        lines = [json.loads(line) for line in (tmp_path / "fixed-out.jsonl").read_text().splitlines()]
+        flipped = {line["rollout_id"] for line in lines if line["flipped"]}
+        assert flipped == {line["rollout_id"] for line in lines if line["task_id"] == "arch/add-1"
+                           and line["before"] and line["before"]["verdict"] == "pass"}
+        # The re-scored events onto a new topic of the (new) broker; never the run's live rewards unless --live.
+        prefix = json.loads((run_dir / "run.json").read_text())["topic_prefix"]
+        refused = cli("replay", "--config", str(config), "--run", run_dir.name, "--to-topic", f"{prefix}rewards",
+                      "--jsonl", "-", cwd=tmp_path)
+        assert refused.returncode == 2 and "--live" in refused.stderr, refused.stderr[-2000:]
+        sent = cli("replay", "--config", str(config), "--run", run_dir.name, "--family", "arch2", "--to-topic",
+                   "fixed.rewards", "--jsonl", "-", "--json", "sent.json", cwd=tmp_path)
+        assert sent.returncode == 0, (sent.stdout + sent.stderr)[-3000:]
+        count = json.loads((tmp_path / "sent.json").read_text())["all"]["rollouts"]
+        assert count > 0 and f"wrote {count} RewardScored events to fixed.rewards" in sent.stdout
+        on_topic = asyncio.run(read_events(InfraConfig(kafka_bootstrap=f"127.0.0.1:{port}", topic_prefix="fixed."),
+                                           "rewards", RewardScored, lambda got: len(got) >= count, timeout_s=20))
+        assert len(on_topic) == count and {e.rollout.family for e in on_topic} == {"arch2"}
 
         group = min(trained)
         shown = cli("inspect", group, "--config", str(config), "--run", run_dir.name, "--json", cwd=tmp_path)

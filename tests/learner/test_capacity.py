@@ -16,6 +16,7 @@ import pytest
 from rollstream.config import CheckpointConfig, Config, LearnerConfig, OptimConfig, RLConfig
 from rollstream.kafka import EventProducer, ensure_topics
 from rollstream.learner import train
+from rollstream.schemas import GroupAdvantaged
 from tests.helpers import group
 
 PER_STEP = 2
@@ -31,7 +32,7 @@ async def test_capacity_follows_publication(config: Config, learner_model_dir: s
                               checkpoint=CheckpointConfig(every=0, dir=str(tmp_path / "ckpt")),
                               broadcast_every=broadcast_every, max_steps=steps),
     )
-    await ensure_topics(config.infra, ["advantages", "policy"])
+    await ensure_topics(config.infra, ["advantages", "policy", "fates"])
     async with EventProducer(config.infra, client_id="test") as producer:
         await producer.send_many([("advantages", group(f"g{i}", [1.0, -1.0], seed=i)) for i in range(steps * PER_STEP)])
 
@@ -74,9 +75,15 @@ async def test_filtered_groups_are_recorded_and_counted_not_trained(config: Conf
     )
     flat = [msgspec.structs.replace(group(f"flat{i}", [0.5, 0.5], seed=i), filtered="zero_variance") for i in range(3)]
     useful = [group(f"g{i}", [1.0, -1.0], seed=i) for i in range(4)]
-    await ensure_topics(config.infra, ["advantages", "policy"])
+    # Schema-valid, but a token id outside the model's vocabulary: it would crash the forward pass.
+    poison = group("poison", [1.0, -1.0], seed=9)
+    bad_rollout = msgspec.structs.replace(poison.rollouts[1].rollout, completion_token_ids=[5, 2**31 - 1],
+                                          behaviour_logprobs=[-1.0, -1.0])
+    poison = msgspec.structs.replace(poison, rollouts=[poison.rollouts[0],
+                                                       msgspec.structs.replace(poison.rollouts[1], rollout=bad_rollout)])
+    await ensure_topics(config.infra, ["advantages", "policy", "fates"])
     async with EventProducer(config.infra, client_id="test") as producer:
-        await producer.send_many([("advantages", g) for g in (flat[0], useful[0], flat[1], useful[1], flat[2],
+        await producer.send_many([("advantages", g) for g in (flat[0], useful[0], flat[1], poison, useful[1], flat[2],
                                                                useful[2], useful[0], useful[3])])
     released: list[int] = []
     set_consumed = train.set_groups_consumed
@@ -95,14 +102,21 @@ async def test_filtered_groups_are_recorded_and_counted_not_trained(config: Conf
     trained = [g for s in steps for g in s["groups"]]  # arrival order across partitions may vary
     assert sorted(trained) == ["g0", "g1", "g2", "g3"]  # no step holds a filtered group
     assert sum(s["groups_filtered"] for s in steps) == 3 and sum(s["groups_resolved"] for s in steps) == 7
-    assert steps[0]["reward_mean"] is not None and released[-1] == 7
+    assert steps[0]["reward_mean"] is not None and released[-1] == 8  # the poison group is resolved too
     # Each group's fate on the record: trained at its step, filtered with the stream's reason, the
     # redelivered copy of g0 (the same partition, so after the first) as a duplicate.
     from rollstream.schemas import GroupFate
     from tests.helpers import read_events
 
-    fates = await read_events(config.infra, "fates", GroupFate, lambda got: len(got) >= 8)
-    assert len(fates) == 8
+    fates = await read_events(config.infra, "fates", GroupFate, lambda got: len(got) >= 9)
+    assert len(fates) == 9
+    [invalid] = [f for f in fates if f.fate == "invalid"]
+    assert invalid.group_id == "poison" and "outside the model's vocabulary" in invalid.reason
+    from rollstream.schemas import codec
+    from tests.helpers import read_dead_letters
+
+    [letter] = await read_dead_letters(config.infra, "advantages", 1)
+    assert letter.stage == "learner" and letter.value == codec(GroupAdvantaged).encode(poison)
     step_of = {g: s["step"] for s in steps for g in s["groups"]}
     assert {f.group_id: f.step for f in fates if f.fate == "trained"} == step_of
     assert {f.group_id: f.reason for f in fates if f.fate == "filtered"} == {f"flat{i}": "zero_variance"

@@ -98,7 +98,7 @@ STRATEGIES = {
     }),
     GroupFate: st.fixed_dictionaries({
         "group_id": _ids, "task_id": _ids, "family": _ids,
-        "fate": st.sampled_from(["trained", "stale", "filtered", "duplicate"]), "reason": _texts,
+        "fate": st.sampled_from(["trained", "stale", "filtered", "duplicate", "invalid"]), "reason": _texts,
         "step": st.integers(0, 10**9), "policy_version": st.integers(0, 10**9),
         "learner_version": st.integers(0, 10**9), "rollouts": st.integers(0, 1024),
         "rollouts_trained": st.integers(0, 1024), "rollouts_stale": st.integers(0, 1024),
@@ -213,3 +213,13 @@ def test_constructors_take_lists_and_check_them() -> None:
     assert type(replaced.prompt_token_ids) is TokenArray and type(replaced.generated_mask) is MaskArray
     with pytest.raises(ValueError, match="token ids"):
         msgspec.structs.replace(rollout, prompt_token_ids=[-3])
+
+
+@pytest.mark.parametrize("name", sorted(TOPICS))
+def test_a_record_nested_too_deeply_is_a_schema_error_not_a_crash(name: str) -> None:
+    """A hostile record nested 100000 levels deep in a field the schema does not know: a
+    RecursionError in decoding would crash every consuming stage on every restart; it is a
+    SchemaError, which the consumer dead-letters."""
+    deep = b"\x81\xa4junk" + b"\x91" * 100_000 + b"\xc0"  # {"junk": [[[...[nil]...]]]}
+    with pytest.raises(SchemaError, match="nested too deeply"):
+        codec(TOPICS[name].event).decode(deep)
