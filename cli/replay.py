@@ -377,7 +377,7 @@ async def rescore(config: Config, items: list[Item], specs: SpecSource, *, backe
         action = msgspec.structs.replace(item.action, reward=spec)
         try:
             async with gate:
-                after, _ = await score_action(pool, registry, action, "replay")
+                after, _ = await score_action(pool, registry, action, "replay", config.executor.max_timeout_s)
         except (ValueError, SandboxError) as exc:
             return Outcome(item, error=f"{type(exc).__name__}: {exc}")
         finally:

@@ -80,9 +80,11 @@ class ExecutorMetrics:
 
 
 async def score_action(
-    backend: SandboxBackend, registry: RewardRegistry, action: ActionGenerated, executor: str
+    backend: SandboxBackend, registry: RewardRegistry, action: ActionGenerated, executor: str,
+    max_timeout_s: float | None = None,
 ) -> tuple[RewardScored, list[Event]]:
-    """The reward of one action and the audit records of what ran for it.
+    """The reward of one action and the audit records of what ran for it (at most ``max_timeout_s``
+    of wall-clock time, whatever its spec asks for).
 
     Raises ValueError for a reward spec the registry rejects, SandboxError when the backend is
     broken (after its retries).
@@ -104,7 +106,8 @@ async def score_action(
             executor_id=executor,
             scored_at=time.time(),
         ), []
-    evaluation = await evaluate(backend, registry, action.reward, action.completion_text, rollout.rollout_id)
+    evaluation = await evaluate(backend, registry, action.reward, action.completion_text, rollout.rollout_id,
+                                max_timeout_s=max_timeout_s)
     scored = evaluation.scored
     reward = RewardScored(
         rollout=rollout,
@@ -175,7 +178,8 @@ class Executor:
         rollout = action.rollout
         async with self.gate:
             try:
-                reward, audits = await score_action(self.backend, self.registry, action, self.executor_id)
+                reward, audits = await score_action(self.backend, self.registry, action, self.executor_id,
+                                                    self.config.executor.max_timeout_s)
             except ValueError as exc:  # a reward spec no registered kind accepts
                 await self.producer.dead_letter(delivery, f"rejected: {exc}", stage=STAGE)
                 self.consumer.done(delivery)

@@ -53,6 +53,7 @@ from rollstream.schemas.events import ActionGenerated, PromptIssued, Rollout, Sa
 log = logging.getLogger(__name__)
 STAGE = "generator"
 MIN_LOGPROB = -1e4  # the schema's floor
+TOP_K_LIMIT = 1 << 30  # larger than any vocabulary: top_k at or above a model's vocabulary is off
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +65,8 @@ class Prepared:
 
 
 def resolve_sampling(defaults: GeneratorConfig, override: SamplingParams) -> Sampling:
-    """The prompt's sampling overrides on top of the configured defaults."""
+    """The prompt's sampling overrides on top of the configured defaults, within the stage's ceilings
+    (``generator.max_new_tokens_limit``; a top_k beyond any vocabulary is off)."""
 
     def pick(value: Any, default: Any) -> Any:
         return default if value is None else value
@@ -72,8 +74,9 @@ def resolve_sampling(defaults: GeneratorConfig, override: SamplingParams) -> Sam
     return Sampling(
         temperature=pick(override.temperature, defaults.temperature),
         top_p=pick(override.top_p, defaults.top_p),
-        top_k=pick(override.top_k, defaults.top_k),
-        max_new_tokens=pick(override.max_new_tokens, defaults.max_new_tokens),
+        # Any top_k at or above the vocabulary means "off"; bounded so that it fits a tensor.
+        top_k=min(pick(override.top_k, defaults.top_k), TOP_K_LIMIT),
+        max_new_tokens=min(pick(override.max_new_tokens, defaults.max_new_tokens), defaults.max_new_tokens_limit),
         stop=tuple(pick(override.stop, defaults.stop)),
     )
 

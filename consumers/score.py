@@ -56,12 +56,16 @@ async def evaluate(
     job_id: str,
     *,
     attempts: int = SANDBOX_ATTEMPTS,
+    max_timeout_s: float | None = None,
 ) -> Evaluation:
-    """Score ``completion`` against ``spec`` in ``backend``.
+    """Score ``completion`` against ``spec`` in ``backend``, with at most ``max_timeout_s`` of
+    wall-clock time whatever the spec asks for (the executor's ``max_timeout_s``).
 
     Raises ValueError for a spec the registry rejects (the caller dead-letters it) and
     SandboxError when the backend failed ``attempts`` times for reasons of its own.
     """
+    if max_timeout_s is not None and spec.timeout_s > max_timeout_s:
+        spec = msgspec.structs.replace(spec, timeout_s=max_timeout_s)
     kind = registry.get(spec)
     prepared = kind.prepare(spec, completion, job_id)
     if isinstance(prepared, Scored):
@@ -208,12 +212,15 @@ async def score_file(
         from rollstream.consumers.sandbox import DockerSandboxPool
 
         async with DockerSandboxPool(config.executor) as pool:
-            return await _score_items(items, out, pool, registry, config.executor.concurrency)
-    return await _score_items(items, out, backend, registry, config.executor.concurrency)
+            return await _score_items(items, out, pool, registry, config.executor.concurrency,
+                                      config.executor.max_timeout_s)
+    return await _score_items(items, out, backend, registry, config.executor.concurrency,
+                              config.executor.max_timeout_s)
 
 
 async def _score_items(
-    items: list, out: IO[str], backend: SandboxBackend, registry: RewardRegistry, concurrency: int
+    items: list, out: IO[str], backend: SandboxBackend, registry: RewardRegistry, concurrency: int,
+    max_timeout_s: float | None = None,
 ) -> dict[str, int]:
     gate = asyncio.Semaphore(concurrency)
 
@@ -223,7 +230,7 @@ async def _score_items(
         try:
             async with gate:
                 evaluation = await evaluate(
-                    backend, registry, task.reward, completion, f"{task.task_id}#{line}"
+                    backend, registry, task.reward, completion, f"{task.task_id}#{line}", max_timeout_s=max_timeout_s
                 )
         except ValueError as exc:
             return {"line": line, "task_id": task.task_id, "error": str(exc)}

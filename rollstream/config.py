@@ -159,6 +159,8 @@ class GeneratorConfig(Section):
     """Top-k cut-off (0 = off)."""
     max_new_tokens: PositiveInt = 256
     """Completion length limit."""
+    max_new_tokens_limit: PositiveInt = 4096
+    """The most new tokens a prompt event may ask for (its ``sampling.max_new_tokens`` is cut to this)."""
     stop: list[str] = []
     """Stop strings."""
     max_batch_prompts: PositiveInt = 4
@@ -202,6 +204,9 @@ class ExecutorConfig(Section):
     """Size of the writable work dir."""
     default_timeout_s: PositiveFloat = 5.0
     """Wall-clock limit when the task gives none."""
+    max_timeout_s: PositiveFloat = 60.0
+    """The most wall-clock time a reward spec may ask for: an event may lower the limit, never raise
+    it above this (a longer ``timeout_s`` is cut to this, and the verdict says so)."""
     owner: str = "rollstream-executor"
     """Label value marking this deployment's sandbox containers; at start an executor removes
     containers of this owner whose executor process is gone."""
@@ -528,6 +533,14 @@ def check_consistency(config: Config) -> Config:
             f"otherwise the generators' weights fall more than rl.max_staleness versions behind between "
             f"broadcasts and the learner drops every rollout; lower learner.broadcast_every or raise "
             f"rl.max_staleness")
+    if config.generator.max_new_tokens > config.generator.max_new_tokens_limit:
+        raise ConfigError(f"generator.max_new_tokens ({config.generator.max_new_tokens}) is above "
+                          f"generator.max_new_tokens_limit ({config.generator.max_new_tokens_limit}): raise the limit "
+                          "or lower the default")
+    if config.executor.default_timeout_s > config.executor.max_timeout_s:
+        raise ConfigError(f"executor.default_timeout_s ({config.executor.default_timeout_s:g}) is above "
+                          f"executor.max_timeout_s ({config.executor.max_timeout_s:g}): raise the limit or lower "
+                          "the default")
     lora = config.learner.lora
     if lora is not None and lora.broadcast == "adapters":
         raise ConfigError(

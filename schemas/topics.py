@@ -103,7 +103,7 @@ class Codec(Generic[E]):
             raise SchemaError(f"undecodable {self.event.__name__}: {exc}") from exc
         except RecursionError as exc:  # nesting deeper than the interpreter's stack (in an unknown field too)
             raise SchemaError(f"undecodable {self.event.__name__}: nested too deeply ({exc})") from exc
-        except Exception as exc:  # noqa: BLE001 - whatever else a hostile record triggers is a bad record, not a crash
+        except Exception as exc:  # whatever else a hostile record triggers is a bad record, not a crash
             raise SchemaError(f"undecodable {self.event.__name__}: {type(exc).__name__}: {exc}") from exc
 
 

@@ -226,3 +226,20 @@ async def test_sigkill_mid_group_then_restart_loses_nothing(config: Config, tiny
     ids = Counter(a.rollout.rollout_id for a in actions)
     assert set(ids) == {f"k{i}/{j}" for i in range(6) for j in range(4)}, log.read_text()[-3000:]
     print(f"before kill: {len(before)} actions; total {len(actions)}, duplicates {sum(ids.values()) - len(ids)}")
+
+
+async def test_sampling_beyond_the_stage_ceilings_is_bounded_not_fatal(config: Config, tiny_model_dir: Path) -> None:
+    """Schema-valid but impossible sampling: a top_k of 2**64 - 1 (crashed the sampling tensors, on
+    every restart) is off; a max_new_tokens of 131072 is cut to generator.max_new_tokens_limit."""
+    config = _config(config, tiny_model_dir, max_new_tokens_limit=16)
+    backend = TransformersBackend.load(str(tiny_model_dir))
+    await ensure_topics(config.infra, ["prompts", "actions"])
+    prompts = [_prompt("huge-k", 2, top_k=2**64 - 1), _prompt("long", 2, max_new_tokens=131072, temperature=2.0)]
+    async with EventProducer(config.infra, client_id="sampler") as producer:
+        await producer.send_many([("prompts", p) for p in prompts])
+    task, stop = await _start(config, backend)
+    actions = await _collect(config, want=4)
+    stop.set()
+    await asyncio.wait_for(task, 30)
+    assert sorted(a.rollout.rollout_id for a in actions) == ["huge-k/0", "huge-k/1", "long/0", "long/1"]
+    assert all(a.error is None and len(a.rollout.completion_token_ids) <= 16 for a in actions)

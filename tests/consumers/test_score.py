@@ -46,3 +46,34 @@ async def test_other_errors_are_not_retried() -> None:
     with pytest.raises(RuntimeError):
         await evaluate(backend, default_registry(), SPEC, COMPLETION, "g/0")
     assert backend.jobs == 1
+
+
+class RecordingSandbox(FlakySandbox):
+    def __init__(self) -> None:
+        super().__init__(0, RuntimeError())
+        self.timeouts: list[float] = []
+
+    async def execute(self, job: Job) -> RunResult:
+        self.timeouts.append(job.timeout_s)
+        return await super().execute(job)
+
+
+async def test_an_event_may_lower_the_timeout_but_never_raise_it_above_the_stage_ceiling() -> None:
+    """A spec asking for 600 s (the schema allows it) runs with the executor's max_timeout_s."""
+    import msgspec
+
+    backend = RecordingSandbox()
+    for asked in (600.0, 2.0):
+        await evaluate(backend, default_registry(), msgspec.structs.replace(SPEC, timeout_s=asked), COMPLETION, "g/0",
+                       max_timeout_s=30.0)
+    assert backend.timeouts == [30.0, 2.0]
+
+
+def test_the_stage_ceilings_must_admit_their_defaults() -> None:
+    from rollstream.config import load_config
+    from rollstream.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="max_timeout_s"):
+        load_config(None, ["executor.default_timeout_s=90"])
+    with pytest.raises(ConfigError, match="max_new_tokens_limit"):
+        load_config(None, ["generator.max_new_tokens=9000"])
