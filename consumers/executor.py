@@ -241,7 +241,11 @@ async def run(
     )
     await ensure_topics(infra, ["actions", "rewards", "audit"])
     async with AsyncExitStack() as stack:
-        if backend is None:
+        if backend is None and config.executor.backend == "sim":
+            from rollstream.consumers.sim_sandbox import SimSandbox
+
+            backend = SimSandbox.from_config(config)
+        elif backend is None:
             backend = await stack.enter_async_context(DockerSandboxPool(config.executor))
         producer = await stack.enter_async_context(
             EventProducer(infra, client_id=executor_id(), metrics=metrics, stage=STAGE)

@@ -138,6 +138,10 @@ def build_backend(config: Config) -> GenerationBackend:
         from rollstream.consumers.backends.scripted import ScriptedBackend
 
         return ScriptedBackend.load(config)
+    if gen.backend == "sim":
+        from rollstream.consumers.backends.scripted import SimBackend
+
+        return SimBackend.load(config)
     if gen.backend == "transformers":
         import torch
 

@@ -47,7 +47,7 @@ from rollstream.learner import checkpoint as ckpt
 from rollstream.learner.batch import select_rollouts
 from rollstream.learner.metrics import LearnerMetrics
 from rollstream.learner.model import add_lora, merged_state_dict, pad_id_of
-from rollstream.learner.trainer import Trainer
+from rollstream.learner.trainer import SimTrainer, Trainer
 from rollstream.lifecycle import stop_event
 from rollstream.metrics import StageMetrics, serve_metrics
 from rollstream.models import load_model, load_tokenizer
@@ -147,8 +147,8 @@ def build_trainer(config: Config, resume_from: Path | None) -> tuple[Trainer, An
     tokenizer = load_tokenizer(str(resume_from / "model"), missing_ok=True) if resume_from is not None else None
     if tokenizer is None:
         tokenizer = load_tokenizer(c.model, missing_ok=True)
-    trainer = Trainer(model, c, ref_model=ref_model, pad_id=pad_id_of(model, tokenizer),
-                      device=c.device)
+    trainer_class = SimTrainer if c.backend == "sim" else Trainer
+    trainer = trainer_class(model, c, ref_model=ref_model, pad_id=pad_id_of(model, tokenizer), device=c.device)
     lineage, offsets = Lineage(), {}
     if state is not None:
         ckpt.load_trainer_state(resume_from, trainer.optimizer, trainer.scheduler)

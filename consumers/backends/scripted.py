@@ -110,3 +110,66 @@ class ScriptedBackend:
 
     async def aclose(self) -> None:
         return None
+
+
+class SimBackend(ScriptedBackend):
+    """``generator.backend = "sim"``: a GPU deployment's lengths and costs, without a model.
+
+    Each completion is its scripted answer (as above) stretched or cut to a length drawn from a
+    log-normal around ``sim.mean_tokens`` (spread ``sim.sigma``: a long tail), seeded by the
+    request's seed, at most ``max_new_tokens``: shorter than the answer, it is cut (finish reason
+    ``length``, and its code usually no longer compiles, as with a real model); longer, filler
+    tokens follow the answer's closed code block (the reward reads only the block). A generate call
+    sleeps ``sim.base_s + sim.per_token_s * longest completion of the call``.
+    """
+
+    def __init__(self, tokenizer: Any, answers: Mapping[str, list[str]], max_context: int, eos_id: int | None,
+                 sim: Any) -> None:
+        super().__init__(tokenizer, answers, max_context, eos_id)
+        self.sim = sim
+        filler = list(tokenizer.encode("\nThe function above does it.", add_special_tokens=False))
+        self.filler = filler or [eos_id or 0]
+
+    @classmethod
+    def load(cls, config: Any) -> SimBackend:
+        base = ScriptedBackend.load(config)
+        return cls(base.tokenizer, base.answers, base.max_context, base.eos_id, config.generator.sim)
+
+    def length(self, request: GenerationRequest) -> int:
+        import math
+        import random
+
+        rng = random.Random(request.seed)
+        drawn = self.sim.mean_tokens * math.exp(self.sim.sigma * rng.gauss(0.0, 1.0))
+        room = min(request.sampling.max_new_tokens, self.max_context - len(request.prompt_token_ids))
+        return max(1, min(room, round(drawn)))
+
+    async def generate(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
+        import asyncio
+
+        out: list[Completion] = []
+        longest = 0
+        for request in requests:
+            error = prompt_too_long(request, self.max_context)
+            if error is not None:
+                out.append(error_completion(request, error, self._version))
+                continue
+            text = self.answer(request)
+            ids = list(self.tokenizer.encode(text, add_special_tokens=False)) if text else []
+            target = self.length(request)
+            finish = "stop"
+            if len(ids) >= target:
+                ids, finish = ids[:target], "length" if len(ids) > target else "stop"
+            else:
+                while len(ids) < target:
+                    ids += self.filler[: target - len(ids)]
+            text = self.tokenizer.decode(ids, skip_special_tokens=True)
+            longest = max(longest, len(ids))
+            out.append(Completion(
+                request_id=request.request_id, token_ids=ids, logprobs=[LOGPROB] * len(ids), text=text,
+                finish_reason=finish, logprob_temperature=request.sampling.temperature or 1.0,
+                policy_version_first=self._version, policy_version_last=self._version))
+        cost = self.sim.base_s + self.sim.per_token_s * longest
+        if cost > 0:
+            await asyncio.sleep(cost)
+        return out

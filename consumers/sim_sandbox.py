@@ -1,0 +1,58 @@
+"""``executor.backend = "sim"``: a sandbox backend that runs nothing and scores by a rule.
+
+For capacity planning and pipeline tests without Docker (see docs/capacity.md): a job whose code
+is one of the known reference solutions (whitespace-normalised) passes every test; code that
+compiles otherwise fails every test; code that does not compile is a syntax error. Each
+execution takes ``executor.sim_seconds``. The executor's scoring around it (reward kinds,
+components, audit records) is the real one. Never use it to train a model: nothing is checked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Iterable
+from typing import Any
+
+from rollstream.config import Config
+from rollstream.consumers.sandbox import Job, RunResult, limits_from_config
+from rollstream.schemas.events import SandboxLimits
+
+
+def normalised(code: str) -> str:
+    return "\n".join(line.rstrip() for line in code.strip().splitlines() if line.strip())
+
+
+class SimSandbox:
+    def __init__(self, config: Config, references: Iterable[str]) -> None:
+        self.seconds = config.executor.sim_seconds
+        self.references = {normalised(code) for code in references if code}
+        self._limits = limits_from_config(config.executor)
+
+    @classmethod
+    def from_config(cls, config: Config) -> SimSandbox:
+        from rollstream.producers.sources import load_tasks
+
+        return cls(config, [t.reference_solution or "" for t in load_tasks(config.sampler.sources)])
+
+    @property
+    def limits(self) -> SandboxLimits:
+        return self._limits
+
+    async def execute(self, job: Job) -> RunResult:
+        started = time.perf_counter()
+        if self.seconds:
+            await asyncio.sleep(self.seconds)
+        events: list[dict[str, Any]]
+        try:
+            compile(job.code, "<completion>", "exec")
+        except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError) as exc:
+            line = getattr(exc, "lineno", None)
+            events = [{"e": "syntax", "type": type(exc).__name__, "line": line, "msg": str(exc)[:300]}]
+        else:
+            ok = normalised(job.code) in self.references
+            events = [{"e": "compiled"}, {"e": "code_ok"},
+                      *({"e": "test", "i": i, "ok": ok} for i in range(len(job.tests))), {"e": "done"}]
+        return RunResult(sandbox_id=f"sim-{uuid.uuid4().hex[:8]}", container_id="sim", exit_code=0,
+                         duration_s=time.perf_counter() - started, events=events)
