@@ -30,6 +30,7 @@ from typing import Any
 
 import torch
 
+from rollstream.durable import fsync_dir
 from rollstream.errors import CheckpointError
 
 LATEST = "latest"
@@ -178,7 +179,7 @@ def _write_pointer(root: Path, name: str) -> None:
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, root / LATEST)
-    _fsync_dir(root)
+    fsync_dir(root)
 
 
 def _prune(root: Path, keep: int) -> None:
@@ -194,12 +195,4 @@ def _fsync_tree(path: Path) -> None:
         if file.is_file():
             with open(file, "rb") as fh:
                 os.fsync(fh.fileno())
-    _fsync_dir(path)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    fsync_dir(path)

@@ -37,6 +37,7 @@ from typing import Any
 
 import msgspec
 
+from rollstream.durable import fsync_dir
 from rollstream.schemas import codec, topic
 from rollstream.schemas.topics import DLQ_SUFFIX
 
@@ -265,7 +266,7 @@ class ArchiveStore:
                 out.flush()
                 os.fsync(out.fileno())
             os.replace(temporary, final)
-            _fsync_dir(directory)
+            fsync_dir(directory)
         else:  # an object store's PUT is atomic
             with self.fs.open(final, "wb") as out:
                 pq.write_table(table, out, compression=codec_name)
@@ -417,14 +418,6 @@ class ArchiveStore:
                 records = self.read(name, columns=["offset"], partitions=[partition]).num_rows
             out.setdefault(name, {})[partition] = (records, max(f.last for f in files) + 1)
         return out
-
-
-def _fsync_dir(directory: str) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def archive_url(config: Any) -> str:

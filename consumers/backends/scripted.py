@@ -84,26 +84,26 @@ class ScriptedBackend:
         return f"```python\n{text.rstrip()}\n```" if text else ""
 
     async def generate(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
-        out = []
-        for request in requests:
-            error = prompt_too_long(request, self.max_context)
-            if error is not None:
-                out.append(error_completion(request, error, self._version))
-                continue
-            text = self.answer(request)
-            ids = list(self.tokenizer.encode(text, add_special_tokens=False)) if text else []
-            room = min(request.sampling.max_new_tokens, self.max_context - len(request.prompt_token_ids))
-            finish = "stop"
-            if len(ids) + (self.eos_id is not None) > room:
-                ids, finish = ids[:room], "length"
-                text = self.tokenizer.decode(ids, skip_special_tokens=True)
-            elif self.eos_id is not None:
-                ids.append(self.eos_id)
-            out.append(Completion(
-                request_id=request.request_id, token_ids=ids, logprobs=[LOGPROB] * len(ids), text=text,
-                finish_reason=finish, logprob_temperature=request.sampling.temperature or 1.0,
-                policy_version_first=self._version, policy_version_last=self._version))
-        return out
+        return [self.complete(request) for request in requests]
+
+    def complete(self, request: GenerationRequest) -> Completion:
+        error = prompt_too_long(request, self.max_context)
+        if error is not None:
+            return error_completion(request, error, self._version)
+        text = self.answer(request)
+        ids, finish = self.shape(request, list(self.tokenizer.encode(text, add_special_tokens=False)) if text else [])
+        return Completion(
+            request_id=request.request_id, token_ids=ids, logprobs=[LOGPROB] * len(ids),
+            text=self.tokenizer.decode(ids, skip_special_tokens=True), finish_reason=finish,
+            logprob_temperature=request.sampling.temperature or 1.0, policy_version_first=self._version,
+            policy_version_last=self._version)
+
+    def shape(self, request: GenerationRequest, ids: list[int]) -> tuple[list[int], str]:
+        """The answer's token ids as the completion (cut to fit, or ended with EOS) and its finish reason."""
+        room = min(request.sampling.max_new_tokens, self.max_context - len(request.prompt_token_ids))
+        if len(ids) + (self.eos_id is not None) > room:
+            return ids[:room], "length"
+        return ids + ([self.eos_id] if self.eos_id is not None else []), "stop"
 
     async def load_weights(self, version: int, state_dict: Mapping[str, Any]) -> None:
         self._version = version
@@ -144,32 +144,19 @@ class SimBackend(ScriptedBackend):
         room = min(request.sampling.max_new_tokens, self.max_context - len(request.prompt_token_ids))
         return max(1, min(room, round(drawn)))
 
+    def shape(self, request: GenerationRequest, ids: list[int]) -> tuple[list[int], str]:
+        target = self.length(request)
+        if len(ids) > target:
+            return ids[:target], "length"
+        while len(ids) < target:
+            ids = ids + self.filler[: target - len(ids)]
+        return ids, "stop"
+
     async def generate(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
         import asyncio
 
-        out: list[Completion] = []
-        longest = 0
-        for request in requests:
-            error = prompt_too_long(request, self.max_context)
-            if error is not None:
-                out.append(error_completion(request, error, self._version))
-                continue
-            text = self.answer(request)
-            ids = list(self.tokenizer.encode(text, add_special_tokens=False)) if text else []
-            target = self.length(request)
-            finish = "stop"
-            if len(ids) >= target:
-                ids, finish = ids[:target], "length" if len(ids) > target else "stop"
-            else:
-                while len(ids) < target:
-                    ids += self.filler[: target - len(ids)]
-            text = self.tokenizer.decode(ids, skip_special_tokens=True)
-            longest = max(longest, len(ids))
-            out.append(Completion(
-                request_id=request.request_id, token_ids=ids, logprobs=[LOGPROB] * len(ids), text=text,
-                finish_reason=finish, logprob_temperature=request.sampling.temperature or 1.0,
-                policy_version_first=self._version, policy_version_last=self._version))
-        cost = self.sim.base_s + self.sim.per_token_s * longest
+        out = await super().generate(requests)
+        cost = self.sim.base_s + self.sim.per_token_s * max((len(c.token_ids) for c in out), default=0)
         if cost > 0:
             await asyncio.sleep(cost)
         return out
