@@ -200,12 +200,6 @@ class GeneratorConfig(Section):
 
 
 class ExecutorConfig(Section):
-    backend: Literal["docker", "sim"] = "docker"
-    """Where completions run: Docker sandboxes, or "sim": nothing runs, a rule scores (a completion
-    passes when its code is a task's reference solution, fails when it compiles otherwise, is a
-    syntax error when it does not), each in ``sim_seconds``: for capacity planning without a sandbox."""
-    sim_seconds: Annotated[float, Meta(ge=0.0)] = 0.0
-    """backend = "sim": seconds one execution takes."""
     image: str = "rollstream-sandbox:latest"
     """Sandbox image (`rollstream sandbox build [--offline]` makes it)."""
     concurrency: PositiveInt = 4
@@ -234,6 +228,12 @@ class ExecutorConfig(Section):
     containers of this owner whose executor process is gone."""
     metrics_port: Port = 0
     """Prometheus port (0 = do not serve)."""
+    backend: Literal["docker", "sim"] = "docker"
+    """Where completions run: Docker sandboxes, or "sim": nothing runs, a rule scores (a completion
+    passes when its code is a task's reference solution, fails when it compiles otherwise, is a
+    syntax error when it does not), each in ``sim_seconds``: for capacity planning without a sandbox."""
+    sim_seconds: Annotated[float, Meta(ge=0.0)] = 0.0
+    """backend = "sim": seconds one execution takes."""
 
 
 class StreamConfig(Section):
@@ -311,12 +311,6 @@ class LoraConfig(Section):
 
 
 class LearnerConfig(Section):
-    backend: Literal["torch", "sim"] = "torch"
-    """"sim": no forward or backward pass; a step takes ``sim_per_token_s`` per token of its batch and
-    still consumes, records fates, checkpoints and publishes versions (of the model's unchanged
-    weights: use a tiny model)."""
-    sim_per_token_s: Annotated[float, Meta(ge=0.0)] = 0.0
-    """backend = "sim": seconds per trained token of a step."""
     model: str = "smollm2"
     """"smollm2" or a local Hugging Face model directory."""
     device: str = "cpu"
@@ -333,6 +327,12 @@ class LearnerConfig(Section):
     """dtype of broadcast weights."""
     metrics_port: Port = 0
     """Prometheus port (0 = do not serve)."""
+    backend: Literal["torch", "sim"] = "torch"
+    """"sim": no forward or backward pass; a step takes ``sim_per_token_s`` per token of its batch and
+    still consumes, records fates, checkpoints and publishes versions (of the model's unchanged
+    weights: use a tiny model)."""
+    sim_per_token_s: Annotated[float, Meta(ge=0.0)] = 0.0
+    """backend = "sim": seconds per trained token of a step."""
     loss: LossConfig = LossConfig()
     """[learner.loss]: the objective."""
     optim: OptimConfig = OptimConfig()

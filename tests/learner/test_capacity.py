@@ -69,6 +69,9 @@ async def test_filtered_groups_are_recorded_and_counted_not_trained(config: Conf
     no step is filled or trained with them."""
     config = msgspec.structs.replace(
         config,
+        # One partition: the groups arrive in the order sent, so the extra ones (the poison group,
+        # the redelivered copy of g0) are read before the last step and every group gets its fate.
+        infra=msgspec.structs.replace(config.infra, partitions=1),
         rl=RLConfig(groups_per_step=PER_STEP, max_staleness=100, seed=1),
         learner=LearnerConfig(model=learner_model_dir, micro_batch=4, optim=OptimConfig(lr=1e-3),
                               checkpoint=CheckpointConfig(every=0, dir=str(tmp_path / "ckpt")), max_steps=2),
