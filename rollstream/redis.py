@@ -25,10 +25,24 @@ import redis.asyncio as aioredis
 
 from rollstream.config import InfraConfig
 
+# A command whose connection fails is retried on a new connection with backoff (0.1 s doubling to
+# 1 s, about 10 s in all), so a Redis restart costs the stages a pause, not a crash (bench/chaos.py
+# restarts it mid-run). What the stages send is idempotent or, where it counts (progress
+# counters), only approximate.
+RETRIES = 12
 
-def connect(url: str) -> aioredis.Redis:
+
+def connect(url: str, retries: int = RETRIES) -> aioredis.Redis:
     """A client for ``url``; the caller closes it (``await client.aclose()``)."""
-    return aioredis.Redis.from_url(url, socket_connect_timeout=5, health_check_interval=30)
+    from redis.asyncio.retry import Retry
+    from redis.backoff import ExponentialBackoff
+    from redis.exceptions import ConnectionError as RedisConnectionError
+    from redis.exceptions import TimeoutError as RedisTimeoutError
+
+    return aioredis.Redis.from_url(
+        url, socket_connect_timeout=5, health_check_interval=30,
+        retry=Retry(ExponentialBackoff(cap=1.0, base=0.1), retries),
+        retry_on_error=[RedisConnectionError, RedisTimeoutError, OSError])
 
 
 def key(infra: InfraConfig, name: str) -> str:

@@ -114,7 +114,7 @@ async def test_updates_announce_new_versions(store: WeightStore) -> None:
 
 
 async def test_an_unreachable_redis_is_a_weight_store_error() -> None:
-    nowhere = connect("redis://127.0.0.1:1")  # nothing listens on port 1
+    nowhere = connect("redis://127.0.0.1:1", retries=0)  # nothing listens on port 1
     store = WeightStore(nowhere, key_prefix="unreachable:")
     try:
         with pytest.raises(WeightStoreError, match="reading the latest weights version failed: Connection"):
@@ -152,3 +152,25 @@ async def test_real_model_round_trip_bit_exact(
     assert list(out) == list(state)
     for name, tensor in state.items():
         assert torch.equal(out[name].view(torch.uint8), tensor.contiguous().view(torch.uint8)), name
+
+
+async def test_a_redis_restart_is_a_pause_not_an_error(tmp_path) -> None:
+    """The stages' client retries on a new connection: a command sent while Redis restarts (append-only
+    persistence) succeeds once it is back, and sees what was written before."""
+    import asyncio
+
+    from rollstream.chaos import PrivateRedis
+    from rollstream.infra import free_port
+
+    server = PrivateRedis(tmp_path / "redis", free_port())
+    server.start()
+    client = connect(server.url)
+    try:
+        await client.set("before", b"1")
+        server.kill()
+        restart = asyncio.get_running_loop().run_in_executor(None, server.start)
+        assert await client.get("before") == b"1"  # retried until the server is back
+        await restart
+    finally:
+        await client.aclose()
+        server.kill()

@@ -1,0 +1,186 @@
+"""Chaos: kill any stage process at any time, restart it, and lose no group nor train one twice.
+
+The pipeline runs with simulated backends (docs/capacity.md) on a local broker and a Redis of its
+own with append-only persistence (``appendfsync always``), two processes per stage where the
+stage allows it (generators, executors, stream workers; one sampler, one learner). A random stage
+process is SIGKILLed every 15-30 s and started again (the learner with ``--resume``: each kill
+costs a consumer-group rebalance), and Redis is killed and restarted once. Then the sampler is
+stopped, the pipeline drains, and the accounting reads the topics (``prompts``, ``fates``) and
+the stream's set of dropped groups (rollstream/chaos.py):
+
+* ``lost_groups``: issued, and after the drain neither trained, filtered, dropped as stale nor
+  dropped by the stream with a reason. Must be 0.
+* ``duplicate_trained_groups``: trained twice in the surviving model lineage (a learner killed
+  after a step and before its checkpoint legitimately retrains that step's groups in the next
+  lineage). Must be 0.
+* ``kills``, ``restarts``, ``groups_trained``, and ``trained_fraction`` = groups trained while the
+  kills went on ÷ groups trained in the same time by the same pipeline without kills (>= 0.5).
+
+Usage: ``python bench/chaos.py --quick --json OUT`` (about 5 minutes). The last line printed
+holds the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.common import report
+from rollstream.chaos import Drill, PrivateRedis, surviving_fates, wait_drained
+from rollstream.config import load_config
+from rollstream.infra import free_port, start_broker, stop_pid
+
+
+def drill_config(work: Path, name: str, bootstrap: str, redis_url: str, model: Path) -> Path:
+    path = work / f"{name}.toml"
+    path.write_text(f"""
+[infra]
+kafka_bootstrap = "{bootstrap}"
+redis_url = "{redis_url}"
+topic_prefix = "{name}."
+key_prefix = "{name}:"
+state_dir = "{work / name}"
+partitions = 4
+
+[rl]
+group_size = 4
+groups_per_step = 1
+max_staleness = 2
+
+[sampler]
+poll_s = 0.1
+
+[generator]
+backend = "sim"
+model = "{model}"
+max_new_tokens = 256
+max_batch_prompts = 2
+batch_wait_ms = 10
+
+[generator.sim]
+base_s = 0.05
+per_token_s = 0.002
+mean_tokens = 48
+sigma = 0.6
+
+[executor]
+backend = "sim"
+sim_seconds = 0.01
+concurrency = 8
+pool_size = 8
+
+[stream]
+sweep_interval_s = 0.5
+
+[learner]
+backend = "sim"
+sim_per_token_s = 0.002
+model = "{model}"
+broadcast_dtype = "float32"
+
+[learner.checkpoint]
+dir = "{work / name / 'checkpoints'}"
+every = 2
+""")
+    return path
+
+
+def trained_by(fates: list[Any], until: float) -> int:
+    return len({f.group_id for f in surviving_fates(fates) if f.fate == "trained" and f.decided_at <= until})
+
+
+async def all_fates(config: Any) -> list[Any]:
+    from rollstream.kafka import read_to_end, topic_name
+    from rollstream.schemas import GroupFate, codec
+
+    return [codec(GroupFate).decode(r.value) for r in await read_to_end(config.infra, topic_name(config.infra, "fates"))]
+
+
+def phase(work: Path, name: str, bootstrap: str, redis: PrivateRedis, model: Path, seconds: float, *,
+          chaos: bool, rng: random.Random, every: tuple[float, float]) -> dict[str, Any]:
+    config_path = drill_config(work, name, bootstrap, redis.url, model)
+    config = load_config(str(config_path))
+    drill = Drill(config_path, work / name / "logs")
+    drill.start_all()
+    redis_restarted = False
+    try:
+        started = time.monotonic()
+        next_kill = started + rng.uniform(*every)
+        while time.monotonic() - started < seconds:
+            time.sleep(0.5)
+            drill.check_alive()
+            if chaos and time.monotonic() >= next_kill:
+                victim = drill.kill_random(rng)
+                print(f"[{time.monotonic() - started:5.0f} s] killed {victim.name}", flush=True)
+                next_kill = time.monotonic() + rng.uniform(*every)
+            if chaos and not redis_restarted and time.monotonic() - started > seconds / 2:
+                redis.restart()
+                redis_restarted = True
+                print(f"[{time.monotonic() - started:5.0f} s] restarted Redis", flush=True)
+        active_end = time.time()
+        drill.stop(("sampler",))
+        result = asyncio.run(wait_drained(config, timeout_s=180))
+        fates = asyncio.run(all_fates(config))
+    finally:
+        drill.stop()
+    figures = result.figures()
+    figures.update(kills=drill.kills, restarts=drill.restarts, trained_in_time=trained_by(fates, active_end),
+                   killed=dict(drill.killed), lost=result.lost[:20], duplicates=result.duplicate_trained[:20])
+    return figures
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="two 100 s phases (about 5 minutes in all)")
+    parser.add_argument("--seconds", type=float, default=None, help="length of each phase (default 300; quick 100)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", dest="json_out", help="write the headline figures here")
+    args = parser.parse_args()
+    seconds = args.seconds or (100.0 if args.quick else 300.0)
+    rng = random.Random(args.seed)
+    work = Path(tempfile.mkdtemp(prefix="rollstream-chaos-"))
+    from rollstream.testing import make_tiny_model_dir
+
+    model = make_tiny_model_dir(work / "tiny", max_positions=2048)
+    port = free_port()
+    broker = start_broker(port, work / "broker.log")
+    redis = PrivateRedis(work / "redis", free_port())
+    redis.start()
+    try:
+        bootstrap = f"127.0.0.1:{port}"
+        calm = phase(work, "calm", bootstrap, redis, model, seconds, chaos=False, rng=rng, every=(15, 30))
+        print(f"without kills: {calm['trained_in_time']} groups trained in {seconds:.0f} s", flush=True)
+        storm = phase(work, "storm", bootstrap, redis, model, seconds, chaos=True, rng=rng, every=(15, 30))
+        print(f"with {storm['kills']} kills: {storm['trained_in_time']} groups trained; lost {storm['lost']}, "
+              f"trained twice {storm['duplicates']}", flush=True)
+    finally:
+        redis.kill()
+        stop_pid(broker.pid)
+        shutil.rmtree(work, ignore_errors=True)
+    report({
+        "seconds": seconds,
+        "killed": storm["killed"],
+        "groups_issued": storm["groups_issued"],
+        "groups_filtered": storm["groups_filtered"],
+        "groups_dropped_by_stream": storm["groups_dropped_by_stream"],
+        "learner_runs": storm["learner_runs"],
+        "kills": storm["kills"],
+        "restarts": storm["restarts"],
+        "groups_trained": storm["groups_trained"],
+        "trained_fraction": round(storm["trained_in_time"] / max(calm["trained_in_time"], 1), 3),
+        "lost_groups": storm["lost_groups"],
+        "duplicate_trained_groups": storm["duplicate_trained_groups"],
+    }, args.json_out)
+
+
+if __name__ == "__main__":
+    main()
