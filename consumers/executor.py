@@ -1,6 +1,6 @@
 """The executor stage: ``actions`` -> ``rewards`` + ``audit``.
 
-Consumes ``ActionGenerated`` (consumer group ``executors``). For each, extracts the completion's
+Consumes ``ActionGenerated`` (consumer group ``<topic prefix>executors``). For each, extracts the completion's
 code, runs it with its task's tests in a hardened sandbox (consumers/sandbox.py), scores it
 (consumers/rewards.py) and produces one ``RewardScored`` (the action's Rollout carried through
 unchanged, the reward, its components and the execution record) to ``rewards`` and one
@@ -254,7 +254,7 @@ async def run(
             EventConsumer(
                 infra,
                 "actions",
-                group_id=GROUP_ID,
+                group_id=f"{infra.topic_prefix}{GROUP_ID}",
                 producer=producer,
                 stage=STAGE,
                 metrics=metrics,

@@ -1,6 +1,6 @@
 """The generator stage: ``prompts`` -> ``actions``.
 
-Consumes ``PromptIssued`` (consumer group ``generators``). For each, samples ``group_size``
+Consumes ``PromptIssued`` (consumer group ``<topic prefix>generators``). For each, samples ``group_size``
 completions of its chat-templated messages and produces one ``ActionGenerated`` per sample,
 keyed by group id, with the prompt and completion token ids, the behaviour log-prob of every
 completion token, the policy version of the weights used, the finish reason and timings.
@@ -323,7 +323,7 @@ async def run(config: Config, *, backend: GenerationBackend | None = None, redis
         producer = await stack.enter_async_context(
             EventProducer(infra, client_id=generator_id, metrics=metrics, stage=STAGE))
         consumer: EventConsumer[PromptIssued] = await stack.enter_async_context(
-            EventConsumer(infra, "prompts", group_id="generators", producer=producer, stage=STAGE,
+            EventConsumer(infra, "prompts", group_id=f"{infra.topic_prefix}generators", producer=producer, stage=STAGE,
                           metrics=metrics, client_id=generator_id))
         await sync.load_initial()
         stage = GeneratorStage(config, backend, consumer, producer, sync, metrics, generator_id)

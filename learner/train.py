@@ -1,6 +1,6 @@
 """The learner stage: ``advantages`` in, a trained policy out (weight store + ``policy`` topic).
 
-Consumes ``GroupAdvantaged`` (consumer group ``learner``; one learner process per run). Every
+Consumes ``GroupAdvantaged`` (consumer group ``<topic prefix>learner``; one learner process per run). Every
 ``rl.groups_per_step`` groups, in arrival order, make one step: rollouts staler than
 ``rl.max_staleness`` are dropped and counted, the rest are trained on (learner/trainer.py), and
 the policy version advances by one. Version numbers are never reused: a learner that starts

@@ -2,7 +2,7 @@
 
 Consumes: the task sources (``sampler.sources``), the learner's progress in Redis
 (``groups_resolved``) and, for adaptive sampling, ``advantages`` (own consumer group
-``sampler-{run_name}``). Produces: ``prompts``.
+``<topic prefix>sampler-{run_name}``). Produces: ``prompts``.
 
 Guarantees:
 
@@ -241,7 +241,7 @@ class Sampler:
 
     async def listen(self, producer: EventProducer, stop: asyncio.Event) -> None:
         """Adaptive feedback from ``advantages`` (its own consumer group)."""
-        group = f"sampler-{self.config.sampler.run_name}"
+        group = f"{self.config.infra.topic_prefix}sampler-{self.config.sampler.run_name}"
         async with EventConsumer(self.config.infra, "advantages", group_id=group, producer=producer,
                                  stage="sampler", metrics=self.metrics) as consumer:
             while not stop.is_set():
