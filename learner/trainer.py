@@ -196,6 +196,7 @@ class SimTrainer(Trainer):
         tokens = sum(len(r.rollout.completion_token_ids) for r in rollouts)
         time.sleep(self.settings.sim_per_token_s * tokens)
         lr = self.scheduler.get_last_lr()[0]
+        self.optimizer.step()  # no gradients: no parameter moves (it keeps the scheduler's order of calls)
         self.scheduler.step()
         return StepResult(loss=0.0, grad_norm=0.0, tokens=tokens, sequences=len(rollouts),
                           seconds=time.perf_counter() - started, lr=lr,
