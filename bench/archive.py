@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import shutil
 import sys
 import tempfile
 import time
@@ -115,6 +116,13 @@ async def score_once(actions: list[ActionGenerated]) -> dict[str, RewardScored]:
 
 async def bench(bootstrap: str, args: argparse.Namespace) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="rollstream-archive-bench-"))
+    try:
+        return await measure(bootstrap, args, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+async def measure(bootstrap: str, args: argparse.Namespace, work: Path) -> dict[str, Any]:
     infra = InfraConfig(kafka_bootstrap=bootstrap, topic_prefix="bench.", partitions=8, linger_ms=5,
                         state_dir=str(work))
     await ensure_topics(infra, ["actions", "rewards"])
@@ -153,9 +161,6 @@ async def bench(bootstrap: str, args: argparse.Namespace) -> dict[str, Any]:
         "archive_ratio": round(max(archived) / max(bare), 3),
         "replay_per_s": round(replay_per_s, 1),
     }
-    import shutil
-
-    shutil.rmtree(work, ignore_errors=True)
     return figures
 
 
