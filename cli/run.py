@@ -210,17 +210,10 @@ def _stop_all(children: list[Child]) -> None:
     last, once nothing writes any more, so that they archive every record of the run."""
     stages = [c for c in children if not c.name.startswith("archiver")]
     archivers = [c for c in children if c.name.startswith("archiver")]
-    for group in (stages, archivers):
-        for child in reversed(group):  # producers first, so downstream can drain
-            if child.proc.poll() is None:
-                child.proc.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + 30 + 30 * (group is archivers)
-        for child in group:
-            try:
-                child.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                child.proc.kill()
-                child.proc.wait()
+    from rollstream.lifecycle import terminate
+
+    terminate([c.proc for c in reversed(stages)])  # producers first, so downstream can drain
+    terminate([c.proc for c in archivers], timeout_s=60)
 
 
 def _check_archive(config: Config) -> None:

@@ -103,17 +103,11 @@ class Drill:
 
     def stop(self, stages: tuple[str, ...] = STAGES, timeout_s: float = 30.0) -> None:
         """SIGTERM the processes of ``stages`` (they commit and exit), SIGKILL what is left."""
+        from rollstream.lifecycle import terminate
+
         doomed = [p for p in self.running if p.stage in stages]
+        terminate([p.proc for p in doomed], timeout_s)
         for process in doomed:
-            if process.proc.poll() is None:
-                process.proc.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + timeout_s
-        for process in doomed:
-            try:
-                process.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                process.proc.kill()
-                process.proc.wait()
             self.running.remove(process)
 
 

@@ -6,6 +6,8 @@ import asyncio
 import gc
 import logging
 import signal
+import subprocess
+import time
 
 
 def stop_event() -> asyncio.Event:
@@ -48,3 +50,18 @@ def tune_gc(young_threshold: int = 20_000) -> None:
     gc.freeze()
     _, middle, old = gc.get_threshold()
     gc.set_threshold(young_threshold, middle, old)
+
+
+def terminate(procs: list[subprocess.Popen[bytes]], timeout_s: float = 30.0) -> None:
+    """SIGTERM every running process of ``procs`` in the given order (each commits and exits), then
+    wait for them all; SIGKILL what is still running after ``timeout_s``."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    for proc in procs:
+        try:
+            proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
