@@ -98,13 +98,6 @@ def trained_by(fates: list[Any], until: float) -> int:
     return len({f.group_id for f in surviving_fates(fates) if f.fate == "trained" and f.decided_at <= until})
 
 
-async def all_fates(config: Any) -> list[Any]:
-    from rollstream.kafka import read_to_end, topic_name
-    from rollstream.schemas import GroupFate, codec
-
-    return [codec(GroupFate).decode(r.value) for r in await read_to_end(config.infra, topic_name(config.infra, "fates"))]
-
-
 def phase(work: Path, name: str, bootstrap: str, redis: PrivateRedis, model: Path, seconds: float, *,
           chaos: bool, rng: random.Random, every: tuple[float, float]) -> dict[str, Any]:
     config_path = drill_config(work, name, bootstrap, redis.url, model)
@@ -129,11 +122,10 @@ def phase(work: Path, name: str, bootstrap: str, redis: PrivateRedis, model: Pat
         active_end = time.time()
         drill.stop(("sampler",))
         result = asyncio.run(wait_drained(config, timeout_s=180))
-        fates = asyncio.run(all_fates(config))
     finally:
         drill.stop()
     figures = result.figures()
-    figures.update(kills=drill.kills, restarts=drill.restarts, trained_in_time=trained_by(fates, active_end),
+    figures.update(kills=drill.kills, restarts=drill.restarts, trained_in_time=trained_by(result.fates, active_end),
                    killed=dict(drill.killed), lost=result.lost[:20], duplicates=result.duplicate_trained[:20])
     return figures
 

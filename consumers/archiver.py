@@ -216,10 +216,10 @@ class Archiver:
             parts = self.raw.partitions_for_topic(full)
             if parts:
                 counts[name] = len(parts)
-        known = self.store.topics()
-        if known.get("topics") != {**known.get("topics", {}), **counts} or known.get("prefix") != self.prefix:
-            await asyncio.to_thread(self.store.write_json, TOPICS_FILE,
-                                    {"prefix": self.prefix, "topics": {**known.get("topics", {}), **counts}})
+        known = await asyncio.to_thread(self.store.topics)
+        merged = {"prefix": self.prefix, "topics": {**known.get("topics", {}), **counts}}
+        if merged != known:
+            await asyncio.to_thread(self.store.write_json, TOPICS_FILE, merged)
 
     async def caught_up(self) -> bool:
         """Every assigned partition read up to the high watermark its last fetch reported (the

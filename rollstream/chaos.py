@@ -122,6 +122,7 @@ class Accounting:
     lost: list[str]
     duplicate_trained: list[str]
     learner_runs: int
+    fates: list[Any] = field(default_factory=list, repr=False)  # every fate read, of every learner run
 
     def figures(self) -> dict[str, Any]:
         return {"groups_issued": self.issued, "groups_trained": self.trained, "groups_filtered": self.filtered,
@@ -174,7 +175,7 @@ async def account(config: Config) -> Accounting:
         issued=len(issued), trained=len(trained), filtered=by_kind["filtered"], stale=by_kind["stale"],
         invalid=by_kind["invalid"], dropped_by_stream=len(dropped & issued),
         lost=sorted(issued - decided - dropped), duplicate_trained=sorted(g for g, n in trained.items() if n > 1),
-        learner_runs=len({f.learner_run for f in fates}))
+        learner_runs=len({f.learner_run for f in fates}), fates=fates)
 
 
 async def wait_drained(config: Config, timeout_s: float) -> Accounting:
