@@ -176,7 +176,10 @@ def dispatch(args: argparse.Namespace, config: Config) -> int:
         from rollstream.lifecycle import tune_gc
 
         tune_gc()
-        asyncio.run(runner(config, **options))
+        try:
+            asyncio.run(runner(config, **options))
+        except asyncio.CancelledError:  # the stop bound abandoned the work in flight (see stop_event)
+            log.warning("%s stopped with its in-flight work abandoned, uncommitted", command)
         return 0
     if command == "run":
         from rollstream.cli.run import run_pipeline

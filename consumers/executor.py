@@ -22,7 +22,12 @@ Guarantees:
   the stage without committing what it could not score: nothing is lost, nothing is made up.
 * At most ``executor.concurrency`` executions run at once (and at most ``pool_size``: one per
   warm container); at most twice that many actions are fetched ahead.
-* SIGTERM: stop taking input, finish the executions in flight, send, commit, exit 0.
+* Poison records and duplicates (rollstream/guard.py): an action taken ``infra.poison_attempts``
+  times without finishing is dead-lettered; an action whose rollout turn was already scored and
+  acknowledged is skipped (records with the ``rollstream-replay`` header are always run).
+* SIGTERM: stop taking input, finish the executions in flight (actions fetched but not started
+  are left uncommitted), send, commit, exit 0; within ``infra.stop_grace_s`` (default 10 s):
+  executions still running 3 s before it are abandoned uncommitted (rollstream/lifecycle.py).
 
 Multi-turn episodes (``max_turns > 1``) are planned: the executor currently ends every episode
 after the first turn.
@@ -42,6 +47,7 @@ from rollstream.config import Config
 from rollstream.consumers.rewards import RewardRegistry, default_registry
 from rollstream.consumers.sandbox import DockerSandboxPool, SandboxBackend
 from rollstream.consumers.score import audit_record, evaluate
+from rollstream.guard import IntakeGuard
 from rollstream.kafka import Delivery, EventConsumer, EventProducer, ensure_topics
 from rollstream.metrics import StageMetrics, serve_metrics
 from rollstream.schemas.events import ActionGenerated, Event, ExecutionRecord, RewardScored
@@ -51,6 +57,11 @@ STAGE = "executor"
 GROUP_ID = "executors"
 COMMIT_EVERY_S = 1.0
 PROGRESS_EVERY_S = 30.0
+
+
+def unit_of(action: ActionGenerated) -> str:
+    """What the executor does once per action: one turn of one rollout."""
+    return f"{action.rollout.rollout_id}#{action.turn}"
 
 
 def executor_id() -> str:
@@ -132,8 +143,11 @@ class Executor:
         backend: SandboxBackend,
         registry: RewardRegistry,
         metrics: StageMetrics,
+        guard: IntakeGuard | None = None,
     ) -> None:
         self.config = config
+        self.guard = guard
+        self.stopping = False
         self.consumer = consumer
         self.producer = producer
         self.backend = backend
@@ -154,13 +168,20 @@ class Executor:
                 if room <= 0:  # enough fetched ahead: wait for one to finish (or for a stop)
                     await asyncio.wait(in_flight, timeout=0.5, return_when=asyncio.FIRST_COMPLETED)
                 else:
-                    for delivery in await self.consumer.getmany(max_records=room, timeout_s=0.2):
+                    fetched = await self.consumer.getmany(max_records=room, timeout_s=0.2)
+                    for delivery, suspect in await self.admitted(fetched):
+                        if suspect:  # it was taken before and never finished: run it alone
+                            if in_flight:
+                                await asyncio.wait(set(in_flight))
+                            await self.guard.start_suspect(delivery)
+                            await self.handle(delivery)  # what it raises stops the stage, as before
+                            continue
                         task = tasks.create_task(self.handle(delivery))
                         in_flight.add(task)
                         task.add_done_callback(in_flight.discard)
                 now = time.monotonic()
                 if now - last_commit >= COMMIT_EVERY_S:
-                    await self.consumer.commit()
+                    await self.commit()
                     last_commit = now
                 if now - last_progress >= PROGRESS_EVERY_S:
                     log.info(
@@ -170,21 +191,44 @@ class Executor:
                         self.consumer.pending(),
                     )
                     last_progress = now
-            log.info("stopping: finishing %d actions in flight", len(in_flight))
+            self.stopping = True  # actions still waiting for a sandbox are left uncommitted
+            log.info("stopping: finishing the actions in flight (%d fetched)", len(in_flight))
+        await self.commit()
+
+    async def admitted(self, deliveries: list[Delivery[ActionGenerated]]
+                       ) -> list[tuple[Delivery[ActionGenerated], bool]]:
+        """(delivery, suspect) of the deliveries to execute: without rollout turns already scored,
+        with poison records dead-lettered (rollstream/guard.py)."""
+        if self.guard is None or not deliveries:
+            return [(d, False) for d in deliveries]
+        units = [unit_of(d.event) for d in deliveries]
+        keep = await self.guard.screen(deliveries, units, self.consumer, self.producer)
+        return [(deliveries[i], suspect) for i, suspect in keep]
+
+    async def commit(self) -> None:
+        if self.guard is not None:
+            await self.guard.flush()
         await self.consumer.commit()
 
     async def handle(self, delivery: Delivery[ActionGenerated]) -> None:
         action = delivery.event
         rollout = action.rollout
         async with self.gate:
+            if self.stopping:  # fetched but not started: the next owner runs it
+                return
             try:
                 reward, audits = await score_action(self.backend, self.registry, action, self.executor_id,
                                                     self.config.executor.max_timeout_s)
             except ValueError as exc:  # a reward spec no registered kind accepts
                 await self.producer.dead_letter(delivery, f"rejected: {exc}", stage=STAGE)
+                if self.guard is not None:
+                    self.guard.released(delivery)
                 self.consumer.done(delivery)
                 return
         await self.producer.send_many([("rewards", reward)] + [("audit", audit) for audit in audits])
+        if self.guard is not None:
+            self.guard.finished(delivery, unit_of(action))
+            await self.guard.flush()  # takes every mark noted meanwhile: one round trip for many
         self.consumer.done(delivery)
         self.observe(reward, audits)
         log.debug(
@@ -228,7 +272,7 @@ async def run(
     if stop is None:
         from rollstream.lifecycle import stop_event
 
-        stop = stop_event()
+        stop = stop_event(config.infra.stop_grace_s)
     metrics = StageMetrics(STAGE)
     serve_metrics(config.executor.metrics_port, metrics)
     registry = registry or default_registry()
@@ -250,6 +294,12 @@ async def run(
         producer = await stack.enter_async_context(
             EventProducer(infra, client_id=executor_id(), metrics=metrics, stage=STAGE)
         )
+        from rollstream.infra import resolve_endpoints
+        from rollstream.redis import connect
+
+        redis = connect(resolve_endpoints(config).redis_url)
+        stack.push_async_callback(redis.aclose)
+        guard = IntakeGuard(redis, infra, STAGE, metrics)
         consumer = await stack.enter_async_context(
             EventConsumer(
                 infra,
@@ -261,5 +311,5 @@ async def run(
                 max_poll_records=4 * config.executor.concurrency,
             )
         )
-        await Executor(config, consumer, producer, backend, registry, metrics).run(stop)
+        await Executor(config, consumer, producer, backend, registry, metrics, guard).run(stop)
     log.info("executor stopped")

@@ -21,7 +21,12 @@ Guarantees:
   than the model's context yields G ``ActionGenerated`` with ``error`` set and finish reason
   "error" (so the group still completes downstream).
 * Weights are swapped only between batches (see ``consumers/weight_sync.py``).
-* SIGTERM: stop taking input, finish the batch in flight, send, commit, exit 0.
+* Poison records and duplicates (rollstream/guard.py): a prompt taken ``infra.poison_attempts``
+  times without finishing is dead-lettered; a group already generated and acknowledged is skipped
+  (records with the ``rollstream-replay`` header are always generated).
+* SIGTERM: stop taking input, finish the batch in flight, send, commit, exit 0; within
+  ``infra.stop_grace_s`` (default 10 s): a batch still generating 3 s before it is abandoned
+  uncommitted (rollstream/lifecycle.py), and queued prompts are never started.
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ from rollstream.consumers.backends.sampling import derive_seed
 from rollstream.consumers.models import chat_prompt_ids
 from rollstream.consumers.weight_sync import WeightSync
 from rollstream.errors import BackendError
+from rollstream.guard import IntakeGuard
 from rollstream.kafka import Delivery, EventConsumer, EventProducer, ensure_topics
 from rollstream.metrics import StageMetrics, serve_metrics
 from rollstream.retry import retry
@@ -62,6 +68,7 @@ class Prepared:
 
     delivery: Delivery[PromptIssued]
     prompt_ids: list[int]
+    suspect: bool = False  # taken before and never finished: generated in a batch of its own
 
 
 def resolve_sampling(defaults: GeneratorConfig, override: SamplingParams) -> Sampling:
@@ -163,8 +170,10 @@ class GeneratorStage:
     """The intake, batching and publishing loops around one backend."""
 
     def __init__(self, config: Config, backend: GenerationBackend, consumer: EventConsumer[PromptIssued],
-                 producer: EventProducer, sync: WeightSync, metrics: StageMetrics, generator_id: str) -> None:
+                 producer: EventProducer, sync: WeightSync, metrics: StageMetrics, generator_id: str,
+                 guard: IntakeGuard | None = None) -> None:
         self.config = config
+        self.guard = guard
         self.gen = config.generator
         self.backend = backend
         self.consumer = consumer
@@ -173,6 +182,7 @@ class GeneratorStage:
         self.metrics = metrics
         self.generator_id = generator_id
         self.queue: asyncio.Queue[Prepared] = asyncio.Queue(maxsize=2 * self.gen.max_batch_prompts)
+        self._held: Prepared | None = None
         self.tokens_out = metrics.counter("generator_completion_tokens", "Completion tokens generated")
         self.version_gauge = metrics.gauge("generator_policy_version", "Policy version of the loaded weights")
         self.errors = metrics.counter("generator_failed_samples", "Samples recorded as failures", ("reason",))
@@ -182,12 +192,17 @@ class GeneratorStage:
         """Poll ``prompts``, validate, tokenize, queue (bounded: backpressure on the poll)."""
         while not stop.is_set():
             deliveries = await self.consumer.getmany(max_records=self.gen.max_batch_prompts, timeout_s=0.5)
-            for delivery in deliveries:
-                prepared = await self._prepare(delivery)
+            admitted = [(d, False) for d in deliveries]
+            if self.guard is not None and deliveries:  # skip groups already generated; dead-letter poison
+                keep = await self.guard.screen(deliveries, [d.event.group_id for d in deliveries], self.consumer,
+                                               self.producer)
+                admitted = [(deliveries[i], suspect) for i, suspect in keep]
+            for delivery, suspect in admitted:
+                prepared = await self._prepare(delivery, suspect)
                 if prepared is not None:
                     await self.queue.put(prepared)
 
-    async def _prepare(self, delivery: Delivery[PromptIssued]) -> Prepared | None:
+    async def _prepare(self, delivery: Delivery[PromptIssued], suspect: bool = False) -> Prepared | None:
         event = delivery.event
         reason = None
         if event.continuation is not None:
@@ -200,31 +215,39 @@ class GeneratorStage:
                 reason = f"invalid: chat template rejected the messages: {type(exc).__name__}: {exc}"
         if reason is not None:
             await self.producer.dead_letter(delivery, reason, stage=STAGE)
+            if self.guard is not None:
+                self.guard.released(delivery)
             self.consumer.done(delivery)
             return None
-        return Prepared(delivery, prompt_ids)
+        return Prepared(delivery, prompt_ids, suspect)
 
     async def next_batch(self, stop: asyncio.Event) -> list[Prepared]:
-        """Up to ``max_batch_prompts`` events: wait for one, then at most ``batch_wait_ms`` for more."""
-        try:
-            first = await asyncio.wait_for(self.queue.get(), timeout=0.5)
-        except TimeoutError:
-            return []
+        """Up to ``max_batch_prompts`` events: wait for one, then at most ``batch_wait_ms`` for more.
+        A suspect (rollstream/guard.py) is a batch of its own."""
+        if self._held is not None:
+            first, self._held = self._held, None
+        else:
+            try:
+                first = await asyncio.wait_for(self.queue.get(), timeout=0.5)
+            except TimeoutError:
+                return []
         batch = [first]
         deadline = time.monotonic() + self.gen.batch_wait_ms / 1000
-        while len(batch) < self.gen.max_batch_prompts and not stop.is_set():
+        while not first.suspect and len(batch) < self.gen.max_batch_prompts and not stop.is_set():
             try:
-                batch.append(self.queue.get_nowait())
-                continue
+                item = self.queue.get_nowait()
             except asyncio.QueueEmpty:
-                pass
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                try:
+                    item = await asyncio.wait_for(self.queue.get(), timeout=remaining)
+                except TimeoutError:
+                    break
+            if item.suspect:
+                self._held = item  # the next batch, alone
                 break
-            try:
-                batch.append(await asyncio.wait_for(self.queue.get(), timeout=remaining))
-            except TimeoutError:
-                break
+            batch.append(item)
         return batch
 
     async def serve(self, stop: asyncio.Event) -> None:
@@ -240,6 +263,8 @@ class GeneratorStage:
                 await self.sync.apply_pending(wait_s=self.gen.weight_wait_s)
                 await self.sync.wait_until_fresh(stop)
                 self.version_gauge.set(self.backend.policy_version)
+                if batch[0].suspect and self.guard is not None:
+                    await self.guard.start_suspect(batch[0].delivery)
                 actions = await self.generate(batch)
                 if sending is not None:
                     await sending  # at most one batch being sent: bounded memory, ordered commits
@@ -283,7 +308,11 @@ class GeneratorStage:
         """Send the batch's actions, wait for every ack, then mark its prompts done and commit."""
         await self.producer.send_many([("actions", action) for action in actions])
         for item in batch:
+            if self.guard is not None:
+                self.guard.finished(item.delivery, item.delivery.event.group_id)
             self.consumer.done(item.delivery)
+        if self.guard is not None:
+            await self.guard.flush()
         await self.consumer.commit()
         first = batch[0].delivery
         log.debug("sent %d actions for %d groups (first %s [%d]@%d), weights v%d", len(actions), len(batch),
@@ -299,7 +328,7 @@ async def run(config: Config, *, backend: GenerationBackend | None = None, redis
     from rollstream.weights import WeightStore
 
     infra, gen = config.infra, config.generator
-    stop = stop or stop_event()
+    stop = stop or stop_event(config.infra.stop_grace_s)
     metrics = metrics or StageMetrics(STAGE)
     serve_metrics(gen.metrics_port, metrics)
     generator_id = f"{STAGE}-{socket.gethostname()}-{os.getpid()}"
@@ -326,7 +355,8 @@ async def run(config: Config, *, backend: GenerationBackend | None = None, redis
             EventConsumer(infra, "prompts", group_id=f"{infra.topic_prefix}generators", producer=producer, stage=STAGE,
                           metrics=metrics, client_id=generator_id))
         await sync.load_initial()
-        stage = GeneratorStage(config, backend, consumer, producer, sync, metrics, generator_id)
+        stage = GeneratorStage(config, backend, consumer, producer, sync, metrics, generator_id,
+                               IntakeGuard(redis, infra, STAGE, metrics))
         async with asyncio.TaskGroup() as tasks:
             follower = tasks.create_task(sync.run())
             intake = tasks.create_task(stage.intake(stop))

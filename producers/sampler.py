@@ -259,7 +259,7 @@ async def run(config: Config, *, stop: asyncio.Event | None = None) -> None:
     if stop is None:
         from rollstream.lifecycle import stop_event
 
-        stop = stop_event()
+        stop = stop_event(config.infra.stop_grace_s)
     tasks, held_out = split_tasks(load_tasks(config.sampler.sources), config.sampler.holdout_fraction,
                                   config.sampler.holdout_seed)
     if held_out:

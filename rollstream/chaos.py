@@ -119,6 +119,7 @@ class Accounting:
     stale: int
     invalid: int
     dropped_by_stream: int
+    dead_lettered: int  # groups with a prompt or an action on a dead-letter topic
     lost: list[str]
     duplicate_trained: list[str]
     learner_runs: int
@@ -127,6 +128,7 @@ class Accounting:
     def figures(self) -> dict[str, Any]:
         return {"groups_issued": self.issued, "groups_trained": self.trained, "groups_filtered": self.filtered,
                 "groups_stale": self.stale, "groups_dropped_by_stream": self.dropped_by_stream,
+                "groups_dead_lettered": self.dead_lettered,
                 "lost_groups": len(self.lost), "duplicate_trained_groups": len(self.duplicate_trained),
                 "learner_runs": self.learner_runs}
 
@@ -148,6 +150,7 @@ def surviving_fates(fates: list[Any]) -> list[Any]:
 
 async def account(config: Config) -> Accounting:
     """Every issued group's fate, from the topics (and the stream's set of dropped groups)."""
+    from rollstream.errors import KafkaError
     from rollstream.kafka import read_to_end, topic_name
     from rollstream.redis import connect, key
     from rollstream.schemas import GroupFate, PromptIssued, SchemaError, codec
@@ -158,6 +161,13 @@ async def account(config: Config) -> Accounting:
             issued.add(codec(PromptIssued).decode(record.value).group_id)
         except SchemaError:
             continue
+    dead_lettered: set[str] = set()  # a prompt or action on a DLQ (with its reason): its group never completes
+    for name in ("prompts.dlq", "actions.dlq"):
+        try:
+            records = await read_to_end(config.infra, topic_name(config.infra, name), timeout_s=30)
+        except KafkaError:  # the topic was never created: nothing was dead-lettered there
+            continue
+        dead_lettered |= {r.key.decode(errors="replace") for r in records if r.key}
     fates = []
     for record in await read_to_end(config.infra, topic_name(config.infra, "fates")):
         fates.append(codec(GroupFate).decode(record.value))
@@ -174,7 +184,7 @@ async def account(config: Config) -> Accounting:
     return Accounting(
         issued=len(issued), trained=len(trained), filtered=by_kind["filtered"], stale=by_kind["stale"],
         invalid=by_kind["invalid"], dropped_by_stream=len(dropped & issued),
-        lost=sorted(issued - decided - dropped), duplicate_trained=sorted(g for g, n in trained.items() if n > 1),
+        dead_lettered=len(dead_lettered & issued), lost=sorted(issued - decided - dropped - dead_lettered), duplicate_trained=sorted(g for g, n in trained.items() if n > 1),
         learner_runs=len({f.learner_run for f in fates}), fates=fates)
 
 

@@ -75,6 +75,17 @@ class InfraConfig(Section):
     """Consumers: longest a fetch may wait for data at the broker. Kafka answers as soon as data
     arrives; a broker that holds an empty fetch for the whole wait (the local one does) would
     otherwise add up to aiokafka's default 500 ms to a hop."""
+    stop_grace_s: Annotated[float, Meta(ge=1.0, le=3600.0)] = 10.0
+    """SIGTERM: a stage exits within this many seconds. It stops taking input and finishes what is
+    in flight until 3 s before the bound (half of it when it is shorter than 6 s), then abandons the
+    rest uncommitted (the next owner redoes it) and exits; at the bound it is ended outright."""
+    poison_attempts: Annotated[int, Meta(ge=0, le=1000)] = 3
+    """Generators and executors: a record taken into processing this many times without finishing
+    (its owners crashed, hung or were stopped) is dead-lettered by the next owner. 0: off."""
+    dedupe_ttl_s: Annotated[float, Meta(ge=0.0)] = 86400.0
+    """Generators and executors skip work already done and acknowledged (a group, a rollout's turn)
+    within this many seconds, kept in Redis. 0: off. Records with the header `rollstream-replay`
+    are always processed."""
 
 
 class RLConfig(Section):

@@ -169,6 +169,7 @@ class Delivery(Generic[E]):
     event: E
     received_at: float
     value: bytes | None = None  # the record's bytes, for a dead letter of a record that decoded
+    headers: tuple[tuple[str, bytes], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -439,7 +440,7 @@ class EventConsumer(Generic[E]):
                     tracker.mark_done(record.offset)
                     continue
                 out.append(Delivery(record.topic, record.partition, record.offset, record.key, event, now,
-                                    record.value))
+                                    record.value, tuple(record.headers or ())))
         if self.metrics is not None and out:
             self.metrics.records_in(self.stage, self.spec.name).inc(len(out))
         return out
