@@ -50,6 +50,7 @@ topic_prefix = "{name}."
 key_prefix = "{name}:"
 state_dir = "{work / name}"
 partitions = 4
+session_timeout_s = 6  # a SIGKILLed member's partitions move after 6 s (docs/resilience.md)
 
 [rl]
 group_size = 4
@@ -164,6 +165,7 @@ def main() -> None:
         "groups_issued": storm["groups_issued"],
         "groups_filtered": storm["groups_filtered"],
         "groups_dropped_by_stream": storm["groups_dropped_by_stream"],
+        "groups_dead_lettered": storm["groups_dead_lettered"],
         "learner_runs": storm["learner_runs"],
         "kills": storm["kills"],
         "restarts": storm["restarts"],

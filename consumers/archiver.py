@@ -284,7 +284,8 @@ async def open_archiver(config: Config, metrics: StageMetrics | None = None) -> 
         bootstrap_servers=bootstrap_of(config.infra), group_id=f"{config.infra.topic_prefix}{STAGE}",
         client_id=archiver_id, enable_auto_commit=False, auto_offset_reset="earliest",
         max_poll_records=config.archive.max_poll_records, fetch_max_wait_ms=config.infra.fetch_max_wait_ms,
-        max_partition_fetch_bytes=8 << 20, session_timeout_ms=10000, heartbeat_interval_ms=1000)
+        max_partition_fetch_bytes=8 << 20, session_timeout_ms=int(config.infra.session_timeout_s * 1000),
+        heartbeat_interval_ms=1000)
     consumer.subscribe(list(archiver.names), listener=_Listener(archiver))
     archiver.consumer = consumer
     with converted("connecting the archiver's consumer", into=KafkaError):

@@ -179,6 +179,8 @@ class Executor:
                         task = tasks.create_task(self.handle(delivery))
                         in_flight.add(task)
                         task.add_done_callback(in_flight.discard)
+                if self.guard is not None:
+                    await self.guard.flush()  # what finished since the last round, in one command
                 now = time.monotonic()
                 if now - last_commit >= COMMIT_EVERY_S:
                     await self.commit()
@@ -227,8 +229,7 @@ class Executor:
                 return
         await self.producer.send_many([("rewards", reward)] + [("audit", audit) for audit in audits])
         if self.guard is not None:
-            self.guard.finished(delivery, unit_of(action))
-            await self.guard.flush()  # takes every mark noted meanwhile: one round trip for many
+            self.guard.finished(delivery, unit_of(action))  # written by the run loop, in one round trip
         self.consumer.done(delivery)
         self.observe(reward, audits)
         log.debug(

@@ -59,6 +59,7 @@ from rollstream.schemas.events import ActionGenerated, PromptIssued, Rollout, Sa
 log = logging.getLogger(__name__)
 STAGE = "generator"
 MIN_LOGPROB = -1e4  # the schema's floor
+PROMPT_CACHE_ENTRIES = 4096  # templated prompts kept (cleared when full)
 TOP_K_LIMIT = 1 << 30  # larger than any vocabulary: top_k at or above a model's vocabulary is off
 
 
@@ -105,6 +106,14 @@ def group_requests(event: PromptIssued, prompt_ids: list[int], defaults: Generat
     ]
 
 
+def clamped(logprobs: list[float]) -> list[float]:
+    """Log-probs within the schema's range [MIN_LOGPROB, 0] (checked with C loops first: almost
+    every completion is within it already)."""
+    if logprobs and (min(logprobs) < MIN_LOGPROB or max(logprobs) > 0.0):
+        return [max(MIN_LOGPROB, min(0.0, lp)) for lp in logprobs]
+    return logprobs
+
+
 def action_from(event: PromptIssued, index: int, prompt_ids: list[int], completion: Completion, *,
                 generator_id: str, queued_s: float, generate_s: float) -> ActionGenerated:
     """One ``ActionGenerated`` for sample ``index`` of ``event``."""
@@ -117,7 +126,7 @@ def action_from(event: PromptIssued, index: int, prompt_ids: list[int], completi
         family=event.family,
         prompt_token_ids=prompt_ids,
         completion_token_ids=completion.token_ids,
-        behaviour_logprobs=[max(MIN_LOGPROB, min(0.0, lp)) for lp in completion.logprobs],
+        behaviour_logprobs=clamped(completion.logprobs),
         logprob_temperature=completion.logprob_temperature,
         policy_version_first=completion.policy_version_first,
         policy_version_last=completion.policy_version_last,
@@ -183,6 +192,7 @@ class GeneratorStage:
         self.generator_id = generator_id
         self.queue: asyncio.Queue[Prepared] = asyncio.Queue(maxsize=2 * self.gen.max_batch_prompts)
         self._held: Prepared | None = None
+        self._prompts: dict[tuple[tuple[str, str], ...], list[int]] = {}
         self.tokens_out = metrics.counter("generator_completion_tokens", "Completion tokens generated")
         self.version_gauge = metrics.gauge("generator_policy_version", "Policy version of the loaded weights")
         self.errors = metrics.counter("generator_failed_samples", "Samples recorded as failures", ("reason",))
@@ -209,8 +219,7 @@ class GeneratorStage:
             reason = "invalid: continuation events (multi-turn) are not supported by this generator yet"
         else:
             try:
-                prompt_ids = chat_prompt_ids(self.backend.tokenizer, [{"role": m.role, "content": m.content}
-                                                                      for m in event.messages])
+                prompt_ids = self.prompt_ids(event)
             except (TemplateError, ValueError, TypeError, KeyError, IndexError) as exc:  # bad input, not a bug
                 reason = f"invalid: chat template rejected the messages: {type(exc).__name__}: {exc}"
         if reason is not None:
@@ -220,6 +229,18 @@ class GeneratorStage:
             self.consumer.done(delivery)
             return None
         return Prepared(delivery, prompt_ids, suspect)
+
+    def prompt_ids(self, event: PromptIssued) -> list[int]:
+        """The chat-templated prompt's token ids; a task's prompt recurs every epoch, so they are
+        cached by its messages (the template is slow to render)."""
+        key = tuple((m.role, m.content) for m in event.messages)
+        ids = self._prompts.get(key)
+        if ids is None:
+            ids = chat_prompt_ids(self.backend.tokenizer, [{"role": r, "content": c} for r, c in key])
+            if len(self._prompts) >= PROMPT_CACHE_ENTRIES:
+                self._prompts.clear()
+            self._prompts[key] = ids
+        return ids
 
     async def next_batch(self, stop: asyncio.Event) -> list[Prepared]:
         """Up to ``max_batch_prompts`` events: wait for one, then at most ``batch_wait_ms`` for more.

@@ -75,6 +75,11 @@ class InfraConfig(Section):
     """Consumers: longest a fetch may wait for data at the broker. Kafka answers as soon as data
     arrives; a broker that holds an empty fetch for the whole wait (the local one does) would
     otherwise add up to aiokafka's default 500 ms to a hop."""
+    session_timeout_s: Annotated[float, Meta(ge=6.0, le=300.0)] = 10.0
+    """Consumer groups: a member silent this long is presumed dead and its partitions are handed
+    to the others. Shorter recovers faster from a killed process (a SIGKILL is noticed only this
+    way); too short mistakes a stalled one for dead. Kafka refuses less than its broker's
+    group.min.session.timeout.ms (6 s by default)."""
     stop_grace_s: Annotated[float, Meta(ge=1.0, le=3600.0)] = 10.0
     """SIGTERM: a stage exits within this many seconds. It stops taking input and finishes what is
     in flight until 3 s before the bound (half of it when it is shorter than 6 s), then abandons the

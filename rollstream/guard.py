@@ -14,7 +14,7 @@ duplicate)? Both are answered from Redis in one round trip per fetched batch.
   its bytes (reason ``poison: ...``) instead of being tried again, so one record cannot
   crash-loop a stage. A dead-lettered record is not lost: it sits on the DLQ with its reason.
 * **Duplicates.** A unit of work (the generator's group, the executor's rollout and turn) is
-  marked done (``<key_prefix>done:<stage>:<id>``, expiring after ``infra.dedupe_ttl_s``) only
+  marked done (``<key_prefix>done:<stage>:<topic>:<id>``, expiring after ``infra.dedupe_ttl_s``) only
   after its outputs were acknowledged. A record whose unit is already marked, such as a prompt
   redelivered because its owner died between the acknowledgement and the commit, or a
   producer's retry, is skipped: logged, counted, committed. Records that carry the header
@@ -44,6 +44,35 @@ ATTEMPTS_TTL_S = 7 * 24 * 3600  # a counter left by a record that was never retr
 NEW, SUSPECT, DUPLICATE, POISON = "new", "suspect", "duplicate", "poison"
 WARN_EVERY_S = 30.0
 
+# KEYS: per delivery its done key and its attempts key. ARGV: dedupe on, attempts on, the attempts'
+# TTL. Returns per delivery (done, attempts before this one); counts an attempt for a delivery that
+# is neither done nor taken before (a suspect is counted when it is started alone).
+ADMIT = """
+local out = {}
+for i = 1, #KEYS, 2 do
+  local done = 0
+  if ARGV[1] == '1' then done = redis.call('EXISTS', KEYS[i]) end
+  local attempts = 0
+  if ARGV[2] == '1' then
+    attempts = tonumber(redis.call('GET', KEYS[i + 1]) or '0')
+    if attempts == 0 and done == 0 then
+      redis.call('INCR', KEYS[i + 1])
+      redis.call('EXPIRE', KEYS[i + 1], ARGV[3])
+    end
+  end
+  out[#out + 1] = done
+  out[#out + 1] = attempts
+end
+return out
+"""
+# KEYS: the done keys to set (ARGV[1] of them, expiring after ARGV[2] s), then attempts keys to delete.
+FLUSH = """
+local marks = tonumber(ARGV[1])
+for i = 1, marks do redis.call('SET', KEYS[i], 1, 'EX', ARGV[2]) end
+for i = marks + 1, #KEYS do redis.call('DEL', KEYS[i]) end
+return #KEYS
+"""
+
 
 def is_replay(delivery: Any) -> bool:
     return any(name == REPLAY_HEADER for name, _ in (getattr(delivery, "headers", None) or ()))
@@ -60,6 +89,9 @@ class IntakeGuard:
         self.ttl_s = int(infra.dedupe_ttl_s)
         self._last_warning = 0.0
         self._finished: list[tuple[Any, str | None]] = []
+        # One command per batch, whatever its size (a pipeline costs the client per command).
+        self._admit = redis.register_script(ADMIT) if redis is not None else None
+        self._flush = redis.register_script(FLUSH) if redis is not None else None
         self.skipped = self.failures = None
         if metrics is not None:
             self.skipped = metrics.counter("intake_skipped", "Records not processed: duplicate work or poison",
@@ -70,8 +102,9 @@ class IntakeGuard:
     def _attempts_key(self, delivery: Any) -> str:
         return f"{self.prefix}attempts:{delivery.topic}:{delivery.partition}:{delivery.offset}"
 
-    def _done_key(self, unit: str) -> str:
-        return f"{self.prefix}done:{self.stage}:{unit}"
+    def _done_key(self, delivery: Any, unit: str) -> str:
+        # per input topic: a run on new topics (another topic prefix) starts with nothing done
+        return f"{self.prefix}done:{self.stage}:{delivery.topic}:{unit}"
 
     async def admit(self, deliveries: Sequence[Any], units: Sequence[str]) -> list[str]:
         """Per delivery: NEW (process it), SUSPECT (taken before and never finished: process it
@@ -81,37 +114,24 @@ class IntakeGuard:
             return []
         if not self.max_attempts and not self.ttl_s:
             return [NEW] * len(deliveries)
+        keys = []
+        for delivery, unit in zip(deliveries, units):
+            keys += (self._done_key(delivery, unit), self._attempts_key(delivery))
         try:
-            async with self.redis.pipeline(transaction=False) as pipe:
-                for delivery, unit in zip(deliveries, units):
-                    if self.ttl_s:
-                        pipe.exists(self._done_key(unit))
-                    else:
-                        pipe.echo(0)  # keeps two replies per delivery
-                    if self.max_attempts:
-                        pipe.get(self._attempts_key(delivery))
-                    else:
-                        pipe.echo(0)
-                replies = await pipe.execute()
-            verdicts = []
-            for index, delivery in enumerate(deliveries):
-                done, attempts = int(replies[2 * index] or 0), int(replies[2 * index + 1] or 0)
-                if done and not is_replay(delivery):
-                    verdicts.append(DUPLICATE)
-                elif self.max_attempts and attempts >= self.max_attempts:
-                    verdicts.append(POISON)
-                else:
-                    verdicts.append(SUSPECT if attempts else NEW)
-            fresh = [d for d, v in zip(deliveries, verdicts) if v == NEW]
-            if fresh and self.max_attempts:
-                async with self.redis.pipeline(transaction=False) as pipe:
-                    for delivery in fresh:
-                        pipe.incr(self._attempts_key(delivery))
-                        pipe.expire(self._attempts_key(delivery), ATTEMPTS_TTL_S)
-                    await pipe.execute()
+            replies = await self._admit(keys=keys, args=[int(bool(self.ttl_s)), int(bool(self.max_attempts)),
+                                                         ATTEMPTS_TTL_S])
         except REDIS_ERRORS as exc:  # Redis down or failing: process everything (at-least-once holds)
             self._failed("admit", exc)
             return [NEW] * len(deliveries)
+        verdicts = []
+        for index, delivery in enumerate(deliveries):
+            done, attempts = int(replies[2 * index]), int(replies[2 * index + 1])
+            if done and not is_replay(delivery):
+                verdicts.append(DUPLICATE)
+            elif self.max_attempts and attempts >= self.max_attempts:
+                verdicts.append(POISON)
+            else:
+                verdicts.append(SUSPECT if attempts else NEW)
         return verdicts
 
     async def start_suspect(self, delivery: Any) -> None:
@@ -174,14 +194,10 @@ class IntakeGuard:
         noted, self._finished = self._finished, []
         if not self.max_attempts and not self.ttl_s:
             return
+        marks = [self._done_key(d, unit) for d, unit in noted if unit is not None] if self.ttl_s else []
+        forget = [self._attempts_key(delivery) for delivery, _ in noted] if self.max_attempts else []
         try:
-            async with self.redis.pipeline(transaction=False) as pipe:
-                for delivery, unit in noted:
-                    if self.ttl_s and unit is not None:
-                        pipe.set(self._done_key(unit), 1, ex=self.ttl_s)
-                    if self.max_attempts:
-                        pipe.delete(self._attempts_key(delivery))
-                await pipe.execute()
+            await self._flush(keys=marks + forget, args=[len(marks), max(1, self.ttl_s)])
         except REDIS_ERRORS as exc:
             self._failed("flush", exc)
 

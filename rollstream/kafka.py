@@ -396,7 +396,7 @@ class EventConsumer(Generic[E]):
             auto_offset_reset="earliest",
             max_poll_records=self.max_poll_records,
             fetch_max_wait_ms=self.infra.fetch_max_wait_ms,
-            session_timeout_ms=10000,
+            session_timeout_ms=int(self.infra.session_timeout_s * 1000),
             heartbeat_interval_ms=1000,
         )
         self._consumer.subscribe([self.topic], listener=_Rebalance(self))

@@ -138,9 +138,9 @@ def faust_app(app_id: str, config: Config, endpoints: Endpoints, datadir: str) -
         broker_commit_interval=1.0,
         # Short timeouts: a SIGKILLed member is noticed in seconds, and the local broker
         # holds a join for the whole rebalance timeout.
-        broker_session_timeout=10.0,
+        broker_session_timeout=infra.session_timeout_s,
         broker_heartbeat_interval=1.0,
-        broker_rebalance_timeout=10.0,
+        broker_rebalance_timeout=infra.session_timeout_s,
         loghandlers=[],
     )
 

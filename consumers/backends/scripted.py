@@ -26,6 +26,7 @@ from rollstream.consumers.backends.base import (
 from rollstream.errors import ConfigError
 
 LOGPROB = -0.25
+CACHE_ENTRIES = 1 << 14  # encoded answers and decoded completions kept (cleared when full)
 
 
 def task_answers(config: Any) -> dict[str, list[str]]:
@@ -63,6 +64,8 @@ class ScriptedBackend:
         self.max_context = max_context
         self.eos_id = eos_id
         self._version = 0
+        self._encoded: dict[str, list[int]] = {}
+        self._decoded: dict[tuple[int, ...], str] = {}
 
     @classmethod
     def load(cls, config: Any) -> ScriptedBackend:
@@ -90,13 +93,33 @@ class ScriptedBackend:
         error = prompt_too_long(request, self.max_context)
         if error is not None:
             return error_completion(request, error, self._version)
-        text = self.answer(request)
-        ids, finish = self.shape(request, list(self.tokenizer.encode(text, add_special_tokens=False)) if text else [])
+        ids, finish = self.shape(request, self.encoded(self.answer(request)))
         return Completion(
             request_id=request.request_id, token_ids=ids, logprobs=[LOGPROB] * len(ids),
-            text=self.tokenizer.decode(ids, skip_special_tokens=True), finish_reason=finish,
+            text=self.decoded(ids), finish_reason=finish,
             logprob_temperature=request.sampling.temperature or 1.0, policy_version_first=self._version,
             policy_version_last=self._version)
+
+    def encoded(self, text: str) -> list[int]:
+        """The token ids of an answer (a task has a few: each is encoded once)."""
+        ids = self._encoded.get(text)
+        if ids is None:
+            ids = list(self.tokenizer.encode(text, add_special_tokens=False)) if text else []
+            if len(self._encoded) >= CACHE_ENTRIES:
+                self._encoded.clear()
+            self._encoded[text] = ids
+        return list(ids)
+
+    def decoded(self, ids: list[int]) -> str:
+        """The text of ``ids`` (completions repeat: an answer cut or stretched to a few hundred lengths)."""
+        key = tuple(ids)
+        text = self._decoded.get(key)
+        if text is None:
+            text = self.tokenizer.decode(ids, skip_special_tokens=True)
+            if len(self._decoded) >= CACHE_ENTRIES:
+                self._decoded.clear()
+            self._decoded[key] = text
+        return text
 
     def shape(self, request: GenerationRequest, ids: list[int]) -> tuple[list[int], str]:
         """The answer's token ids as the completion (cut to fit, or ended with EOS) and its finish reason."""

@@ -141,3 +141,37 @@ async def test_poison_action_is_dead_lettered_by_the_fourth_owner_and_duplicates
     assert len(rewards) == len(before) + 1 and rewards[-1].rollout.rollout_id == "p/1"  # only the replay
     assert len(letters) == 1 and letters[0].reason.startswith("poison:")
     assert codec(ActionGenerated).decode(letters[0].value) == actions[0]  # its bytes, as produced
+
+
+async def test_generator_skips_a_group_it_already_generated_unless_replayed(config: Config, tiny_model_dir) -> None:
+    from rollstream.config import SimGeneratorConfig
+    from rollstream.consumers.generator import run as run_generator
+    from rollstream.schemas.events import PromptIssued
+    from rollstream.testing import make_prompt
+
+    config = msgspec.structs.replace(config, generator=msgspec.structs.replace(
+        config.generator, backend="sim", model=str(tiny_model_dir), sim=SimGeneratorConfig()))
+    await ensure_topics(config.infra, ["prompts", "actions"])
+    prompt = make_prompt("dup", group_size=2)
+    stop = asyncio.Event()
+    stage = asyncio.create_task(run_generator(config, stop=stop))
+    try:
+        async with EventProducer(config.infra, client_id="test") as producer:
+            await producer.send("prompts", prompt)
+            first = await read_events(config.infra, "actions", ActionGenerated, lambda got: len(got) >= 2, 60)
+            await producer.send("prompts", prompt)  # a redelivery of the same group (a sampler's retry, say)
+        raw = AIOKafkaProducer(bootstrap_servers=config.infra.kafka_bootstrap)
+        await raw.start()
+        try:
+            await raw.send_and_wait(topic_name(config.infra, "prompts"), codec(PromptIssued).encode(prompt),
+                                    key=b"dup", headers=[(REPLAY_HEADER, b"1")])
+        finally:
+            await raw.stop()
+        await read_events(config.infra, "actions", ActionGenerated, lambda got: len(got) >= 4, 60)
+        await asyncio.sleep(2)
+        actions = await read_events(config.infra, "actions", ActionGenerated, lambda got: False, 3)
+    finally:
+        stop.set()
+        await asyncio.wait_for(stage, 60)
+    assert len(first) == 2
+    assert sorted(a.rollout.rollout_id for a in actions) == ["dup/0", "dup/0", "dup/1", "dup/1"]  # once + the replay
