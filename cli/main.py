@@ -86,6 +86,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--offline", action="store_true", help="debootstrap + docker import (no registry needed)")
     p.add_argument("--tag", default=None, help="image tag (default: executor.image)")
 
+    p = sub.add_parser("image", help="the images of the compose deployment: base [--offline], build [--offline]")
+    _common(p)
+    from rollstream.cli.image import add_arguments as add_image_arguments  # argparse only: stays fast
+
+    add_image_arguments(p)
+
     p = sub.add_parser("plot", help="draw reward and pass rate per learner step of one run or several")
     _common(p)
     p.add_argument("runs", nargs="+", metavar="RUN", help="a run directory, or a run id under infra.state_dir/runs")
@@ -196,6 +202,10 @@ def dispatch(args: argparse.Namespace, config: Config) -> int:
         build_image(tag=tag, offline=args.offline)
         print(f"built sandbox image {tag}")
         return 0
+    if command == "image":
+        from rollstream.cli.image import image_main
+
+        return image_main(args)
     if command == "plot":
         return _plot(args, config)
     if command == "compare":

@@ -163,6 +163,7 @@ class Archiver:
             log.warning("flush on revoke failed (the next owner re-reads those records): %s", exc)
         for tp in revoked:
             self.buffers.pop(tp, None)
+            self.metrics.forget_lag(f"{self.prefix}{STAGE}", self.names[tp.topic], tp.partition)
 
     @property
     def raw(self) -> AIOKafkaConsumer:
@@ -230,6 +231,18 @@ class Archiver:
                 return False
         return True
 
+    async def observe_lag(self) -> None:
+        """Per owned partition fetched at least once: records at the broker not yet in the archive
+        (the high watermark of the last fetch minus the position, plus what is buffered)."""
+        group = f"{self.prefix}{STAGE}"
+        for tp in self.raw.assignment():
+            high = self.raw.highwater(tp)
+            if high is None:
+                continue
+            buffered = len(self.buffers[tp]) if tp in self.buffers else 0
+            lag = high - await self.raw.position(tp) + buffered
+            self.metrics.observe_lag(group, self.names[tp.topic], tp.partition, lag)
+
     async def run(self, stop: asyncio.Event) -> None:
         c = self.c
         topics_known = False
@@ -241,6 +254,7 @@ class Archiver:
                     await self.write_topics_file()
                     topics_known = True
                 self.take(batches)
+                await self.observe_lag()
                 if flushing is not None and flushing.done():
                     flushing, done = None, flushing
                     done.result()  # a failed write or commit stops the stage (nothing is committed past it)

@@ -366,9 +366,12 @@ async def run(config: Config, *, backend: GenerationBackend | None = None, redis
             stack.push_async_callback(redis.aclose)
         store = WeightStore(redis, key_prefix=infra.key_prefix, chunk_bytes=config.weights.chunk_bytes,
                             keep_versions=config.weights.keep_versions)
+        sync_seconds = metrics.histogram("generator_weight_sync_seconds", "Weight sync of one version: fetch "
+                                         "(fetch, verify, prepare) and swap", labels=("phase",))
         sync = WeightSync(store, backend, poll_s=gen.weight_poll_s,
                           max_staleness=config.rl.max_staleness if gen.max_staleness_refuse else None,
-                          learner_version=lambda: get_policy_version(redis, infra))
+                          learner_version=lambda: get_policy_version(redis, infra),
+                          observe=lambda phase, seconds: sync_seconds.labels(phase).observe(seconds))
         await ensure_topics(infra, ["prompts", "actions"])
         producer = await stack.enter_async_context(
             EventProducer(infra, client_id=generator_id, metrics=metrics, stage=STAGE))

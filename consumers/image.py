@@ -11,6 +11,11 @@ tag (default ``rollstream-sandbox:latest``) holding Debian bookworm with the ful
 
 The image carries no runner: the executor passes the runner's source on the command line when it
 starts a container, so an image never goes stale when the runner changes.
+
+:func:`build_base_image` makes, on the same debootstrap + ``docker import`` path, the base the compose
+images build FROM where no registry is reachable (``BASE_IMAGE``, default ``python:3.11-slim``; see
+compose/ and docs/compose.md): Debian bookworm with python3 (3.11), its venv module, apt and the CA
+certificates, running as root.
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ import os
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from rollstream.errors import SandboxError
@@ -55,6 +62,19 @@ _IMAGE_CHANGES = (
 )
 
 
+BASE_TAG = "rollstream-base:bookworm"
+# What the compose images need from their base: python3 (3.11 in bookworm) with venv (the stage
+# image installs into /opt/venv, on python:3.11-slim as here), and CA certificates for pip.
+BASE_PACKAGES = ("python3", "python3-venv", "ca-certificates")
+_BASE_CHANGES = (
+    "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    "ENV LANG=C.UTF-8",
+    "ENV DEBIAN_FRONTEND=noninteractive",
+    "LABEL rollstream.base.image=1",
+    'CMD ["python3"]',
+)
+
+
 def build_image(offline: bool, tag: str = DEFAULT_TAG, *, mirror: str = DEFAULT_MIRROR) -> str:
     """Build the sandbox image and return its id. Raises SandboxError naming the failed step."""
     if offline:
@@ -63,7 +83,7 @@ def build_image(offline: bool, tag: str = DEFAULT_TAG, *, mirror: str = DEFAULT_
 
 
 def _run(cmd: list[str], step: str, **kwargs) -> subprocess.CompletedProcess:
-    log.info("sandbox image: %s: %s", step, " ".join(cmd[:4]))
+    log.info("image build: %s: %s", step, " ".join(cmd[:4]))
     try:
         return subprocess.run(cmd, check=True, capture_output=True, **kwargs)
     except FileNotFoundError as exc:
@@ -73,22 +93,30 @@ def _run(cmd: list[str], step: str, **kwargs) -> subprocess.CompletedProcess:
         raise SandboxError(f"{step} failed (exit {exc.returncode}): {tail}") from exc
 
 
-def _build_offline(tag: str, mirror: str) -> str:
-    if os.geteuid() != 0:
-        raise SandboxError("the offline sandbox build runs debootstrap, which needs root")
-    if shutil.which("debootstrap") is None:
-        raise SandboxError("the offline sandbox build needs debootstrap (apt-get install debootstrap)")
-    with tempfile.TemporaryDirectory(prefix="rollstream-rootfs-") as tmp:
-        root = Path(tmp) / "rootfs"
-        _run(
-            ["debootstrap", "--variant=minbase", "--include=python3", SUITE, str(root), mirror],
-            "debootstrap",
+def build_base_image(tag: str = BASE_TAG, *, offline: bool = True, mirror: str = DEFAULT_MIRROR) -> str:
+    """Build the base image of the compose images and return its id.
+
+    ``offline=True``: debootstrap + ``docker import`` (no registry). ``offline=False``: tag the
+    registry's ``python:3.11-slim`` as ``tag`` (pulls it). Raises SandboxError naming the failed step.
+    """
+    if not offline:
+        _run(["docker", "pull", "python:3.11-slim"], "docker pull")
+        _run(["docker", "tag", "python:3.11-slim", tag], "docker tag")
+        done = _run(["docker", "image", "inspect", "--format", "{{.Id}}", tag], "docker image inspect")
+        return done.stdout.decode().strip()
+    with _debootstrap(BASE_PACKAGES, mirror, "the offline base image build") as root:
+        # apt works in images built FROM this one (the lists are trimmed: they run apt-get update).
+        (root / "etc/apt/sources.list").write_text(f"deb {mirror} {SUITE} main\n")
+        check = _run(
+            ["chroot", str(root), "python3", "-c", "import venv, ensurepip, ssl, sys; print(sys.version)"],
+            "python check",
         )
-        for rel in _TRIM:
-            target = root / rel
-            if target.is_dir():
-                shutil.rmtree(target)
-                target.mkdir(mode=0o755)
+        log.info("base image python: %s", check.stdout.decode().strip())
+        return _import(root, tag, _BASE_CHANGES)
+
+
+def _build_offline(tag: str, mirror: str) -> str:
+    with _debootstrap(("python3",), mirror, "the offline sandbox build") as root:
         (root / "work").mkdir(mode=0o755, exist_ok=True)
         os.chown(root / "work", SANDBOX_UID, SANDBOX_UID)
         check = _run(
@@ -96,17 +124,43 @@ def _build_offline(tag: str, mirror: str) -> str:
             "python check",
         )
         log.info("sandbox image python: %s", check.stdout.decode().strip())
-        tar = subprocess.Popen(["tar", "--numeric-owner", "-C", str(root), "-c", "."], stdout=subprocess.PIPE)
-        changes = [arg for change in _IMAGE_CHANGES for arg in ("--change", change)]
-        try:
-            done = _run(["docker", "import", *changes, "-", tag], "docker import", stdin=tar.stdout)
-        finally:
-            assert tar.stdout is not None
-            tar.stdout.close()
-            tar.wait()
-        if tar.returncode != 0:
-            raise SandboxError(f"tar of the rootfs failed (exit {tar.returncode})")
-        return done.stdout.decode().strip()
+        return _import(root, tag, _IMAGE_CHANGES)
+
+
+@contextmanager
+def _debootstrap(packages: tuple[str, ...], mirror: str, what: str) -> Iterator[Path]:
+    """A trimmed Debian ``SUITE`` minbase tree with ``packages``, in a temporary directory."""
+    if os.geteuid() != 0:
+        raise SandboxError(f"{what} runs debootstrap, which needs root")
+    if shutil.which("debootstrap") is None:
+        raise SandboxError(f"{what} needs debootstrap (apt-get install debootstrap)")
+    with tempfile.TemporaryDirectory(prefix="rollstream-rootfs-") as tmp:
+        root = Path(tmp) / "rootfs"
+        _run(
+            ["debootstrap", "--variant=minbase", f"--include={','.join(packages)}", SUITE, str(root), mirror],
+            "debootstrap",
+        )
+        for rel in _TRIM:
+            target = root / rel
+            if target.is_dir():
+                shutil.rmtree(target)
+                target.mkdir(mode=0o755)
+        yield root
+
+
+def _import(root: Path, tag: str, image_changes: tuple[str, ...]) -> str:
+    """``docker import`` the tree at ``root`` as ``tag`` with ``image_changes``; returns the image id."""
+    tar = subprocess.Popen(["tar", "--numeric-owner", "-C", str(root), "-c", "."], stdout=subprocess.PIPE)
+    changes = [arg for change in image_changes for arg in ("--change", change)]
+    try:
+        done = _run(["docker", "import", *changes, "-", tag], "docker import", stdin=tar.stdout)
+    finally:
+        assert tar.stdout is not None
+        tar.stdout.close()
+        tar.wait()
+    if tar.returncode != 0:
+        raise SandboxError(f"tar of the rootfs failed (exit {tar.returncode})")
+    return done.stdout.decode().strip()
 
 
 def _build_dockerfile(tag: str) -> str:

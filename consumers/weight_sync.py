@@ -55,13 +55,15 @@ class WeightSync:
     def __init__(self, store: WeightSource, backend: GenerationBackend, *, poll_s: float = 5.0,
                  max_staleness: int | None = None,
                  learner_version: Callable[[], Awaitable[int]] | None = None,
-                 max_backoff_s: float = 60.0) -> None:
+                 max_backoff_s: float = 60.0,
+                 observe: Callable[[str, float], None] | None = None) -> None:
         self.store = store
         self.backend = backend
         self.poll_s = poll_s
         self.max_staleness = max_staleness  # None: never refuse
         self.learner_version = learner_version
         self.max_backoff_s = max_backoff_s
+        self.observe = observe  # (phase, seconds): "fetch" (fetch + verify + prepare), "swap"
         self.announced = -1  # newest version the store has told us about
         self.fetch_failures = 0
         self.load_failures = 0
@@ -150,6 +152,7 @@ class WeightSync:
             self._fetched.set()
 
     async def _fetch_and_prepare(self) -> None:
+        started = time.perf_counter()
         version, state_dict = await self.store.fetch(None)
         self.announced = version  # what the store really has (an announcement may have been stale)
         if version <= self._have():
@@ -165,6 +168,8 @@ class WeightSync:
                           self.backend.policy_version)
                 return
         self._ready = (version, state_dict)
+        if self.observe is not None:
+            self.observe("fetch", time.perf_counter() - started)
         log.info("weights v%d fetched and verified; swapping before the next batch", version)
 
     async def apply_pending(self, wait_s: float = 0.0) -> int | None:
@@ -193,6 +198,8 @@ class WeightSync:
             return None
         self.swaps += 1
         self.last_swap = (version, time.time())
+        if self.observe is not None:
+            self.observe("swap", time.time() - started)
         log.info("swapped to weights v%d in %.3fs", version, time.time() - started)
         return version
 

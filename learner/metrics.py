@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from rollstream.metrics import StageMetrics
+
+if TYPE_CHECKING:
+    from rollstream.schemas import GroupAdvantaged
 
 STEP_BUCKETS = (0.1, 0.5, 1, 2.5, 5, 10, 20, 40, 80, 160, 320, 640)
 STALENESS_BUCKETS = (-1, 0, 1, 2, 3, 4, 6, 8, 12, 16, 32)
@@ -31,6 +35,19 @@ class LearnerMetrics:
         self.rollouts = stage.counter("learner_rollouts", "Rollouts consumed, by outcome", ("outcome",))
         self.groups = stage.counter("learner_groups", "Groups consumed, by outcome", ("outcome",))
         self.checkpoints = stage.counter("learner_checkpoints", "Checkpoints written")
+        # Per task family, every rollout of every group the learner resolves (trained, stale or
+        # filtered): the reward and pass rate of the policy, as the step records have them. Rewards
+        # can be negative, so their sum is two counters (a histogram with negative buckets has no
+        # _sum, and a sum that falls breaks rate()): mean = (positive - negative) / rollouts.
+        self.family_rollouts = stage.counter(
+            "learner_family_rollouts", "Resolved rollouts by task family and whether they passed every test "
+            "(unknown: written before it was recorded)", ("family", "passed"))
+        self.family_reward_positive = stage.counter(
+            "learner_family_reward_positive", "Sum of the positive rewards of resolved rollouts, by task "
+            "family", ("family",))
+        self.family_reward_negative = stage.counter(
+            "learner_family_reward_negative", "Sum of the magnitudes of the negative rewards of resolved "
+            "rollouts, by task family", ("family",))
 
     def observe_step(self, loss: float, grad_norm: float, tokens: int, seconds: float, lr: float,
                      stats: dict[str, float], version: int) -> None:
@@ -51,3 +68,14 @@ class LearnerMetrics:
         self.rollouts.labels("trained").inc(trained)
         self.rollouts.labels("stale").inc(stale)
         self.rollouts.labels("empty").inc(empty)
+
+    def observe_group(self, group: GroupAdvantaged) -> None:
+        """A resolved group's rewards and passes, by its task family."""
+        family = group.family
+        positive = sum(item.reward for item in group.rollouts if item.reward > 0)
+        negative = -sum(item.reward for item in group.rollouts if item.reward < 0)
+        self.family_reward_positive.labels(family).inc(positive)
+        self.family_reward_negative.labels(family).inc(negative)
+        for item in group.rollouts:
+            passed = "unknown" if item.passed is None else "true" if item.passed else "false"
+            self.family_rollouts.labels(family, passed).inc()

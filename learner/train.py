@@ -313,6 +313,7 @@ class LearnerLoop:
         await self.producer.send_many([("fates", fate) for fate in fates])
         for delivery in filtered:
             self.window.add(delivery.event)
+            self.metrics.observe_group(delivery.event)
             log.debug("group %s filtered by the stream (%s): recorded, not trained", delivery.event.group_id,
                       delivery.event.filtered)
         invalid_deliveries = [d for d, _ in invalid]
@@ -358,6 +359,7 @@ class LearnerLoop:
         self.lineage.recent.extend(g.group_id for g in groups)
         for group in groups:
             self.window.add(group)
+            self.metrics.observe_group(group)
         fates = self.step_fates(deliveries, selection.lags, version, result is not None)
         outcomes = {"trained": 0, "stale": 0}
         for fate in fates:

@@ -443,7 +443,23 @@ class EventConsumer(Generic[E]):
                                     record.value, tuple(record.headers or ())))
         if self.metrics is not None and out:
             self.metrics.records_in(self.stage, self.spec.name).inc(len(out))
+        if self.metrics is not None:
+            await self._observe_lag()
         return out
+
+    async def _observe_lag(self) -> None:
+        """Per owned partition fetched at least once: its high watermark (from the fetch: the local
+        broker's ListOffsets cannot be trusted) minus the offset below which all is done."""
+        assert self.metrics is not None
+        for tp in self.raw.assignment():
+            highwater = self.raw.highwater(tp)
+            if highwater is None:
+                continue
+            tracker = self._trackers.get(tp.partition)
+            done_below = tracker.safe_offset() if tracker is not None else None
+            if done_below is None:  # nothing received since it was assigned: where reading resumes
+                done_below = await self.raw.position(tp)
+            self.metrics.observe_lag(self.group_id, self.spec.name, tp.partition, highwater - done_below)
 
     def done(self, delivery: Delivery[E]) -> None:
         """``delivery``'s outputs are acknowledged: its offset may be committed."""
@@ -479,6 +495,8 @@ class EventConsumer(Generic[E]):
             log.warning("commit on revoke failed (records will be redelivered): %s", exc)
         for p in parts:
             self._trackers.pop(p, None)
+            if self.metrics is not None:
+                self.metrics.forget_lag(self.group_id, self.spec.name, p)
 
     def _on_assigned(self, assigned: list[TopicPartition]) -> None:
         for tp in assigned:

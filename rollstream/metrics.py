@@ -1,7 +1,8 @@
 """Prometheus metrics every stage shares, each stage on its own registry.
 
-``StageMetrics(stage)`` holds the records in/out/dead-lettered counters and the
-processing latency histogram; stages add their own metrics to ``.registry``.
+``StageMetrics(stage)`` holds the records in/out/dead-lettered counters, the
+processing latency histogram and the consumer lag per owned partition; stages add their
+own metrics to ``.registry``.
 ``serve_metrics(port, registry)`` exposes them over HTTP (port 0: not served).
 """
 
@@ -34,6 +35,22 @@ class StageMetrics:
         self.paused = Gauge(
             "rollstream_paused", "1 while the stage is paused (backpressure)", ["stage"], registry=self.registry
         ).labels(stage)
+        self.lag = Gauge(
+            "rollstream_consumer_lag", "Records of a partition this process owns that its group has not "
+            "finished: the high watermark of the last fetch minus the offset below which all is done",
+            ["stage", "group", "topic", "partition"], registry=self.registry,
+        )
+
+    def observe_lag(self, group: str, topic: str, partition: int, lag: int) -> None:
+        """Lag of one owned partition (``topic``: the registry name, as in records_in)."""
+        self.lag.labels(self.stage, group, topic, str(partition)).set(max(0, lag))
+
+    def forget_lag(self, group: str, topic: str, partition: int) -> None:
+        """A partition no longer owned: its lag is its next owner's to report."""
+        try:
+            self.lag.remove(self.stage, group, topic, str(partition))
+        except KeyError:
+            pass
 
     def counter(self, name: str, doc: str, labels: tuple[str, ...] = ()) -> Counter:
         """A stage-specific counter on this registry (name gets the rollstream_ prefix)."""

@@ -190,4 +190,6 @@ async def run(config: Config) -> None:
         serve_metrics(config.stream.metrics_port, stage.metrics)
         log.info("stream %s -> %s; config: %s %s", topic_name(config.infra, "rewards"), stage.output.name,
                  config.stream, config.rl)
-        await serve(stage, config, endpoints)
+        group = f"{config.infra.topic_prefix}stream"  # the Faust app id is its consumer group
+        await serve(stage, config, endpoints,
+                    on_lag=lambda partition, lag: stage.metrics.observe_lag(group, "rewards", partition, lag))

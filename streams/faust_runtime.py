@@ -34,7 +34,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn, Protocol
 
@@ -151,14 +151,17 @@ def raw_topic(app: faust.App, name: str) -> faust.types.TopicT:
                                             key_serializer="raw", value_serializer="raw"))
 
 
-async def serve(stage: BatchStage, config: Config, endpoints: Endpoints) -> None:
+async def serve(stage: BatchStage, config: Config, endpoints: Endpoints, *,
+                on_lag: Callable[[int, int], None] | None = None) -> None:
     """Run ``stage`` on ``rewards`` as a member of the Faust group ``<topic_prefix>stream``
-    until SIGTERM/SIGINT. It does not return: the process leaves through ``os._exit``."""
+    until SIGTERM/SIGINT. It does not return: the process leaves through ``os._exit``.
+    ``on_lag(partition, lag)`` hears, after each batch, the records of each partition in it
+    beyond the batch (the high watermark of the last fetch minus the batch's next offset)."""
     infra, stream = config.infra, config.stream
     state_dir = Path(infra.state_dir) / "faust"
     state_dir.mkdir(parents=True, exist_ok=True)
     app = faust_app(f"{infra.topic_prefix}stream", config, endpoints, str(state_dir))
-    driver = _Driver(app, stage, topic_name(infra, "rewards"), stream)
+    driver = _Driver(app, stage, topic_name(infra, "rewards"), stream, on_lag)
     app.agent(raw_topic(app, driver.topic), name=f"{infra.topic_prefix}advantages", concurrency=1)(driver.batches)
     app.timer(stream.sweep_interval_s, name=f"{infra.topic_prefix}stream-sweep")(driver.sweep)
     worker = _Worker(app, loglevel="info", quiet=True, redirect_stdouts=False, override_logging=False,
@@ -170,11 +173,13 @@ async def serve(stage: BatchStage, config: Config, endpoints: Endpoints) -> None
 class _Driver:
     """Feeds one stage from one Faust app; batches, sweeps and the stop take turns (one lock)."""
 
-    def __init__(self, app: faust.App, stage: BatchStage, topic: str, stream: StreamConfig) -> None:
+    def __init__(self, app: faust.App, stage: BatchStage, topic: str, stream: StreamConfig,
+                 on_lag: Callable[[int, int], None] | None = None) -> None:
         self.app = app
         self.stage = stage
         self.topic = topic
         self.stream = stream
+        self.on_lag = on_lag
         self.lock = asyncio.Lock()
         self.stopping = False
 
@@ -195,6 +200,21 @@ class _Driver:
                 except BaseException:
                     log.exception("a batch of %d rewards failed; exiting so that it is redelivered", len(records))
                     _exit_now(EXIT_ON_ERROR)
+            if self.on_lag is not None:
+                self.report_lag(events)
+
+    def report_lag(self, events: Sequence[Any]) -> None:
+        next_offsets: dict[Any, int] = {}
+        for event in events:
+            tp = event.message.tp
+            next_offsets[tp] = max(next_offsets.get(tp, 0), event.message.offset + 1)
+        assigned = self.app.consumer.assignment()
+        for tp, next_offset in next_offsets.items():
+            if tp not in assigned:  # revoked meanwhile: its next owner reports it
+                continue
+            highwater = self.app.consumer.highwater(tp)
+            if highwater is not None and self.on_lag is not None:
+                self.on_lag(tp.partition, highwater - next_offset)
 
     async def sweep(self) -> None:
         """The timer: ``stage.sweep`` over the ``rewards`` partitions assigned now."""
