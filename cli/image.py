@@ -40,7 +40,7 @@ PROMETHEUS_TAG = "rollstream-prometheus:latest"
 
 
 def image_exists(tag: str) -> bool:
-    return subprocess.run(["docker", "image", "inspect", tag], capture_output=True).returncode == 0
+    return subprocess.run(["docker", "image", "inspect", tag], capture_output=True, check=False).returncode == 0
 
 
 def host_cpu_torch_wheel(dest: Path = LOCAL) -> Path | None:
@@ -60,7 +60,8 @@ def host_cpu_torch_wheel(dest: Path = LOCAL) -> Path | None:
     version = torch.__version__.split("+")[0]
     dest.mkdir(parents=True, exist_ok=True)
     done = subprocess.run([sys.executable, "-m", "pip", "download", f"torch=={version}", "--no-deps",
-                           "--only-binary", ":all:", "-d", str(dest)], capture_output=True, text=True)
+                           "--only-binary", ":all:", "-d", str(dest)], capture_output=True, text=True,
+                          check=False)
     found = sorted(dest.glob("torch-*+cpu-*.whl"))
     if done.returncode != 0 or not found:
         for stray in dest.glob("torch-*.whl"):  # never the CUDA build by accident
@@ -78,7 +79,7 @@ def host_pip_cert() -> str | None:
     for name in ("PIP_CERT", "SSL_CERT_FILE"):  # an entry point's helper: the environment is read here
         if os.environ.get(name):
             return os.environ[name]
-    done = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True)
+    done = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True, check=False)
     for line in done.stdout.splitlines():
         key, _, value = line.partition("=")
         if key.endswith(".cert") and value.strip("'\""):
@@ -105,7 +106,7 @@ def docker_build(tag: str, context: Path, base: str, dockerfile: Path | None = N
         cmd += ["-f", str(dockerfile)]
     started = time.monotonic()
     log.info("building %s FROM %s", tag, base)
-    done = subprocess.run([*cmd, str(context)], capture_output=True, text=True)
+    done = subprocess.run([*cmd, str(context)], capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise SandboxError(f"docker build of {tag} failed (exit {done.returncode}):\n"
                            f"{(done.stdout + done.stderr)[-3000:]}")
