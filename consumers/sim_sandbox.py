@@ -19,6 +19,8 @@ from rollstream.config import Config
 from rollstream.consumers.sandbox import Job, RunResult, limits_from_config
 from rollstream.schemas.events import SandboxLimits
 
+CACHE_ENTRIES = 1 << 14  # verdicts kept by code (cleared when full)
+
 
 def normalised(code: str) -> str:
     return "\n".join(line.rstrip() for line in code.strip().splitlines() if line.strip())
@@ -29,6 +31,7 @@ class SimSandbox:
         self.seconds = config.executor.sim_seconds
         self.references = {normalised(code) for code in references if code}
         self._limits = limits_from_config(config.executor)
+        self._judged: dict[str, tuple[dict[str, Any] | None, bool]] = {}
 
     @classmethod
     def from_config(cls, config: Config) -> SimSandbox:
@@ -40,18 +43,32 @@ class SimSandbox:
     def limits(self) -> SandboxLimits:
         return self._limits
 
+    def judged(self, code: str) -> tuple[dict[str, Any] | None, bool]:
+        """(the syntax error event or None, whether it is a reference), cached: completions repeat."""
+        verdict = self._judged.get(code)
+        if verdict is None:
+            try:
+                compile(code, "<completion>", "exec")
+            except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError) as exc:
+                line = getattr(exc, "lineno", None)
+                verdict = ({"e": "syntax", "type": type(exc).__name__, "line": line, "msg": str(exc)[:300]}, False)
+            else:
+                verdict = (None, normalised(code) in self.references)
+            if len(self._judged) >= CACHE_ENTRIES:
+                self._judged.clear()
+            self._judged[code] = verdict
+        syntax, ok = verdict
+        return (dict(syntax) if syntax is not None else None), ok
+
     async def execute(self, job: Job) -> RunResult:
         started = time.perf_counter()
         if self.seconds:
             await asyncio.sleep(self.seconds)
+        syntax, ok = self.judged(job.code)
         events: list[dict[str, Any]]
-        try:
-            compile(job.code, "<completion>", "exec")
-        except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError) as exc:
-            line = getattr(exc, "lineno", None)
-            events = [{"e": "syntax", "type": type(exc).__name__, "line": line, "msg": str(exc)[:300]}]
+        if syntax is not None:
+            events = [syntax]
         else:
-            ok = normalised(job.code) in self.references
             events = [{"e": "compiled"}, {"e": "code_ok"},
                       *({"e": "test", "i": i, "ok": ok} for i in range(len(job.tests))), {"e": "done"}]
         return RunResult(sandbox_id=f"sim-{uuid.uuid4().hex[:8]}", container_id="sim", exit_code=0,
