@@ -29,8 +29,10 @@ Guarantees:
   are left uncommitted), send, commit, exit 0; within ``infra.stop_grace_s`` (default 10 s):
   executions still running 3 s before it are abandoned uncommitted (rollstream/lifecycle.py).
 
-Multi-turn episodes (``max_turns > 1``) are planned: the executor currently ends every episode
-after the first turn.
+Multi-turn episodes (``max_turns > 1``, consumers/episodes.py): a turn that fails and has turns
+left is not rewarded; a ``PromptIssued`` continuation for that one sample goes back to ``prompts``
+with the transcript and an observation of what went wrong (its offset is done once that is
+acknowledged). The last turn's ``RewardScored`` carries the whole trajectory.
 """
 
 from __future__ import annotations
@@ -43,7 +45,10 @@ import time
 from collections import Counter as Tally
 from contextlib import AsyncExitStack
 
+import msgspec
+
 from rollstream.config import Config
+from rollstream.consumers.episodes import continuation_of, ends, final_reward, observation
 from rollstream.consumers.rewards import RewardRegistry, default_registry
 from rollstream.consumers.sandbox import DockerSandboxPool, SandboxBackend
 from rollstream.consumers.score import audit_record, evaluate
@@ -88,12 +93,23 @@ class ExecutorMetrics:
         self.reward = metrics.histogram(
             "reward", "Rewards given", buckets=(-1, -0.5, -0.2, 0, 0.25, 0.5, 0.75, 1, 2)
         )
+        self.continued = metrics.counter("episodes_continued", "Turns that did not end their episode: a "
+                                         "continuation was sent back to the generators")
 
 
 async def score_action(
     backend: SandboxBackend, registry: RewardRegistry, action: ActionGenerated, executor: str,
     max_timeout_s: float | None = None,
 ) -> tuple[RewardScored, list[Event]]:
+    """The reward of one action and the audit records of what ran for it (see :func:`score_turn`)."""
+    reward, audits, _ = await score_turn(backend, registry, action, executor, max_timeout_s)
+    return reward, audits
+
+
+async def score_turn(
+    backend: SandboxBackend, registry: RewardRegistry, action: ActionGenerated, executor: str,
+    max_timeout_s: float | None = None,
+) -> tuple[RewardScored, list[Event], list[dict]]:
     """The reward of one action and the audit records of what ran for it (at most ``max_timeout_s``
     of wall-clock time, whatever its spec asks for).
 
@@ -116,7 +132,7 @@ async def score_action(
             execution=record,
             executor_id=executor,
             scored_at=time.time(),
-        ), []
+        ), [], []
     evaluation = await evaluate(backend, registry, action.reward, action.completion_text, rollout.rollout_id,
                                 max_timeout_s=max_timeout_s)
     scored = evaluation.scored
@@ -129,7 +145,8 @@ async def score_action(
         scored_at=time.time(),
     )
     audit = audit_record(evaluation, backend.limits, rollout.rollout_id, time.time())
-    return reward, [audit] if audit is not None else []
+    events = list(evaluation.result.events) if evaluation.result is not None else []
+    return reward, [audit] if audit is not None else [], events
 
 
 class Executor:
@@ -219,19 +236,26 @@ class Executor:
             if self.stopping:  # fetched but not started: the next owner runs it
                 return
             try:
-                reward, audits = await score_action(self.backend, self.registry, action, self.executor_id,
-                                                    self.config.executor.max_timeout_s)
+                reward, audits, events = await score_turn(self.backend, self.registry, action, self.executor_id,
+                                                          self.config.executor.max_timeout_s)
             except ValueError as exc:  # a reward spec no registered kind accepts
                 await self.producer.dead_letter(delivery, f"rejected: {exc}", stage=STAGE)
                 if self.guard is not None:
                     self.guard.released(delivery)
                 self.consumer.done(delivery)
                 return
-        await self.producer.send_many([("rewards", reward)] + [("audit", audit) for audit in audits])
+        if ends(action, reward.execution):  # the episode's reward, for its whole trajectory
+            if action.turn > 1:
+                reward = msgspec.structs.replace(reward, reward=final_reward(action.reward, reward.reward, action.turn))
+            outcome: tuple[str, Event] = ("rewards", reward)
+        else:  # the next turn of this one sample, with what went wrong
+            outcome = ("prompts", continuation_of(action, observation(action.reward, reward.execution, events)))
+            self.own.continued.inc()
+        await self.producer.send_many([outcome] + [("audit", audit) for audit in audits])
         if self.guard is not None:
             self.guard.finished(delivery, unit_of(action))  # written by the run loop, in one round trip
         self.consumer.done(delivery)
-        self.observe(reward, audits)
+        self.observe(reward, audits, final=outcome[0] == "rewards")
         log.debug(
             "scored %s[%d]@%d rollout=%s version=%d reward=%.3f verdict=%s",
             delivery.topic,
@@ -243,11 +267,12 @@ class Executor:
             reward.execution.error_kind,
         )
 
-    def observe(self, reward: RewardScored, audits: list) -> None:
+    def observe(self, reward: RewardScored, audits: list, final: bool = True) -> None:
         verdict = reward.execution.error_kind
         self.verdicts[verdict] += 1
         self.own.executions.labels(verdict).inc()
-        self.own.reward.observe(reward.reward)
+        if final:
+            self.own.reward.observe(reward.reward)
         for kind in filter(None, reward.execution.tamper.split(",")):
             self.own.tamper.labels(kind).inc()
             log.warning("tamper: rollout %s attacked its verdict (%s)", reward.rollout.rollout_id, kind)
@@ -284,7 +309,7 @@ async def run(
         config.executor.pool_size,
         config.executor.concurrency,
     )
-    await ensure_topics(infra, ["actions", "rewards", "audit"])
+    await ensure_topics(infra, ["actions", "rewards", "audit", "prompts"])
     async with AsyncExitStack() as stack:
         if backend is None and config.executor.backend == "sim":
             from rollstream.consumers.sim_sandbox import SimSandbox

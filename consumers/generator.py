@@ -15,9 +15,13 @@ Guarantees:
 * Prompts of several events are batched into one generate call (at most
   ``max_batch_prompts`` events, waiting at most ``batch_wait_ms`` for more after the first).
   Sending a batch's actions overlaps with generating the next one.
+* Multi-turn episodes (consumers/episodes.py): a ``PromptIssued`` with a continuation asks for the
+  next turn of one sample. Its observation is rendered as a user turn of the chat template and
+  appended to the transcript; the action's rollout spans every turn, with the mask of the
+  model's tokens.
 * Bad input never stops the stage: undecodable events are dead-lettered by the consumer;
-  events that decode but cannot be served (a continuation, which this generator does not
-  handle yet, or messages the chat template rejects) are dead-lettered here. A prompt longer
+  events that decode but cannot be served (an inconsistent continuation, messages the chat
+  template rejects) are dead-lettered here. A prompt longer
   than the model's context yields G ``ActionGenerated`` with ``error`` set and finish reason
   "error" (so the group still completes downstream).
 * Weights are swapped only between batches (see ``consumers/weight_sync.py``).
@@ -47,6 +51,7 @@ from jinja2 import TemplateError
 from rollstream.config import Config, GeneratorConfig
 from rollstream.consumers.backends.base import Completion, GenerationBackend, GenerationRequest, Sampling
 from rollstream.consumers.backends.sampling import derive_seed
+from rollstream.consumers.episodes import continued, continued_rollout, observation_ids
 from rollstream.consumers.models import chat_prompt_ids
 from rollstream.consumers.weight_sync import WeightSync
 from rollstream.errors import BackendError
@@ -68,8 +73,9 @@ class Prepared:
     """A prompt event that passed validation, with its prompt token ids."""
 
     delivery: Delivery[PromptIssued]
-    prompt_ids: list[int]
-    suspect: bool = False  # taken before and never finished: generated in a batch of its own
+    prompt_ids: list[int]  # a continuation's: prompt, transcript so far, observation
+    suspect: bool = False
+    observation_tokens: list[int] | None = None  # a continuation's observation  # taken before and never finished: generated in a batch of its own
 
 
 def resolve_sampling(defaults: GeneratorConfig, override: SamplingParams) -> Sampling:
@@ -91,9 +97,16 @@ def resolve_sampling(defaults: GeneratorConfig, override: SamplingParams) -> Sam
 
 def group_requests(event: PromptIssued, prompt_ids: list[int], defaults: GeneratorConfig,
                    base_seed: int) -> list[GenerationRequest]:
-    """The G requests of one prompt event; seeds are stable per (seed, group_id, sample_index)."""
+    """The G requests of one prompt event (one for a continuation: its sample's next turn); seeds
+    are stable per (seed, group_id, sample_index, turn)."""
     sampling = resolve_sampling(defaults, event.sampling)
     seed = base_seed if event.sampling.seed is None else event.sampling.seed
+    c = event.continuation
+    if c is not None:
+        return [GenerationRequest(request_id=f"{event.group_id}/{c.sample_index}", prompt_token_ids=prompt_ids,
+                                  sampling=sampling, seed=derive_seed(seed, f"{event.group_id}#{c.turn}",
+                                                                       c.sample_index),
+                                  task_id=event.task_id, turn=c.turn)]
     return [
         GenerationRequest(
             request_id=f"{event.group_id}/{index}",
@@ -106,6 +119,31 @@ def group_requests(event: PromptIssued, prompt_ids: list[int], defaults: Generat
     ]
 
 
+def unit_of(event: PromptIssued) -> str:
+    """What the generator does once per prompt event: a group, or one turn of one sample."""
+    c = event.continuation
+    return event.group_id if c is None else f"{event.group_id}/{c.sample_index}#{c.turn}"
+
+
+def invalid_continuation(event: PromptIssued, tokenizer: Any) -> str | None:
+    """Why a continuation cannot be served (None: it can)."""
+    c = event.continuation
+    assert c is not None
+    n = len(c.completion_token_ids)
+    vocab = len(tokenizer)
+    if c.sample_index >= event.group_size:
+        return f"invalid: continuation of sample {c.sample_index} of a group of {event.group_size}"
+    if c.turn < 2 or c.turn > event.max_turns:
+        return f"invalid: continuation turn {c.turn} outside 2..max_turns ({event.max_turns})"
+    if len(c.generated_mask) != n or len(c.behaviour_logprobs) != n:
+        return (f"invalid: continuation transcript of {n} tokens with {len(c.generated_mask)} mask entries and "
+                f"{len(c.behaviour_logprobs)} log-probs")
+    ids = list(c.prompt_token_ids) + list(c.completion_token_ids)
+    if ids and (min(ids) < 0 or max(ids) >= vocab):
+        return f"invalid: continuation token ids outside the vocabulary (0..{vocab - 1})"
+    return None
+
+
 def clamped(logprobs: list[float]) -> list[float]:
     """Log-probs within the schema's range [MIN_LOGPROB, 0] (checked with C loops first: almost
     every completion is within it already)."""
@@ -115,30 +153,38 @@ def clamped(logprobs: list[float]) -> list[float]:
 
 
 def action_from(event: PromptIssued, index: int, prompt_ids: list[int], completion: Completion, *,
-                generator_id: str, queued_s: float, generate_s: float) -> ActionGenerated:
-    """One ``ActionGenerated`` for sample ``index`` of ``event``."""
-    rollout = Rollout(
-        rollout_id=f"{event.group_id}/{index}",
-        group_id=event.group_id,
-        sample_index=index,
-        group_size=event.group_size,
-        task_id=event.task_id,
-        family=event.family,
-        prompt_token_ids=prompt_ids,
-        completion_token_ids=completion.token_ids,
-        behaviour_logprobs=clamped(completion.logprobs),
-        logprob_temperature=completion.logprob_temperature,
-        policy_version_first=completion.policy_version_first,
-        policy_version_last=completion.policy_version_last,
-        issued_policy_version=event.issued_policy_version,
-        finish_reason=completion.finish_reason,
-    )
+                generator_id: str, queued_s: float, generate_s: float,
+                observation_tokens: list[int] | None = None) -> ActionGenerated:
+    """One ``ActionGenerated`` for sample ``index`` of ``event`` (for a continuation: the episode so
+    far, with ``observation_tokens`` between the last turn and this one)."""
+    if event.continuation is not None:
+        rollout = continued_rollout(
+            event, observation_tokens or [], completion.token_ids, clamped(completion.logprobs),
+            version_first=completion.policy_version_first, version_last=completion.policy_version_last,
+            finish_reason=completion.finish_reason, logprob_temperature=completion.logprob_temperature)
+    else:
+        rollout = Rollout(
+            rollout_id=f"{event.group_id}/{index}",
+            group_id=event.group_id,
+            sample_index=index,
+            group_size=event.group_size,
+            task_id=event.task_id,
+            family=event.family,
+            prompt_token_ids=prompt_ids,
+            completion_token_ids=completion.token_ids,
+            behaviour_logprobs=clamped(completion.logprobs),
+            logprob_temperature=completion.logprob_temperature,
+            policy_version_first=completion.policy_version_first,
+            policy_version_last=completion.policy_version_last,
+            issued_policy_version=event.issued_policy_version,
+            finish_reason=completion.finish_reason,
+        )
     return ActionGenerated(
         rollout=rollout,
         completion_text=completion.text,
         reward=event.reward,
         max_turns=event.max_turns,
-        turn=1,
+        turn=event.continuation.turn if event.continuation is not None else 1,
         error=completion.error,
         generator_id=generator_id,
         queued_s=max(0.0, queued_s),
@@ -204,7 +250,7 @@ class GeneratorStage:
             deliveries = await self.consumer.getmany(max_records=self.gen.max_batch_prompts, timeout_s=0.5)
             admitted = [(d, False) for d in deliveries]
             if self.guard is not None and deliveries:  # skip groups already generated; dead-letter poison
-                keep = await self.guard.screen(deliveries, [d.event.group_id for d in deliveries], self.consumer,
+                keep = await self.guard.screen(deliveries, [unit_of(d.event) for d in deliveries], self.consumer,
                                                self.producer)
                 admitted = [(deliveries[i], suspect) for i, suspect in keep]
             for delivery, suspect in admitted:
@@ -215,8 +261,19 @@ class GeneratorStage:
     async def _prepare(self, delivery: Delivery[PromptIssued], suspect: bool = False) -> Prepared | None:
         event = delivery.event
         reason = None
+        observed: list[int] | None = None
         if event.continuation is not None:
-            reason = "invalid: continuation events (multi-turn) are not supported by this generator yet"
+            reason = invalid_continuation(event, self.backend.tokenizer)
+            if reason is None:
+                c = event.continuation
+                tokenizer = self.backend.tokenizer
+                last = tokenizer.decode(list(c.completion_token_ids[-1:])) if len(c.completion_token_ids) else ""
+                try:
+                    observed = observation_ids(tokenizer, c.observation, last)
+                except (TemplateError, ValueError, TypeError, KeyError, IndexError) as exc:
+                    reason = f"invalid: chat template rejected the observation: {type(exc).__name__}: {exc}"
+                else:
+                    prompt_ids = continued(event, observed)
         else:
             try:
                 prompt_ids = self.prompt_ids(event)
@@ -228,7 +285,7 @@ class GeneratorStage:
                 self.guard.released(delivery)
             self.consumer.done(delivery)
             return None
-        return Prepared(delivery, prompt_ids, suspect)
+        return Prepared(delivery, prompt_ids, suspect, observed)
 
     def prompt_ids(self, event: PromptIssued) -> list[int]:
         """The chat-templated prompt's token ids; a task's prompt recurs every epoch, so they are
@@ -306,7 +363,8 @@ class GeneratorStage:
         position = 0
         for item in batch:
             event = item.delivery.event
-            for index in range(event.group_size):
+            c = event.continuation
+            for index in ([c.sample_index] if c is not None else range(event.group_size)):
                 completion = completions[position]
                 position += 1
                 self.tokens_out.inc(len(completion.token_ids))
@@ -315,7 +373,8 @@ class GeneratorStage:
                     log.warning("group %s sample %d failed: %s", event.group_id, index, completion.error)
                 actions.append(action_from(event, index, item.prompt_ids, completion,
                                            generator_id=self.generator_id,
-                                           queued_s=started - item.delivery.received_at, generate_s=generate_s))
+                                           queued_s=started - item.delivery.received_at, generate_s=generate_s,
+                                           observation_tokens=item.observation_tokens))
         return actions
 
     async def _generate_with_retry(self, requests: list[GenerationRequest], attempts: int = 3) -> list[Completion]:
@@ -330,7 +389,7 @@ class GeneratorStage:
         await self.producer.send_many([("actions", action) for action in actions])
         for item in batch:
             if self.guard is not None:
-                self.guard.finished(item.delivery, item.delivery.event.group_id)
+                self.guard.finished(item.delivery, unit_of(item.delivery.event))
             self.consumer.done(item.delivery)
         if self.guard is not None:
             await self.guard.flush()

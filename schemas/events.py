@@ -146,12 +146,13 @@ class RewardSpec(msgspec.Struct, frozen=True, kw_only=True):
     no_code_reward: Reward = -1.0
     max_length_chars: Annotated[int, Meta(ge=1)] | None = None
     subtasks: Annotated[list[Subtask], Meta(max_length=64)] = []
+    turn_penalty: Annotated[float, Meta(ge=0.0, le=10.0)] = 0.0  # multi-turn: taken off per turn after the first
     trust: Trust = "judge"
     program: bool = False
 
 
 class Continuation(msgspec.Struct, frozen=True, kw_only=True):
-    """A later turn of one sample of a multi-turn episode (planned).
+    """A later turn of one sample of a multi-turn episode (consumers/episodes.py).
 
     The transcript so far travels as tokens: ``generated_mask[i]`` is 1 where
     ``completion_token_ids[i]`` was produced by the model (and has a behaviour

@@ -34,6 +34,7 @@ class GenerationRequest:
     sampling: Sampling
     seed: int
     task_id: str = ""  # the task the prompt came from (the scripted backend answers by it)
+    turn: int = 1  # a multi-turn episode's turn (the scripted backend answers by it too)
 
 
 @dataclass(frozen=True, slots=True)

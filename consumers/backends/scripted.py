@@ -3,7 +3,8 @@ its task's scripted answers, so rewards vary within a group as they do with a re
 
 A task's answers, in order: its ``reference_solution``, the built-in suite's wrong solution for
 it (``producers/suite/_wrong_solutions.jsonl``), and the lines of ``generator.scripted_answers``
-for it. Sample ``i`` of a group gets answer ``i mod n``, as a fenced Python block; a task with
+for it. Sample ``i`` of a group gets answer ``i mod n`` (at turn ``t`` of an episode, ``i + t - 1 mod n``: a
+sample that failed moves on to the next answer), as a fenced Python block; a task with
 no answers gets an empty completion. The text is tokenized with the configured model's
 tokenizer (cut at ``max_new_tokens``, finish reason ``length``), each token with log-prob
 ``LOGPROB``, so every stage downstream (the learner included) does its real work. Weights are
@@ -83,7 +84,7 @@ class ScriptedBackend:
     def answer(self, request: GenerationRequest) -> str:
         answers = self.answers.get(request.task_id) or [""]
         index = int(request.request_id.rsplit("/", 1)[-1]) if "/" in request.request_id else 0
-        text = answers[index % len(answers)]
+        text = answers[(index + request.turn - 1) % len(answers)]
         return f"```python\n{text.rstrip()}\n```" if text else ""
 
     async def generate(self, requests: Sequence[GenerationRequest]) -> list[Completion]:

@@ -1,0 +1,159 @@
+"""Multi-turn episodes: what the executor decides after a turn, and how the generator continues one.
+
+An episode is one sample of a group (``rollout_id`` = ``group_id/sample_index``) given up to
+``max_turns`` turns. After each turn the executor either **ends** it (the code passed, the turns
+are used up, or nothing could be generated) and emits one ``RewardScored`` for the whole
+trajectory, or **continues** it: it sends a ``PromptIssued`` with a :class:`Continuation` for
+that one sample back to ``prompts``, carrying the transcript so far as tokens (with the mask of
+model-generated tokens and their behaviour log-probs, and every policy version used) and a
+concise observation of what went wrong (which tests failed and why, the compiler error, the
+stderr tail; at most ``OBSERVATION_CHARS``).
+
+The generator renders the observation as the next user turn in the model's chat template and
+appends its tokens to the transcript (mask 0: the environment's, not the model's), then samples
+the next turn. The rollout it emits spans every turn: ``completion_token_ids`` is turn 1, the
+observation, turn 2, ...; ``generated_mask`` marks the model's tokens, which are the only ones
+the learner trains on; ``policy_version_first`` is the oldest version that produced any of its
+tokens, so staleness is measured from it. ``completion_text`` is the new turn's text only: it is
+what the executor runs.
+
+Reward: the final turn's reward (final success, with partial credit per test as the spec's
+weights say), minus ``RewardSpec.turn_penalty`` for every turn after the first.
+
+State between turns: each turn's code is run on its own, as a complete answer (the observation
+asks for the whole corrected code); files do not carry over between turns yet.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from rollstream.schemas.events import (
+    ActionGenerated,
+    Continuation,
+    ExecutionRecord,
+    Message,
+    PromptIssued,
+    RewardSpec,
+    Rollout,
+)
+
+OBSERVATION_CHARS = 2000  # an observation's size cap
+FAILED_TESTS_SHOWN = 5
+TAIL_CHARS = 600
+
+
+def ends(action: ActionGenerated, execution: ExecutionRecord) -> bool:
+    """Whether the episode ends after this turn (else it continues)."""
+    return action.turn >= action.max_turns or action.error is not None or execution.passed \
+        or execution.error_kind in ("tamper", "infra")
+
+
+def final_reward(spec: RewardSpec, reward: float, turn: int) -> float:
+    """The episode's reward: the last turn's, less the per-turn penalty for every turn after the first."""
+    return reward - spec.turn_penalty * (turn - 1)
+
+
+def observation(spec: RewardSpec, execution: ExecutionRecord, events: Sequence[dict[str, Any]] = ()) -> str:
+    """What the model is told after a failed turn: the verdict, the failing tests and why, the
+    error, the stderr tail; at most ``OBSERVATION_CHARS``."""
+    lines = []
+    verdict = execution.verdict
+    if verdict == "syntax":
+        where = f" (line {execution.error_line})" if execution.error_line else ""
+        lines.append(f"Your code does not compile{where}: {execution.error_message}")
+    elif verdict == "timeout":
+        lines.append(f"Your code ran out of time ({spec.timeout_s:g} s).")
+    elif verdict == "oom":
+        lines.append("Your code ran out of memory.")
+    elif verdict == "output_limit":
+        lines.append("Your code wrote too much output.")
+    elif verdict == "no_code":
+        lines.append("Your answer has no code: put the code in a ```python block.")
+    elif verdict == "fail":
+        lines.append(f"{execution.tests_passed} of {execution.tests_total} tests passed.")
+    else:
+        lines.append(f"Your code failed ({verdict}): {execution.error_message}".rstrip(": "))
+    failed = [e for e in events if e.get("e") == "test" and not e.get("ok")]
+    for event in failed[:FAILED_TESTS_SHOWN]:
+        index = event.get("i")
+        test = spec.tests[index] if isinstance(index, int) and 0 <= index < len(spec.tests) else "?"
+        why = f"{event.get('type', '')}: {event.get('msg', '')}".strip(": ")
+        lines.append(f"Failed: {test.strip()[:300]}" + (f" ({why[:300]})" if why else ""))
+    if len(failed) > FAILED_TESTS_SHOWN:
+        lines.append(f"... and {len(failed) - FAILED_TESTS_SHOWN} more failing tests.")
+    if verdict not in ("fail", "syntax") and execution.stderr_tail.strip():
+        lines.append("stderr:\n" + execution.stderr_tail.strip()[-TAIL_CHARS:])
+    lines.append("Fix it and answer with the whole corrected code in one ```python block.")
+    text = "\n".join(lines)
+    return text if len(text) <= OBSERVATION_CHARS else text[: OBSERVATION_CHARS - 4] + " ..."
+
+
+def continuation_of(action: ActionGenerated, observed: str, *, now: float | None = None) -> PromptIssued:
+    """The ``PromptIssued`` asking for the next turn of ``action``'s sample."""
+    rollout = action.rollout
+    mask = list(rollout.generated_mask) if rollout.generated_mask is not None else [1] * len(
+        rollout.completion_token_ids)
+    versions = sorted({rollout.policy_version_first, rollout.policy_version_last})
+    return PromptIssued(
+        group_id=rollout.group_id, task_id=rollout.task_id, family=rollout.family,
+        messages=[Message(role="user", content=observed)], group_size=rollout.group_size, reward=action.reward,
+        max_turns=action.max_turns, issued_policy_version=rollout.issued_policy_version,
+        issued_at=time.time() if now is None else now,
+        continuation=Continuation(
+            sample_index=rollout.sample_index, turn=action.turn + 1,
+            messages=[Message(role="assistant", content=action.completion_text), Message(role="user", content=observed)],
+            prompt_token_ids=list(rollout.prompt_token_ids), completion_token_ids=list(rollout.completion_token_ids),
+            generated_mask=mask, behaviour_logprobs=list(rollout.behaviour_logprobs), observation=observed,
+            policy_versions=versions))
+
+
+# --- the generator's side ------------------------------------------------------------------------
+
+
+def observation_ids(tokenizer: Any, observed: str, last_token: str = "") -> list[int]:
+    """The tokens between the model's last turn and its next one: the end of its turn (what the
+    chat template puts after an assistant message, less the end-of-turn token the model generated
+    itself: ``last_token`` is the text of the transcript's last token), the observation as a user
+    turn, and the header of the next assistant turn."""
+    template = getattr(tokenizer, "chat_template", None)
+    if not template:
+        return list(tokenizer.encode(f"\n{observed}\n", add_special_tokens=False))
+    mark = "\u2063rollstream-turn\u2063"  # text no template produces: where the assistant content ends
+    before = [{"role": "user", "content": "x"}, {"role": "assistant", "content": mark}]
+    after = before + [{"role": "user", "content": observed}]
+    head = tokenizer.apply_chat_template(before, tokenize=False)
+    full = tokenizer.apply_chat_template(after, tokenize=False, add_generation_prompt=True)
+    end_of_turn = head[head.index(mark) + len(mark):]
+    text = end_of_turn + full[len(head):] if full.startswith(head) else end_of_turn + "\n" + observed + "\n"
+    if last_token.strip() and text.startswith(last_token):
+        text = text[len(last_token):]
+    return list(tokenizer.encode(text, add_special_tokens=False))
+
+
+def continued(event: PromptIssued, observation_tokens: list[int]) -> list[int]:
+    """The context the next turn is sampled from: prompt, transcript so far, observation."""
+    c = event.continuation
+    assert c is not None
+    return list(c.prompt_token_ids) + list(c.completion_token_ids) + observation_tokens
+
+
+def continued_rollout(event: PromptIssued, observation_tokens: list[int], token_ids: list[int],
+                      logprobs: list[float], *, version_first: int, version_last: int, finish_reason: str,
+                      logprob_temperature: float) -> Rollout:
+    """The rollout of the whole episode so far, the new turn included."""
+    c = event.continuation
+    assert c is not None
+    previous = list(c.policy_versions) or [version_first]
+    return Rollout(
+        rollout_id=f"{event.group_id}/{c.sample_index}", group_id=event.group_id, sample_index=c.sample_index,
+        group_size=event.group_size, task_id=event.task_id, family=event.family,
+        prompt_token_ids=list(c.prompt_token_ids),
+        completion_token_ids=list(c.completion_token_ids) + observation_tokens + token_ids,
+        behaviour_logprobs=list(c.behaviour_logprobs) + [0.0] * len(observation_tokens) + logprobs,
+        generated_mask=list(c.generated_mask) + [0] * len(observation_tokens) + [1] * len(token_ids),
+        logprob_temperature=logprob_temperature,
+        policy_version_first=min(min(previous), version_first), policy_version_last=version_last,
+        issued_policy_version=event.issued_policy_version, finish_reason=finish_reason)

@@ -1,0 +1,86 @@
+"""A multi-turn episode end to end, on the real broker and real Docker sandboxes: a scripted policy
+(each sample's answers in turn: the task's reference solution, the suite's wrong solution) fails
+turn 1, gets the executor's observation back as a continuation, and passes turn 2. The final
+reward carries the whole trajectory: turn 1's tokens, the observation's (masked out), turn 2's;
+the behaviour log-probs of the model's tokens; the reward less the per-turn penalty."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import msgspec
+
+from rollstream.config import Config, ExecutorConfig
+from rollstream.consumers import executor, generator
+from rollstream.consumers.backends.scripted import LOGPROB
+from rollstream.consumers.episodes import observation_ids
+from rollstream.kafka import EventProducer, ensure_topics
+from rollstream.models import load_tokenizer
+from rollstream.producers.sources import load_tasks
+from rollstream.schemas.events import ActionGenerated, Message, PromptIssued, RewardScored
+from rollstream.testing import make_tiny_model_dir
+from tests.helpers import read_events
+
+TASK = "bits/bit_length"  # its reference passes; the suite's wrong solution for it fails a test
+
+
+async def test_fail_turn_one_read_the_observation_pass_turn_two(config: Config, tmp_path: Path,
+                                                                 sandbox_image: str, owner: str) -> None:
+    tiny_model_dir = make_tiny_model_dir(tmp_path / "tiny", max_positions=2048)  # room for two turns
+    config = msgspec.structs.replace(
+        config,
+        generator=msgspec.structs.replace(config.generator, backend="scripted", model=str(tiny_model_dir)),
+        executor=ExecutorConfig(image=sandbox_image, owner=owner, pool_size=2, concurrency=2))
+    [task] = [t for t in load_tasks(config.sampler.sources) if t.task_id == TASK]
+    reward = msgspec.structs.replace(task.reward, turn_penalty=0.1)
+    prompt = PromptIssued(group_id="mt", task_id=TASK, family=task.family, messages=task.chat(), group_size=2,
+                          reward=reward, max_turns=2, issued_policy_version=0, issued_at=0.0)
+    await ensure_topics(config.infra, ["prompts", "actions", "rewards", "audit"])
+    async with EventProducer(config.infra, client_id="test") as producer:
+        await producer.send("prompts", prompt)
+    stop = asyncio.Event()
+    stages = [asyncio.create_task(generator.run(config, stop=stop)),
+              asyncio.create_task(executor.run(config, stop=stop))]
+    try:
+        rewards = await read_events(config.infra, "rewards", RewardScored, lambda got: len(got) >= 2, 120)
+        prompts = await read_events(config.infra, "prompts", PromptIssued, lambda got: len(got) >= 2, 10)
+        actions = await read_events(config.infra, "actions", ActionGenerated, lambda got: len(got) >= 3, 10)
+        assert not any(s.done() for s in stages)
+    finally:
+        stop.set()
+        await asyncio.wait_for(asyncio.gather(*stages), 60)
+    by_id = {r.rollout.rollout_id: r for r in rewards}
+    assert sorted(by_id) == ["mt/0", "mt/1"] and len(rewards) == 2
+
+    # sample 0 passed at once: one turn, no mask (every token the model's), no penalty
+    first = by_id["mt/0"]
+    assert first.execution.passed and first.reward == 1.0 and first.rollout.generated_mask is None
+
+    # sample 1 failed turn 1: the executor sent one continuation for it, with what went wrong
+    [continuation] = [p for p in prompts if p.continuation is not None]
+    c = continuation.continuation
+    assert (continuation.group_id, c.sample_index, c.turn, continuation.max_turns) == ("mt", 1, 2, 2)
+    assert "tests passed" in c.observation and "Failed: assert" in c.observation
+    assert continuation.messages == [Message(role="user", content=c.observation)]
+    turns = {(a.rollout.sample_index, a.turn): a for a in actions}
+    assert sorted(turns) == [(0, 1), (1, 1), (1, 2)]
+    turn1, turn2 = turns[(1, 1)], turns[(1, 2)]
+    assert "len(bin(n))" in turn1.completion_text and "len(bin(n))" not in turn2.completion_text
+    assert list(c.completion_token_ids) == list(turn1.rollout.completion_token_ids)
+
+    # the episode's reward: turn 2 passed, less one turn's penalty; the whole trajectory
+    second = by_id["mt/1"]
+    assert second.execution.passed and abs(second.reward - 0.9) < 1e-9
+    tokenizer = load_tokenizer(str(tiny_model_dir))
+    one = list(turn1.rollout.completion_token_ids)
+    observed = observation_ids(tokenizer, c.observation, tokenizer.decode(one[-1:]))
+    two = list(turn2.rollout.completion_token_ids)[len(one) + len(observed):]
+    rollout = second.rollout
+    assert rollout == turn2.rollout  # carried unchanged from the generator
+    assert list(rollout.prompt_token_ids) == list(turn1.rollout.prompt_token_ids)
+    assert list(rollout.completion_token_ids) == one + observed + two and two
+    assert list(rollout.generated_mask) == [1] * len(one) + [0] * len(observed) + [1] * len(two)
+    assert list(rollout.behaviour_logprobs) == [LOGPROB] * len(one) + [0.0] * len(observed) + [LOGPROB] * len(two)
+    assert tokenizer.decode(two, skip_special_tokens=True) == turn2.completion_text
+    assert "<|im_start|>user" in tokenizer.decode(observed)  # the observation is a user turn of the template
