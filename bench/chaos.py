@@ -40,7 +40,7 @@ from rollstream.config import load_config
 from rollstream.infra import free_port, start_broker, stop_pid
 
 
-def drill_config(work: Path, name: str, bootstrap: str, redis_url: str, model: Path) -> Path:
+def drill_config(work: Path, name: str, bootstrap: str, redis_url: str, model: Path, *, max_turns: int = 1) -> Path:
     path = work / f"{name}.toml"
     path.write_text(f"""
 [infra]
@@ -59,6 +59,8 @@ max_staleness = 2
 
 [sampler]
 poll_s = 0.1
+max_turns = {max_turns}
+turn_penalty = 0.1
 
 [generator]
 backend = "sim"
@@ -100,8 +102,8 @@ def trained_by(fates: list[Any], until: float) -> int:
 
 
 def phase(work: Path, name: str, bootstrap: str, redis: PrivateRedis, model: Path, seconds: float, *,
-          chaos: bool, rng: random.Random, every: tuple[float, float]) -> dict[str, Any]:
-    config_path = drill_config(work, name, bootstrap, redis.url, model)
+          chaos: bool, rng: random.Random, every: tuple[float, float], max_turns: int = 1) -> dict[str, Any]:
+    config_path = drill_config(work, name, bootstrap, redis.url, model, max_turns=max_turns)
     config = load_config(str(config_path))
     drill = Drill(config_path, work / name / "logs")
     drill.start_all()
@@ -136,6 +138,8 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="two 100 s phases (about 5 minutes in all)")
     parser.add_argument("--seconds", type=float, default=None, help="length of each phase (default 300; quick 100)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--multi-turn", action="store_true",
+                        help="episodes of up to 2 turns (the executor's feedback between them)")
     parser.add_argument("--json", dest="json_out", help="write the headline figures here")
     args = parser.parse_args()
     seconds = args.seconds or (100.0 if args.quick else 300.0)
@@ -150,9 +154,12 @@ def main() -> None:
     redis.start()
     try:
         bootstrap = f"127.0.0.1:{port}"
-        calm = phase(work, "calm", bootstrap, redis, model, seconds, chaos=False, rng=rng, every=(15, 30))
+        turns = 2 if args.multi_turn else 1
+        calm = phase(work, "calm", bootstrap, redis, model, seconds, chaos=False, rng=rng, every=(15, 30),
+                     max_turns=turns)
         print(f"without kills: {calm['trained_in_time']} groups trained in {seconds:.0f} s", flush=True)
-        storm = phase(work, "storm", bootstrap, redis, model, seconds, chaos=True, rng=rng, every=(15, 30))
+        storm = phase(work, "storm", bootstrap, redis, model, seconds, chaos=True, rng=rng, every=(15, 30),
+                      max_turns=turns)
         print(f"with {storm['kills']} kills: {storm['trained_in_time']} groups trained; lost {storm['lost']}, "
               f"trained twice {storm['duplicates']}", flush=True)
     finally:
@@ -161,12 +168,14 @@ def main() -> None:
         shutil.rmtree(work, ignore_errors=True)
     report({
         "seconds": seconds,
+        "max_turns": turns,
         "killed": storm["killed"],
         "groups_issued": storm["groups_issued"],
         "groups_filtered": storm["groups_filtered"],
         "groups_dropped_by_stream": storm["groups_dropped_by_stream"],
         "groups_dead_lettered": storm["groups_dead_lettered"],
         "learner_runs": storm["learner_runs"],
+        "turns_continued": storm["turns_continued"],
         "kills": storm["kills"],
         "restarts": storm["restarts"],
         "groups_trained": storm["groups_trained"],

@@ -14,7 +14,7 @@ lineage's weights) is not stale: its behaviour log-probs are recorded, so the IS
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -36,6 +36,7 @@ class Batch:
     advantages: torch.Tensor  # [B] float
     temperatures: torch.Tensor  # [B] float, the rollouts' logprob_temperature (0 -> 1)
     rollout_ids: tuple[str, ...]
+    weights: torch.Tensor | None = None  # [B] float, each rollout's weight in the loss (its family's); None: 1
 
     @property
     def num_tokens(self) -> int:
@@ -51,6 +52,7 @@ class Batch:
             advantages=self.advantages.to(device),
             temperatures=self.temperatures.to(device),
             rollout_ids=self.rollout_ids,
+            weights=self.weights.to(device) if self.weights is not None else None,
         )
 
 
@@ -100,8 +102,10 @@ def _tensor(values: PackedArray, dtype: torch.dtype) -> torch.Tensor:
     return torch.frombuffer(values, dtype=_TORCH_OF[values.typecode]).to(dtype)
 
 
-def collate(items: Sequence[AdvantagedRollout], pad_id: int = 0) -> Batch:
-    """Pad ``items`` to the longest prompt + completion of the batch."""
+def collate(items: Sequence[AdvantagedRollout], pad_id: int = 0,
+            family_weights: Mapping[str, float] | None = None) -> Batch:
+    """Pad ``items`` to the longest prompt + completion of the batch; ``family_weights``: each
+    rollout's weight in the loss by its task family (not named: 1)."""
     if not items:
         raise ValueError("cannot collate an empty batch")
     lengths = [len(i.rollout.prompt_token_ids) + len(i.rollout.completion_token_ids) for i in items]
@@ -132,14 +136,18 @@ def collate(items: Sequence[AdvantagedRollout], pad_id: int = 0) -> Batch:
         advantages=torch.tensor([i.advantage for i in items], dtype=torch.float32),
         temperatures=torch.tensor(temps, dtype=torch.float32),
         rollout_ids=tuple(i.rollout.rollout_id for i in items),
+        weights=torch.tensor([float(family_weights.get(i.rollout.family, 1.0)) for i in items],
+                             dtype=torch.float32) if family_weights else None,
     )
 
 
-def micro_batches(items: Sequence[AdvantagedRollout], micro_batch: int, pad_id: int = 0) -> list[Batch]:
+def micro_batches(items: Sequence[AdvantagedRollout], micro_batch: int, pad_id: int = 0,
+                  family_weights: Mapping[str, float] | None = None) -> list[Batch]:
     """Split ``items`` into padded batches of at most ``micro_batch`` rollouts.
 
     Rollouts are sorted by length first so each micro-batch pads little; the order inside a
     step does not change its gradient (the losses are summed with step-wide denominators).
     """
     ordered = sorted(items, key=lambda i: len(i.rollout.prompt_token_ids) + len(i.rollout.completion_token_ids))
-    return [collate(ordered[i : i + micro_batch], pad_id) for i in range(0, len(ordered), micro_batch)]
+    return [collate(ordered[i : i + micro_batch], pad_id, family_weights)
+            for i in range(0, len(ordered), micro_batch)]

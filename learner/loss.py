@@ -71,8 +71,10 @@ def policy_loss(
     entropy: torch.Tensor | None = None,
     step_tokens: float | None = None,
     step_sequences: float | None = None,
+    weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """The loss of one (micro-)batch and its statistics.
+    """The loss of one (micro-)batch and its statistics. ``weights`` [B]: each rollout's weight in
+    the loss (multi-task training: its family's; the denominators are not reweighted).
 
     ``logprobs`` [B, T] (with grad), ``prox_logprobs`` and ``behaviour_logprobs`` [B, T],
     ``advantages`` [B], ``loss_mask`` [B, T] (1 on generated tokens). ``step_tokens`` /
@@ -96,6 +98,8 @@ def policy_loss(
         delta = ref_logprobs.detach() - logprobs
         kl = torch.exp(delta) - delta - 1.0  # [B, T], k3 >= 0
         per_token = per_token + settings.kl_beta * kl
+    if weights is not None:
+        per_token = per_token * weights.to(per_token.dtype).unsqueeze(1)
     loss = aggregate(per_token, mask, settings.loss_agg, step_tokens, step_sequences)
     with torch.no_grad():
         n = mask.sum().clamp_min(1.0)

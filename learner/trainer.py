@@ -78,7 +78,8 @@ class Trainer:
         s = self.settings
         n_updates = max(1, min(s.updates_per_step, len(rollouts)))
         chunks = [list(rollouts[i::n_updates]) for i in range(n_updates)]
-        batches = [[b.to(self.device) for b in micro_batches(c, s.micro_batch, self.pad_id)] for c in chunks]
+        batches = [[b.to(self.device) for b in micro_batches(c, s.micro_batch, self.pad_id, s.family_loss_weights)]
+                   for c in chunks]
         prox = None
         if n_updates > 1:
             prox = [[self._logprobs_no_grad(self.model, b) for b in mini] for mini in batches]
@@ -129,6 +130,7 @@ class Trainer:
             entropy=entropy,
             step_tokens=step_tokens,
             step_sequences=step_sequences,
+            weights=batch.weights,
         )
         loss.backward()
         return float(loss.detach()), stats

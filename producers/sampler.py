@@ -33,6 +33,7 @@ import time
 from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 
+import msgspec
 import redis.asyncio as aioredis
 
 from rollstream.config import Config
@@ -147,11 +148,14 @@ class Sampler:
         messages = task.chat()
         if self.config.sampler.system_prompt and not any(m.role == "system" for m in messages):
             messages = [Message(role="system", content=self.config.sampler.system_prompt), *messages]
+        s = self.config.sampler
+        reward = task.reward if s.turn_penalty is None else msgspec.structs.replace(task.reward,
+                                                                                  turn_penalty=s.turn_penalty)
         return PromptIssued(
             group_id=group_id(self.config.sampler.run_name, self.state.epoch, position),
             task_id=task.task_id, family=task.family, messages=messages,
-            group_size=self.config.rl.group_size, reward=task.reward,
-            sampling=task.sampling or SamplingParams(), max_turns=task.max_turns,
+            group_size=self.config.rl.group_size, reward=reward,
+            sampling=task.sampling or SamplingParams(), max_turns=s.max_turns or task.max_turns,
             issued_policy_version=policy_version, issued_at=time.time(),
         )
 

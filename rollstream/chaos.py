@@ -123,6 +123,7 @@ class Accounting:
     lost: list[str]
     duplicate_trained: list[str]
     learner_runs: int
+    continued: int = 0  # episode turns that were continued (multi-turn)
     fates: list[Any] = field(default_factory=list, repr=False)  # every fate read, of every learner run
 
     def figures(self) -> dict[str, Any]:
@@ -130,7 +131,7 @@ class Accounting:
                 "groups_stale": self.stale, "groups_dropped_by_stream": self.dropped_by_stream,
                 "groups_dead_lettered": self.dead_lettered,
                 "lost_groups": len(self.lost), "duplicate_trained_groups": len(self.duplicate_trained),
-                "learner_runs": self.learner_runs}
+                "learner_runs": self.learner_runs, "turns_continued": self.continued}
 
 
 def surviving_fates(fates: list[Any]) -> list[Any]:
@@ -156,11 +157,15 @@ async def account(config: Config) -> Accounting:
     from rollstream.schemas import GroupFate, PromptIssued, SchemaError, codec
 
     issued: set[str] = set()
+    continued: set[tuple[str, int, int]] = set()  # multi-turn: (group, sample, turn) sent back for another turn
     for record in await read_to_end(config.infra, topic_name(config.infra, "prompts")):
         try:
-            issued.add(codec(PromptIssued).decode(record.value).group_id)
+            prompt = codec(PromptIssued).decode(record.value)
         except SchemaError:
             continue
+        issued.add(prompt.group_id)
+        if prompt.continuation is not None:
+            continued.add((prompt.group_id, prompt.continuation.sample_index, prompt.continuation.turn))
     dead_lettered: set[str] = set()  # a prompt or action on a DLQ (with its reason): its group never completes
     for name in ("prompts.dlq", "actions.dlq"):
         try:
@@ -185,7 +190,7 @@ async def account(config: Config) -> Accounting:
         issued=len(issued), trained=len(trained), filtered=by_kind["filtered"], stale=by_kind["stale"],
         invalid=by_kind["invalid"], dropped_by_stream=len(dropped & issued),
         dead_lettered=len(dead_lettered & issued), lost=sorted(issued - decided - dropped - dead_lettered), duplicate_trained=sorted(g for g, n in trained.items() if n > 1),
-        learner_runs=len({f.learner_run for f in fates}), fates=fates)
+        learner_runs=len({f.learner_run for f in fates}), continued=len(continued), fates=fates)
 
 
 async def wait_drained(config: Config, timeout_s: float) -> Accounting:

@@ -123,6 +123,11 @@ class SamplerConfig(Section):
     """Stop after this many passes over the tasks (0 = forever)."""
     system_prompt: str = ""
     """Optional system message put before every task."""
+    max_turns: Annotated[int, Meta(ge=1, le=64)] | None = None
+    """Turns every episode may take (multi-turn, with the executor's feedback between them); None:
+    each task's own `max_turns` (1 unless the task says otherwise)."""
+    turn_penalty: Annotated[float, Meta(ge=0.0, le=10.0)] | None = None
+    """Reward taken off per turn after the first; None: each task's own `reward.turn_penalty`."""
     metrics_port: Port = 0
     """Prometheus port (0 = do not serve)."""
     run_name: Annotated[str, Meta(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")] = "run"
@@ -255,8 +260,9 @@ class ExecutorConfig(Section):
 class StreamConfig(Section):
     estimator: Literal["grpo", "dr_grpo", "rloo"] = "grpo"
     """Advantage estimator."""
-    normalize: Literal["group", "task", "batch"] = "group"
-    """Scope of the advantage normalisation statistics."""
+    normalize: Literal["group", "task", "family", "batch"] = "group"
+    """Scope of GRPO's std: each group's own, all groups of its task, of its task family
+    (multi-task training), or the whole batch being emitted."""
     std_eps: PositiveFloat = 1e-6
     """Epsilon added to the std in GRPO's normalisation."""
     reward_clip: PositiveFloat | None = None
@@ -329,6 +335,9 @@ class LoraConfig(Section):
 class LearnerConfig(Section):
     model: str = "smollm2"
     """"smollm2" or a local Hugging Face model directory."""
+    family_loss_weights: dict[str, Annotated[float, Meta(ge=0.0, le=1000.0)]] = {}
+    """Multi-task training: each task family's rollouts weigh this much in the loss (families not
+    named: 1; 0 leaves a family out of the gradient while it is still sampled and measured)."""
     device: str = "cpu"
     """torch device."""
     micro_batch: PositiveInt = 8

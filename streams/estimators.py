@@ -13,6 +13,8 @@ where GRPO's std comes from:
 
 * ``group``: the group's own rewards (the classic GRPO definition);
 * ``task``:  all rewards of groups of the same ``task_id`` in the batch being emitted;
+* ``family``: all rewards of groups of the same task family in the batch being emitted (multi-task
+  training: each family's rewards on their own scale);
 * ``batch``: all rewards of the batch being emitted (group mean, batch std: "Lite PPO").
 
 ``dr_grpo`` and ``rloo`` never divide, so ``normalize`` does not change them.
@@ -36,9 +38,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 Estimator = Literal["grpo", "dr_grpo", "rloo"]
-Normalize = Literal["group", "task", "batch"]
+Normalize = Literal["group", "task", "family", "batch"]
 ESTIMATORS: tuple[str, ...] = ("grpo", "dr_grpo", "rloo")
-NORMALIZE: tuple[str, ...] = ("group", "task", "batch")
+NORMALIZE: tuple[str, ...] = ("group", "task", "family", "batch")
 
 # Reasons a group is not emitted (metric label values; keep the set small and fixed).
 ZERO_VARIANCE = "zero_variance"
@@ -142,10 +144,12 @@ def group_advantages(
 
 @dataclass(frozen=True, slots=True)
 class GroupInput:
-    """One group of a batch: its task (for ``normalize = "task"``) and its clipped rewards."""
+    """One group of a batch: its task and family (for ``normalize = "task"`` / ``"family"``) and its
+    clipped rewards."""
 
     task_id: str
     rewards: Sequence[float]
+    family: str = ""
 
 
 def batch_advantages(
@@ -164,15 +168,15 @@ def batch_advantages(
     for group in groups:
         check_finite(group.rewards)
     scope_std: dict[str, float] = {}
-    if estimator == "grpo" and normalize == "batch":
-        pooled = [r for g in groups for r in g.rewards]
-        scope_std = {g.task_id: sample_std(pooled) for g in groups}
-    elif estimator == "grpo" and normalize == "task":
-        by_task: dict[str, list[float]] = {}
+    scope = {"batch": lambda g: "", "task": lambda g: g.task_id, "family": lambda g: g.family,
+             "group": lambda g: None}[normalize]
+    if estimator == "grpo" and normalize != "group":
+        pooled: dict[str, list[float]] = {}
         for g in groups:
-            by_task.setdefault(g.task_id, []).extend(g.rewards)
-        scope_std = {task: sample_std(rewards) for task, rewards in by_task.items()}
+            pooled.setdefault(scope(g), []).extend(g.rewards)
+        scope_std = {key: sample_std(rewards) for key, rewards in pooled.items()}
     return [
-        group_advantages(g.rewards, estimator, std_eps=std_eps, std=scope_std.get(g.task_id))
+        group_advantages(g.rewards, estimator, std_eps=std_eps,
+                         std=scope_std.get(scope(g)) if normalize != "group" else None)
         for g in groups
     ]

@@ -315,7 +315,8 @@ def decide(
         to_emit.append((group.group_id, rewards, clipped, complete))
 
     advantages = estimators.batch_advantages(
-        [GroupInput(rewards[0].rollout.task_id, clipped) for _, rewards, clipped, _ in to_emit],
+        [GroupInput(rewards[0].rollout.task_id, clipped, rewards[0].rollout.family)
+         for _, rewards, clipped, _ in to_emit],
         stream.estimator,
         stream.normalize,
         std_eps=stream.std_eps,
