@@ -138,7 +138,12 @@ async def run(config: Config) -> dict[str, Any]:
     tasks = select_tasks(config)
     model = options.model or config.generator.model
     started = time.monotonic()
+    if options.turns > 1 and options.resume:
+        from rollstream.errors import ConfigError
+
+        raise ConfigError("eval: --resume works with one turn only; drop --resume or --turns")
     results = previous_results(options, tasks)
+    by_turns: dict[int, list[SampleResult]] = {}
     done = {(r.task_id, r.sample_index) for r in results}
     missing = [(t, i) for t in tasks for i in range(options.samples) if (t.task_id, i) not in done]
     tokens = 0
@@ -152,7 +157,7 @@ async def run(config: Config) -> dict[str, Any]:
         backend = await asyncio.to_thread(TransformersBackend.load, model, config.generator.device)
         log.info("loaded %s in %.0f s; %d samples to generate (%d tasks x %d, %d already scored)", model,
                  time.monotonic() - started, len(missing), len(tasks), options.samples, len(done))
-        tokens = await generate_and_score(config, backend, missing, results)
+        tokens = await generate_and_score(config, backend, missing, results, by_turns)
     summary = summarize(results, options.ks)
     report = {
         "model": model, "sources": list(options.sources or config.sampler.sources), "tests": options.tests,
@@ -160,8 +165,15 @@ async def run(config: Config) -> dict[str, Any]:
         "sampling": {"temperature": config.generator.temperature, "top_p": config.generator.top_p,
                      "top_k": config.generator.top_k, "max_new_tokens": config.generator.max_new_tokens},
         "generated_tokens": tokens, "wall_s": round(time.monotonic() - started, 1), "families": summary,
+        "turns": options.turns,
     }
-    print(format_table(summary, options.ks))
+    if options.turns > 1:  # pass@k after each number of turns, from one run (the last is `families`)
+        report["families_by_turns"] = {str(t): summarize(r, options.ks) for t, r in sorted(by_turns.items())}
+        for t, turn_summary in report["families_by_turns"].items():
+            print(f"after {t} turn{'s' if t != '1' else ''}:")
+            print(format_table(turn_summary, options.ks))
+    else:
+        print(format_table(summary, options.ks))
     if options.json_out:
         Path(options.json_out).write_text(json.dumps(report, indent=2) + "\n")
     return report
@@ -192,16 +204,30 @@ def build_requests(config: Config, tokenizer: Any,
     return requests, owners
 
 
-async def generate_and_score(config: Config, backend: Any,
-                             missing: Sequence[tuple[Any, int]], results: list[SampleResult]) -> int:
+async def generate_and_score(config: Config, backend: Any, missing: Sequence[tuple[Any, int]],
+                             results: list[SampleResult], by_turns: dict[int, list[SampleResult]] | None = None) -> int:
     """Generate the missing samples in batches; score each batch in the sandbox pool while the
-    next one generates. Appends to ``results`` (and the completions file); returns tokens generated."""
+    next one generates. Appends to ``results`` (and the completions file); returns tokens generated.
+
+    With ``eval.turns`` > 1, the samples that failed a turn continue: the observation of what
+    went wrong is appended to their transcript as a user turn (as the executor and generator do
+    for a multi-turn episode) and they are sampled again, up to ``turns`` turns. ``by_turns[t]``
+    then holds every sample's result after ``t`` turns (passed at any of them); ``results``
+    gets the last."""
     options = config.eval
+    from rollstream.consumers.backends.base import GenerationRequest
+    from rollstream.consumers.backends.sampling import derive_seed
+    from rollstream.consumers.episodes import observation, observation_ids
     from rollstream.consumers.rewards import default_registry
     from rollstream.consumers.sandbox import DockerSandboxPool
     from rollstream.consumers.score import evaluate
 
     requests, owners = build_requests(config, backend.tokenizer, missing)
+    contexts = {r.request_id: list(r.prompt_token_ids) for r in requests}
+    sampling_of = {r.request_id: r.sampling for r in requests}
+    finals: dict[str, SampleResult] = {}
+    turn_results: list[SampleResult] = []
+    retry: list[Any] = []
     registry = default_registry()
     mode = "a" if options.resume else "w"
     completions_file = open(options.completions_out, mode) if options.completions_out else None  # noqa: SIM115
@@ -217,25 +243,56 @@ async def generate_and_score(config: Config, backend: Any,
                                         f"eval-{completion.request_id}")
                 ex = ev.scored.execution
                 passed = ex.error_kind == "none" and ex.tests_total > 0 and ex.tests_passed == ex.tests_total
-                results.append(SampleResult(task.task_id, task.family, index, passed, ev.scored.reward, ex.error_kind,
-                                            completion.finish_reason, len(completion.token_ids)))
+                result = SampleResult(task.task_id, task.family, index, passed, ev.scored.reward, ex.error_kind,
+                                      completion.finish_reason, len(completion.token_ids))
                 if completions_file:
                     completions_file.write(json.dumps({
                         "task_id": task.task_id, "family": task.family, "sample": index, "passed": passed,
                         "reward": ev.scored.reward, "error_kind": ex.error_kind,
                         "finish_reason": completion.finish_reason, "completion_tokens": len(completion.token_ids),
-                        "completion": completion.text}) + "\n")
+                        "completion": completion.text, **({"turn": turn} if options.turns > 1 else {})}) + "\n")
                     completions_file.flush()
+                if options.turns == 1:
+                    results.append(result)
+                    return
+                turn_results.append(result)
+                if not passed and ex.error_kind not in ("tamper", "infra"):
+                    context = contexts[completion.request_id] + list(completion.token_ids)
+                    told = observation(eval_spec(task, options.tests), ex, ev.result.events if ev.result else [])
+                    last = backend.tokenizer.decode(list(completion.token_ids[-1:])) if completion.token_ids else ""
+                    contexts[completion.request_id] = context + observation_ids(backend.tokenizer, told, last)
+                    retry.append(completion.request_id)
 
-            scoring: list[asyncio.Task[None]] = []
-            for start in range(0, len(requests), options.batch):
-                completions = await backend.generate(requests[start:start + options.batch])
-                tokens += sum(len(c.token_ids) for c in completions)
-                scoring += [asyncio.create_task(score(c)) for c in completions]
-                log.info("generated %d/%d (%.0f tok/s), %d scored, %d passed", start + len(completions),
-                         len(requests), tokens / max(time.monotonic() - started, 1e-9), len(results),
-                         sum(r.passed for r in results))
-            await asyncio.gather(*scoring)
+            turn = 1
+            for turn in range(1, options.turns + 1):
+                scoring: list[asyncio.Task[None]] = []
+                for start in range(0, len(requests), options.batch):
+                    completions = await backend.generate(requests[start:start + options.batch])
+                    tokens += sum(len(c.token_ids) for c in completions)
+                    scoring += [asyncio.create_task(score(c)) for c in completions]
+                    log.info("turn %d: generated %d/%d (%.0f tok/s), %d scored, %d passed", turn,
+                             start + len(completions), len(requests), tokens / max(time.monotonic() - started, 1e-9),
+                             len(results) + len(turn_results), sum(r.passed for r in results + turn_results))
+                await asyncio.gather(*scoring)
+                if options.turns == 1:
+                    break
+                for result in turn_results:  # a sample's result after this turn: its last one
+                    finals[f"{result.task_id}/{result.sample_index}"] = result
+                if by_turns is not None:
+                    by_turns[turn] = list(finals.values())
+                turn_results.clear()
+                requests = [GenerationRequest(rid, contexts[rid], sampling_of[rid],
+                                              derive_seed(options.seed, f"{owners[rid][0].task_id}#{turn + 1}",
+                                                          owners[rid][1]), turn=turn + 1)
+                            for rid in retry] if turn < options.turns else []
+                retry.clear()
+                if not requests:
+                    break
+            if options.turns > 1:
+                results += list(finals.values())
+                if by_turns is not None:
+                    for turn in range(1, options.turns + 1):  # turns no sample needed: as after the last
+                        by_turns.setdefault(turn, list(finals.values()))
     finally:
         if completions_file:
             completions_file.close()
@@ -271,7 +328,7 @@ def _messages(config: Config, task: Any) -> list[Any]:
 # `rollstream eval` flag -> the eval key it sets (the flags are short for --set eval.KEY=VALUE).
 FLAGS: dict[str, str] = {
     "model": "model", "sources": "sources", "families": "families", "task_ids": "task_ids", "split": "split",
-    "limit_per_family": "limit_per_family", "samples": "samples", "k": "ks", "tests": "tests", "batch": "batch",
+    "limit_per_family": "limit_per_family", "samples": "samples", "turns": "turns", "k": "ks", "tests": "tests", "batch": "batch",
     "seed": "seed", "threads": "threads", "json_out": "json_out", "completions_out": "completions_out",
     "resume": "resume",
 }
@@ -290,6 +347,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the tasks sampler.holdout_fraction held out of training, the others, or all")
     parser.add_argument("--limit-per-family", type=int, help="first N tasks of each family (0 = all)")
     parser.add_argument("--samples", type=int, help="samples per task (n)")
+    parser.add_argument("--turns", type=int, help="turns per sample, with the sandbox's feedback between them "
+                                                  "(the report gives pass@k after 1, 2, ... turns)")
     parser.add_argument("--k", help="comma-separated k values of pass@k (each <= --samples)")
     parser.add_argument("--tests", choices=("all", "visible", "heldout"))
     parser.add_argument("--batch", type=int, help="completions per generate call")

@@ -386,6 +386,9 @@ class EvalConfig(Section):
     """The first N tasks of each family (0: all)."""
     samples: PositiveInt = 1
     """Samples per task (n)."""
+    turns: Annotated[int, Meta(ge=1, le=8)] = 1
+    """Turns per sample: a sample that fails gets the executor's observation (consumers/episodes.py)
+    and tries again, up to this many turns; the report gives pass@k after each number of turns."""
     ks: list[PositiveInt] = msgspec.field(default_factory=lambda: [1])
     """The k values of pass@k (each at most samples)."""
     tests: Literal["all", "visible", "heldout"] = "all"

@@ -58,6 +58,25 @@ async def test_eval_end_to_end_with_a_tiny_model(tmp_path: Path) -> None:
     assert msgspec.json.decode(out.read_bytes())["sampling"]["max_new_tokens"] == 8
 
 
+async def test_eval_with_two_turns_reports_pass_after_each_turn_from_one_run(tmp_path: Path) -> None:
+    if not _sandbox_ready():
+        pytest.skip("sandbox image not built")
+    model = make_tiny_model_dir(tmp_path / "tiny", max_positions=2048)
+    completions = tmp_path / "completions.jsonl"
+    config = Config(generator=GeneratorConfig(model=str(model), max_new_tokens=8),
+                    executor=ExecutorConfig(pool_size=1, concurrency=2, owner="rollstream-test-eval"),
+                    eval=EvalConfig(sources=["builtin"], families=["math"], limit_per_family=2, samples=2, turns=2,
+                                    batch=4, completions_out=str(completions)))
+    report = await run(config)
+    by_turns = report["families_by_turns"]
+    assert set(by_turns) == {"1", "2"} and report["turns"] == 2
+    assert by_turns["1"]["ALL"]["samples"] == by_turns["2"]["ALL"]["samples"] == 4
+    assert by_turns["2"]["ALL"]["passed"] >= by_turns["1"]["ALL"]["passed"]
+    lines = [json.loads(line) for line in completions.read_text().splitlines()]
+    # a random model fails: every sample had a second turn, sampled from its transcript and the observation
+    assert sorted(line["turn"] for line in lines) == [1] * 4 + [2] * 4
+
+
 async def test_eval_resume_generates_only_missing_samples(tmp_path: Path) -> None:
     if not _sandbox_ready():
         pytest.skip("sandbox image not built")
