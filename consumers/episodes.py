@@ -20,8 +20,16 @@ what the executor runs.
 Reward: the final turn's reward (final success, with partial credit per test as the spec's
 weights say), minus ``RewardSpec.turn_penalty`` for every turn after the first.
 
-State between turns: each turn's code is run on its own, as a complete answer (the observation
-asks for the whole corrected code); files do not carry over between turns yet.
+**Subtask chains** (``RewardSpec.subtasks``): the episode works through the steps in order, each
+for as many turns as it takes (within ``max_turns``). A turn is tested against its step's tests;
+the code of the steps already passed (``carried_code``) runs before the turn's own code, so a
+module is built function by function, and a step can use what earlier steps defined. It stays
+with the episode (carried in the continuation), never another's. When a step passes, the
+observation gives the next step's instruction; when the last passes, or the turns run out, the
+episode ends with reward ``progress`` = (steps passed + the failing step's fraction of tests
+passed) / steps, less the per-turn penalty.
+
+State between turns: the code passed is carried; files a turn wrote in the sandbox are not.
 """
 
 from __future__ import annotations
@@ -30,12 +38,16 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+import msgspec
+
+from rollstream.consumers.rewards import extract_code
 from rollstream.schemas.events import (
     ActionGenerated,
     Continuation,
     ExecutionRecord,
     Message,
     PromptIssued,
+    RewardScored,
     RewardSpec,
     Rollout,
 )
@@ -47,8 +59,63 @@ TAIL_CHARS = 600
 
 def ends(action: ActionGenerated, execution: ExecutionRecord) -> bool:
     """Whether the episode ends after this turn (else it continues)."""
-    return action.turn >= action.max_turns or action.error is not None or execution.passed \
-        or execution.error_kind in ("tamper", "infra")
+    if action.turn >= action.max_turns or action.error is not None or execution.error_kind in ("tamper", "infra"):
+        return True
+    if execution.passed:  # a chain goes on to its next step
+        return action.subtask_index + 1 >= len(action.reward.subtasks)
+    return False
+
+
+def subtask_turn(action: ActionGenerated) -> tuple[RewardSpec, str] | None:
+    """For a turn of a subtask chain: its step's spec (the step's tests) and the completion to run
+    (the code carried from the steps passed, then this turn's); None for a plain task."""
+    spec = action.reward
+    if not spec.subtasks:
+        return None
+    step = spec.subtasks[min(action.subtask_index, len(spec.subtasks) - 1)]
+    step_spec = msgspec.structs.replace(spec, tests=list(step.tests), subtasks=[], entry_point="")
+    new = extract_code(action.completion_text).code
+    if new is None:  # nothing to run: scored as such
+        return step_spec, action.completion_text
+    code = f"{action.carried_code.rstrip()}\n\n\n{new}" if action.carried_code.strip() else new
+    return step_spec, f"```python\n{code}\n```"
+
+
+def progress(action: ActionGenerated, execution: ExecutionRecord) -> float:
+    """A chain's progress after this turn: steps passed, plus the failing step's share of tests."""
+    steps = len(action.reward.subtasks)
+    if execution.passed:
+        return (action.subtask_index + 1) / steps
+    partial = execution.tests_passed / execution.tests_total if execution.tests_total else 0.0
+    return (action.subtask_index + partial) / steps
+
+
+def after_turn(action: ActionGenerated, scored: RewardScored, events: Sequence[dict[str, Any]] = (),
+               *, now: float | None = None) -> tuple[str, Any]:
+    """What the executor sends after scoring a turn: ``("rewards", the episode's RewardScored)`` when
+    the episode ends, else ``("prompts", the continuation for its next turn)``."""
+    execution = scored.execution
+    chain = bool(action.reward.subtasks)
+    if ends(action, execution):
+        if chain:
+            done = progress(action, execution)
+            reward = final_reward(action.reward, done, action.turn)
+            scored = msgspec.structs.replace(scored, reward=reward, components={"progress": done})
+        elif action.turn > 1:
+            scored = msgspec.structs.replace(scored, reward=final_reward(action.reward, scored.reward, action.turn))
+        return "rewards", scored
+    if chain and execution.passed:  # on to the next step, with this turn's code carried
+        step = action.subtask_index + 1
+        told = (f"Step {step} passed. Step {step + 1} of {len(action.reward.subtasks)}: "
+                f"{action.reward.subtasks[step].instruction}\nAnswer with the code of this step in one ```python "
+                f"block; what you wrote before is kept.")
+        carried = subtask_turn(action)
+        code = extract_code(carried[1]).code if carried is not None else None
+        return "prompts", continuation_of(action, told[:OBSERVATION_CHARS], now=now, subtask_index=step,
+                                          carried_code=code or action.carried_code)
+    spec = subtask_turn(action)[0] if chain else action.reward
+    return "prompts", continuation_of(action, observation(spec, execution, events, chain=chain), now=now,
+                                      subtask_index=action.subtask_index, carried_code=action.carried_code)
 
 
 def final_reward(spec: RewardSpec, reward: float, turn: int) -> float:
@@ -56,7 +123,8 @@ def final_reward(spec: RewardSpec, reward: float, turn: int) -> float:
     return reward - spec.turn_penalty * (turn - 1)
 
 
-def observation(spec: RewardSpec, execution: ExecutionRecord, events: Sequence[dict[str, Any]] = ()) -> str:
+def observation(spec: RewardSpec, execution: ExecutionRecord, events: Sequence[dict[str, Any]] = (), *,
+                chain: bool = False) -> str:
     """What the model is told after a failed turn: the verdict, the failing tests and why, the
     error, the stderr tail; at most ``OBSERVATION_CHARS``."""
     lines = []
@@ -86,12 +154,15 @@ def observation(spec: RewardSpec, execution: ExecutionRecord, events: Sequence[d
         lines.append(f"... and {len(failed) - FAILED_TESTS_SHOWN} more failing tests.")
     if verdict not in ("fail", "syntax") and execution.stderr_tail.strip():
         lines.append("stderr:\n" + execution.stderr_tail.strip()[-TAIL_CHARS:])
-    lines.append("Fix it and answer with the whole corrected code in one ```python block.")
+    lines.append("Fix it and answer with this step's corrected code in one ```python block; what the steps "
+                 "passed defined is kept." if chain else
+                 "Fix it and answer with the whole corrected code in one ```python block.")
     text = "\n".join(lines)
     return text if len(text) <= OBSERVATION_CHARS else text[: OBSERVATION_CHARS - 4] + " ..."
 
 
-def continuation_of(action: ActionGenerated, observed: str, *, now: float | None = None) -> PromptIssued:
+def continuation_of(action: ActionGenerated, observed: str, *, now: float | None = None, subtask_index: int = 0,
+                    carried_code: str = "") -> PromptIssued:
     """The ``PromptIssued`` asking for the next turn of ``action``'s sample."""
     rollout = action.rollout
     mask = list(rollout.generated_mask) if rollout.generated_mask is not None else [1] * len(
@@ -107,7 +178,7 @@ def continuation_of(action: ActionGenerated, observed: str, *, now: float | None
             messages=[Message(role="assistant", content=action.completion_text), Message(role="user", content=observed)],
             prompt_token_ids=list(rollout.prompt_token_ids), completion_token_ids=list(rollout.completion_token_ids),
             generated_mask=mask, behaviour_logprobs=list(rollout.behaviour_logprobs), observation=observed,
-            policy_versions=versions))
+            policy_versions=versions, subtask_index=subtask_index, carried_code=carried_code))
 
 
 # --- the generator's side ------------------------------------------------------------------------

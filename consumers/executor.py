@@ -45,10 +45,8 @@ import time
 from collections import Counter as Tally
 from contextlib import AsyncExitStack
 
-import msgspec
-
 from rollstream.config import Config
-from rollstream.consumers.episodes import continuation_of, ends, final_reward, observation
+from rollstream.consumers.episodes import after_turn, subtask_turn
 from rollstream.consumers.rewards import RewardRegistry, default_registry
 from rollstream.consumers.sandbox import DockerSandboxPool, SandboxBackend
 from rollstream.consumers.score import audit_record, evaluate
@@ -133,8 +131,9 @@ async def score_turn(
             executor_id=executor,
             scored_at=time.time(),
         ), [], []
-    evaluation = await evaluate(backend, registry, action.reward, action.completion_text, rollout.rollout_id,
-                                max_timeout_s=max_timeout_s)
+    step = subtask_turn(action)  # a subtask chain: this step's tests, the code carried before this turn's
+    spec, completion = step if step is not None else (action.reward, action.completion_text)
+    evaluation = await evaluate(backend, registry, spec, completion, rollout.rollout_id, max_timeout_s=max_timeout_s)
     scored = evaluation.scored
     reward = RewardScored(
         rollout=rollout,
@@ -244,13 +243,12 @@ class Executor:
                     self.guard.released(delivery)
                 self.consumer.done(delivery)
                 return
-        if ends(action, reward.execution):  # the episode's reward, for its whole trajectory
-            if action.turn > 1:
-                reward = msgspec.structs.replace(reward, reward=final_reward(action.reward, reward.reward, action.turn))
-            outcome: tuple[str, Event] = ("rewards", reward)
-        else:  # the next turn of this one sample, with what went wrong
-            outcome = ("prompts", continuation_of(action, observation(action.reward, reward.execution, events)))
+        # the episode's reward for its whole trajectory, or the next turn of this one sample
+        outcome: tuple[str, Event] = after_turn(action, reward, events)
+        if outcome[0] == "prompts":
             self.own.continued.inc()
+        else:
+            reward = outcome[1]
         await self.producer.send_many([outcome] + [("audit", audit) for audit in audits])
         if self.guard is not None:
             self.guard.finished(delivery, unit_of(action))  # written by the run loop, in one round trip

@@ -106,7 +106,7 @@ def group_requests(event: PromptIssued, prompt_ids: list[int], defaults: Generat
         return [GenerationRequest(request_id=f"{event.group_id}/{c.sample_index}", prompt_token_ids=prompt_ids,
                                   sampling=sampling, seed=derive_seed(seed, f"{event.group_id}#{c.turn}",
                                                                        c.sample_index),
-                                  task_id=event.task_id, turn=c.turn)]
+                                  task_id=event.task_id, turn=c.turn, subtask=c.subtask_index)]
     return [
         GenerationRequest(
             request_id=f"{event.group_id}/{index}",
@@ -185,6 +185,8 @@ def action_from(event: PromptIssued, index: int, prompt_ids: list[int], completi
         reward=event.reward,
         max_turns=event.max_turns,
         turn=event.continuation.turn if event.continuation is not None else 1,
+        subtask_index=event.continuation.subtask_index if event.continuation is not None else 0,
+        carried_code=event.continuation.carried_code if event.continuation is not None else "",
         error=completion.error,
         generator_id=generator_id,
         queued_s=max(0.0, queued_s),

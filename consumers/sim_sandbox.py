@@ -37,7 +37,13 @@ class SimSandbox:
     def from_config(cls, config: Config) -> SimSandbox:
         from rollstream.producers.sources import load_tasks
 
-        return cls(config, [t.reference_solution or "" for t in load_tasks(config.sampler.sources)])
+        references = []
+        for task in load_tasks(config.sampler.sources):
+            references.append(task.reference_solution or "")
+            steps = [s.reference or "" for s in task.reward.subtasks]
+            # a subtask chain runs the code of the steps passed, then the step's own
+            references += ["\n".join(normalised(code) for code in steps[: k + 1]) for k in range(len(steps))]
+        return cls(config, references)
 
     @property
     def limits(self) -> SandboxLimits:

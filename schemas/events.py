@@ -112,10 +112,12 @@ class SamplingParams(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class Subtask(msgspec.Struct, frozen=True, kw_only=True):
-    """One step of a task that is worked through in order (multi-turn, planned)."""
+    """One step of a task that is worked through in order, one or more turns each
+    (consumers/episodes.py). The code of the steps passed stays with the episode."""
 
     instruction: Text
     tests: Annotated[list[Text], Meta(max_length=1000)]
+    reference: Text | None = None  # a solution of this step (suite checks, the scripted backend)
 
 
 class RewardSpec(msgspec.Struct, frozen=True, kw_only=True):
@@ -169,6 +171,7 @@ class Continuation(msgspec.Struct, frozen=True, kw_only=True):
     observation: Text
     policy_versions: Annotated[list[Version], Meta(max_length=1024)] = []
     subtask_index: Annotated[int, Meta(ge=0)] = 0
+    carried_code: Text = ""  # a subtask chain: the code of the steps passed, run before this turn's
 
     def __post_init__(self) -> None:
         _pack_fields(self, _PACKED_FIELDS)
@@ -235,6 +238,8 @@ class ActionGenerated(Event, frozen=True, kw_only=True):
     reward: RewardSpec
     max_turns: Annotated[int, Meta(ge=1, le=64)] = 1
     turn: Annotated[int, Meta(ge=1)] = 1
+    subtask_index: Annotated[int, Meta(ge=0)] = 0  # a subtask chain: the step this turn works on
+    carried_code: Text = ""  # a subtask chain: the code of the steps passed, run before this turn's
     error: ShortText | None = None  # set when no completion could be made (e.g. prompt too long)
     generator_id: ShortText
     queued_s: Seconds

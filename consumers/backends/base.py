@@ -35,6 +35,7 @@ class GenerationRequest:
     seed: int
     task_id: str = ""  # the task the prompt came from (the scripted backend answers by it)
     turn: int = 1  # a multi-turn episode's turn (the scripted backend answers by it too)
+    subtask: int = 0  # a subtask chain's step (and by this)
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,6 +37,9 @@ def task_answers(config: Any) -> dict[str, list[str]]:
     answers: dict[str, list[str]] = {}
     for task in load_tasks(config.sampler.sources):
         answers[task.task_id] = [task.reference_solution] if task.reference_solution else []
+        for step, subtask in enumerate(task.reward.subtasks):  # a chain: each step's own answers
+            if subtask.reference:
+                answers[f"{task.task_id}#{step}"] = [subtask.reference]
     extra = [SUITE_DIR / "_wrong_solutions.jsonl"]
     if config.generator.scripted_answers:
         extra.append(Path(config.generator.scripted_answers))
@@ -82,7 +85,7 @@ class ScriptedBackend:
         return self._version
 
     def answer(self, request: GenerationRequest) -> str:
-        answers = self.answers.get(request.task_id) or [""]
+        answers = self.answers.get(f"{request.task_id}#{request.subtask}") or self.answers.get(request.task_id) or [""]
         index = int(request.request_id.rsplit("/", 1)[-1]) if "/" in request.request_id else 0
         text = answers[(index + request.turn - 1) % len(answers)]
         return f"```python\n{text.rstrip()}\n```" if text else ""

@@ -69,3 +69,45 @@ def test_a_continuation_carries_the_transcript_and_the_next_turn_extends_it() ->
     # staleness counts from the oldest version that produced any of its tokens
     assert rollout.policy_version_first == min(action.rollout.policy_version_first, 4)
     assert rollout.policy_version_last == 5 and rollout.rollout_id == "g/1"
+
+
+def test_a_chain_moves_step_by_step_carrying_the_code_and_rewards_progress() -> None:
+    from rollstream.consumers.episodes import after_turn, subtask_turn
+    from rollstream.schemas.events import RewardScored, Subtask
+
+    chain = RewardSpec(tests=["assert f() == 1", "assert g() == 2", "assert h() == 3", "assert h() != 0"],
+                       turn_penalty=0.1, subtasks=[
+                           Subtask(instruction="write f", tests=["assert f() == 1"]),
+                           Subtask(instruction="write g, using f", tests=["assert g() == 2"]),
+                           Subtask(instruction="write h", tests=["assert h() == 3", "assert h() != 0"])])
+
+    def turn(step: int, turn: int, carried: str, code: str):
+        return msgspec.structs.replace(make_action("c", 0), reward=chain, turn=turn, max_turns=5, subtask_index=step,
+                                       carried_code=carried, completion_text=f"```python\n{code}\n```")
+
+    def scored(action, execution):
+        return RewardScored(rollout=action.rollout, reward=0.0, components={}, execution=execution,
+                            executor_id="e", scored_at=0.0)
+
+    one = turn(0, 1, "", "def f():\n    return 1")
+    spec, completion = subtask_turn(one)
+    assert spec.tests == ["assert f() == 1"] and spec.subtasks == [] and "def f()" in completion
+    passed = msgspec.structs.replace(PASS, tests_passed=1, tests_total=1)
+    topic, event = after_turn(one, scored(one, passed), now=1.0)
+    c = event.continuation
+    assert topic == "prompts" and (c.subtask_index, c.turn) == (1, 2) and "write g, using f" in c.observation
+    assert c.carried_code.strip() == "def f():\n    return 1"
+    two = turn(1, 2, c.carried_code, "def g():\n    return f() + 1")
+    assert "def f()" in subtask_turn(two)[1] and "def g()" in subtask_turn(two)[1]  # run together
+    failed = msgspec.structs.replace(FAIL, tests_passed=0, tests_total=1)
+    topic, event = after_turn(two, scored(two, failed), [{"e": "test", "i": 0, "ok": False}], now=1.0)
+    assert topic == "prompts" and event.continuation.subtask_index == 1 and event.continuation.turn == 3
+    assert event.continuation.carried_code == c.carried_code and "assert g() == 2" in event.continuation.observation
+    # the turns run out on step 3 with half its tests: progress (2 + 1/2) / 3, less 4 turns' penalty
+    last = msgspec.structs.replace(turn(2, 5, "...", "def h():\n    return 0"), max_turns=5)
+    topic, final = after_turn(last, scored(last, msgspec.structs.replace(FAIL, tests_passed=1, tests_total=2)))
+    assert topic == "rewards" and abs(final.components["progress"] - 2.5 / 3) < 1e-9
+    assert abs(final.reward - (2.5 / 3 - 0.4)) < 1e-9
+    done = turn(2, 3, "...", "def h():\n    return 3")
+    topic, final = after_turn(done, scored(done, msgspec.structs.replace(PASS, tests_passed=2, tests_total=2)))
+    assert topic == "rewards" and final.components == {"progress": 1.0} and abs(final.reward - 0.8) < 1e-9

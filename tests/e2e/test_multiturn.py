@@ -84,3 +84,44 @@ async def test_fail_turn_one_read_the_observation_pass_turn_two(config: Config, 
     assert list(rollout.behaviour_logprobs) == [LOGPROB] * len(one) + [0.0] * len(observed) + [LOGPROB] * len(two)
     assert tokenizer.decode(two, skip_special_tokens=True) == turn2.completion_text
     assert "<|im_start|>user" in tokenizer.decode(observed)  # the observation is a user turn of the template
+
+
+async def test_a_subtask_chain_is_built_step_by_step_with_the_code_carried(config: Config, tmp_path: Path,
+                                                                         sandbox_image: str, owner: str) -> None:
+    """The scripted policy answers each step of a built-in chain with that step's reference: the
+    executor tests each turn on its step with the earlier steps' code before it, hands out the next
+    step, and rewards the episode by its progress less the turns it took."""
+    tiny_model_dir = make_tiny_model_dir(tmp_path / "tiny", max_positions=2048)
+    config = msgspec.structs.replace(
+        config,
+        generator=msgspec.structs.replace(config.generator, backend="scripted", model=str(tiny_model_dir)),
+        executor=ExecutorConfig(image=sandbox_image, owner=owner, pool_size=2, concurrency=2))
+    [task] = [t for t in load_tasks(config.sampler.sources) if t.task_id == "chains/stack"]
+    steps = len(task.reward.subtasks)
+    prompt = PromptIssued(group_id="ch", task_id=task.task_id, family=task.family, messages=task.chat(),
+                          group_size=1, reward=msgspec.structs.replace(task.reward, turn_penalty=0.05),
+                          max_turns=task.max_turns, issued_policy_version=0, issued_at=0.0)
+    await ensure_topics(config.infra, ["prompts", "actions", "rewards", "audit"])
+    async with EventProducer(config.infra, client_id="test") as producer:
+        await producer.send("prompts", prompt)
+    stop = asyncio.Event()
+    stages = [asyncio.create_task(generator.run(config, stop=stop)),
+              asyncio.create_task(executor.run(config, stop=stop))]
+    try:
+        rewards = await read_events(config.infra, "rewards", RewardScored, lambda got: len(got) >= 1, 120)
+        actions = await read_events(config.infra, "actions", ActionGenerated, lambda got: len(got) >= steps, 10)
+        prompts = await read_events(config.infra, "prompts", PromptIssued, lambda got: len(got) >= steps, 10)
+    finally:
+        stop.set()
+        await asyncio.wait_for(asyncio.gather(*stages), 60)
+    [reward] = rewards
+    assert reward.components == {"progress": 1.0} and abs(reward.reward - (1.0 - 0.05 * (steps - 1))) < 1e-9
+    assert [(a.turn, a.subtask_index) for a in actions] == [(i + 1, i) for i in range(steps)]
+    handed = [p.continuation for p in prompts if p.continuation is not None]
+    assert [c.subtask_index for c in handed] == list(range(1, steps))
+    for c, subtask in zip(handed, task.reward.subtasks[1:]):
+        assert subtask.instruction in c.observation
+    # the code carried into the last step is every earlier step's, in order
+    assert all(s.reference.strip() in handed[-1].carried_code for s in task.reward.subtasks[:-1])
+    mask = list(reward.rollout.generated_mask)
+    assert mask[0] == 1 and 0 in mask and mask[-1] == 1  # model turns with observations between them

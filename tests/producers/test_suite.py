@@ -29,8 +29,13 @@ def fenced(code: str) -> str:
     return f"Here is the function:\n\n```python\n{code}```\n"
 
 
+def plain_tasks() -> list[TaskSpec]:
+    """The suite's one-function tasks (the subtask chains are checked on their own below)."""
+    return [t for t in builtin_tasks() if not t.reward.subtasks]
+
+
 def test_suite_size_and_families() -> None:
-    tasks = builtin_tasks()
+    tasks = plain_tasks()
     families = Counter(t.family for t in tasks)
     assert len(tasks) >= 200 and len(families) >= 10, families
     assert min(families.values()) >= 15
@@ -52,7 +57,7 @@ def test_every_judged_kind_has_five_tasks() -> None:
     judge supports beyond plain function asserts is in the suite at least five times."""
     from rollstream.producers.suite.defs_judged import JUDGED, KINDS
 
-    ids = {t.task_id for t in builtin_tasks()}
+    ids = {t.task_id for t in plain_tasks()}
     kinds = Counter(j.kind for j in JUDGED if f"{j.family}/{j.name}" in ids)
     assert set(kinds) == set(KINDS) and min(kinds.values()) >= 5, kinds
 
@@ -99,7 +104,7 @@ async def test_every_task_through_the_real_sandbox() -> None:
     reason = _sandbox_available()
     if reason:
         pytest.skip(reason)
-    tasks = builtin_tasks()
+    tasks = plain_tasks()
     results = await _score_all(tasks, wrong_solutions())
     bad = []
     for task_id, what, reward, execution in results:
@@ -114,3 +119,54 @@ async def test_every_task_through_the_real_sandbox() -> None:
     wrong_rewards = [reward for _, what, reward, _ in results if what == "wrong"]
     print(f"wrong solutions: mean reward {sum(wrong_rewards) / len(wrong_rewards):.3f}, "
           f"{sum(r > 0 for r in wrong_rewards)} of {len(wrong_rewards)} partly right")
+
+
+def test_chains_are_up_to_date_and_well_formed() -> None:
+    from rollstream.producers.suite import chains
+
+    assert (SUITE_DIR / "chains.jsonl").read_bytes() == chains.render(), "run python -m rollstream.producers.suite.chains"
+    tasks = [t for t in builtin_tasks() if t.reward.subtasks]
+    assert len(tasks) >= 20 and {t.family for t in tasks} == {"chains"}
+    for task in tasks:
+        steps = task.reward.subtasks
+        assert len(steps) >= 2 and all(s.tests and s.reference for s in steps)
+        assert task.max_turns == len(steps) + 2 and task.reward.tests == [t for s in steps for t in s.tests]
+        assert "Step 1 of" in task.prompt and steps[0].instruction in task.prompt
+
+
+async def test_every_chain_step_through_the_real_sandbox_with_the_code_carried() -> None:
+    """Each step's reference, run after the code of the steps before it (as an episode carries it),
+    passes its step's tests in the sandbox; without the code carried, the last step fails (it uses
+    what the earlier ones defined)."""
+    reason = _sandbox_available()
+    if reason:
+        pytest.skip(reason)
+    from rollstream.consumers.episodes import subtask_turn
+    from rollstream.consumers.rewards import default_registry
+    from rollstream.consumers.sandbox import DockerSandboxPool
+    from rollstream.consumers.score import evaluate
+    from rollstream.testing import make_action
+
+    registry = default_registry()
+    jobs = []
+    for task in (t for t in builtin_tasks() if t.reward.subtasks):
+        carried = ""
+        for step, subtask in enumerate(task.reward.subtasks):
+            last = step == len(task.reward.subtasks) - 1
+            for with_carried in ((True, False) if last else (True,)):
+                action = msgspec.structs.replace(make_action(task.task_id, step), reward=task.reward,
+                                                 completion_text=fenced(subtask.reference or ""),
+                                                 subtask_index=step, carried_code=carried if with_carried else "")
+                jobs.append((task.task_id, step, with_carried, *subtask_turn(action)))
+            carried = f"{carried}\n\n{subtask.reference}" if carried else subtask.reference or ""
+    config = ExecutorConfig(pool_size=2, concurrency=4, owner="rollstream-test-chains")
+    gate = asyncio.Semaphore(config.concurrency)
+    async with DockerSandboxPool(config) as pool:
+        async def one(job: tuple) -> tuple:
+            task_id, step, with_carried, spec, completion = job
+            async with gate:
+                ev = await evaluate(pool, registry, spec, completion, f"chain-{task_id}-{step}-{with_carried}")
+            return task_id, step, with_carried, ev.scored.execution.passed
+        results = await asyncio.gather(*(one(j) for j in jobs))
+    wrong = [(t, s, c) for t, s, c, passed in results if passed != c]
+    assert not wrong, wrong  # passes with the code carried, fails without it
