@@ -48,6 +48,13 @@ class LearnerMetrics:
         self.family_reward_negative = stage.counter(
             "learner_family_reward_negative", "Sum of the magnitudes of the negative rewards of resolved "
             "rollouts, by task family", ("family",))
+        # Per family means are these sums over learner_family_rollouts_total.
+        self.family_turns = stage.counter(
+            "learner_family_turns", "Sum of the turns resolved rollouts took (multi-turn episodes), by task family",
+            ("family",))
+        self.family_staleness = stage.counter(
+            "learner_family_staleness", "Sum of the staleness (learner version - policy_version_first) of "
+            "resolved rollouts, by task family", ("family",))
 
     def observe_step(self, loss: float, grad_norm: float, tokens: int, seconds: float, lr: float,
                      stats: dict[str, float], version: int) -> None:
@@ -69,9 +76,14 @@ class LearnerMetrics:
         self.rollouts.labels("stale").inc(stale)
         self.rollouts.labels("empty").inc(empty)
 
-    def observe_group(self, group: GroupAdvantaged) -> None:
-        """A resolved group's rewards and passes, by its task family."""
+    def observe_group(self, group: GroupAdvantaged, version: int | None = None) -> None:
+        """A resolved group's rewards, passes, turns and (given the learner's ``version``) staleness,
+        by its task family."""
         family = group.family
+        self.family_turns.labels(family).inc(sum(turns_of(item.rollout.generated_mask) for item in group.rollouts))
+        if version is not None:
+            self.family_staleness.labels(family).inc(
+                sum(max(0, version - item.rollout.policy_version_first) for item in group.rollouts))
         positive = sum(item.reward for item in group.rollouts if item.reward > 0)
         negative = -sum(item.reward for item in group.rollouts if item.reward < 0)
         self.family_reward_positive.labels(family).inc(positive)
@@ -79,3 +91,15 @@ class LearnerMetrics:
         for item in group.rollouts:
             passed = "unknown" if item.passed is None else "true" if item.passed else "false"
             self.family_rollouts.labels(family, passed).inc()
+
+
+def turns_of(mask: object) -> int:
+    """The model's turns in a rollout: runs of generated tokens in its mask (no mask: one turn)."""
+    if mask is None:
+        return 1
+    turns, previous = 0, 0
+    for bit in mask:  # type: ignore[attr-defined]
+        if bit and not previous:
+            turns += 1
+        previous = bit
+    return max(turns, 1)

@@ -359,7 +359,7 @@ class LearnerLoop:
         self.lineage.recent.extend(g.group_id for g in groups)
         for group in groups:
             self.window.add(group)
-            self.metrics.observe_group(group)
+            self.metrics.observe_group(group, version)
         fates = self.step_fates(deliveries, selection.lags, version, result is not None)
         outcomes = {"trained": 0, "stale": 0}
         for fate in fates:

@@ -43,8 +43,8 @@ REPLICAS = {"sampler": 1, "generator": 2, "executor": 2, "stream": 1, "learner":
 # What the issue asks the dashboard to show, as words its panel titles must hold.
 PANELS = ("records in", "records out", "dead-lettered", "consumer lag", "latency", "reward per task family",
           "pass rate per task family", "staleness", "sandbox verdicts", "weight sync", "loss", "kl",
-          "entropy",
-          "grad norm", "importance weights", "clip fractions", "tokens per second")
+          "entropy", "grad norm", "importance weights", "clip fractions", "tokens per second", "turns per episode",
+          "staleness per task family")
 FALLBACK = re.compile(r"\bor\b[^()]*\bvector\s*\(|\bor\s+on\s*\(\s*\)|absent\s*\(", re.IGNORECASE)
 
 
