@@ -93,3 +93,27 @@ def test_apportion_sums_and_is_fair() -> None:
     rng = random.Random(0)
     counts = apportion({"x": 1.0, "y": 1.0, "z": 1.0}, 10, rng)
     assert sum(counts.values()) == 10 and sorted(counts.values()) == [3, 3, 4]
+
+
+def test_a_mixture_of_hundreds_of_families_is_config_only(tmp_path) -> None:
+    """300 task families from a JSONL source, weighted (and some left out) in the config file alone;
+    the learner's per-family loss weights name them the same way."""
+    import json
+
+    from rollstream.config import load_config
+
+    source = tmp_path / "tasks.jsonl"
+    source.write_text("".join(json.dumps({"task_id": f"f{f}/t{t}", "family": f"f{f}", "prompt": "p",
+                                          "reward": {"tests": ["assert True"]}}) + "\n"
+                              for f in range(300) for t in range(2)))
+    weights = "\n".join(f'f{f} = {0.0 if f % 10 == 0 else 1.0 + f % 3}' for f in range(300))
+    (tmp_path / "mix.toml").write_text(f'[sampler]\nsources = ["jsonl:{source}"]\n\n[sampler.family_weights]\n'
+                                       f'{weights}\n\n[learner.family_loss_weights]\nf1 = 2.0\nf2 = 0.5\n')
+    config = load_config(str(tmp_path / "mix.toml"), environ={})
+    tasks = load_tasks(config.sampler.sources)
+    families = [t.family for t in tasks]
+    probs = family_probabilities(Counter(families), config.sampler.family_weights, 0.0)
+    assert len(probs) == 270 and "f0" not in probs and probs["f2"] == pytest.approx(3 * probs["f3"])
+    issued = Counter(families[i] for epoch in range(4) for i in epoch_plan(families, probs, seed=0, epoch=epoch))
+    assert set(issued) == set(probs)  # every weighted family is issued, no left-out one
+    assert config.learner.family_loss_weights == {"f1": 2.0, "f2": 0.5}
