@@ -7,6 +7,8 @@ the behaviour log-probs of the model's tokens; the reward less the per-turn pena
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import msgspec
@@ -25,17 +27,17 @@ from tests.helpers import read_events
 TASK = "bits/bit_length"  # its reference passes; the suite's wrong solution for it fails a test
 
 
-async def test_fail_turn_one_read_the_observation_pass_turn_two(config: Config, tmp_path: Path,
-                                                                 sandbox_image: str, owner: str) -> None:
-    tiny_model_dir = make_tiny_model_dir(tmp_path / "tiny", max_positions=2048)  # room for two turns
-    config = msgspec.structs.replace(
-        config,
-        generator=msgspec.structs.replace(config.generator, backend="scripted", model=str(tiny_model_dir)),
-        executor=ExecutorConfig(image=sandbox_image, owner=owner, pool_size=2, concurrency=2))
-    [task] = [t for t in load_tasks(config.sampler.sources) if t.task_id == TASK]
-    reward = msgspec.structs.replace(task.reward, turn_penalty=0.1)
-    prompt = PromptIssued(group_id="mt", task_id=TASK, family=task.family, messages=task.chat(), group_size=2,
-                          reward=reward, max_turns=2, issued_policy_version=0, issued_at=0.0)
+def scripted(config: Config, tmp_path: Path, sandbox_image: str, owner: str) -> tuple[Config, Path]:
+    """The scripted generator on a tiny model with room for several turns, and Docker sandboxes."""
+    model = make_tiny_model_dir(tmp_path / "tiny", max_positions=2048)
+    return msgspec.structs.replace(
+        config, generator=msgspec.structs.replace(config.generator, backend="scripted", model=str(model)),
+        executor=ExecutorConfig(image=sandbox_image, owner=owner, pool_size=2, concurrency=2)), model
+
+
+@asynccontextmanager
+async def running(config: Config, prompt: PromptIssued) -> AsyncIterator[None]:
+    """``prompt`` on ``prompts``, a generator and an executor running until the block ends."""
     await ensure_topics(config.infra, ["prompts", "actions", "rewards", "audit"])
     async with EventProducer(config.infra, client_id="test") as producer:
         await producer.send("prompts", prompt)
@@ -43,13 +45,24 @@ async def test_fail_turn_one_read_the_observation_pass_turn_two(config: Config, 
     stages = [asyncio.create_task(generator.run(config, stop=stop)),
               asyncio.create_task(executor.run(config, stop=stop))]
     try:
-        rewards = await read_events(config.infra, "rewards", RewardScored, lambda got: len(got) >= 2, 120)
-        prompts = await read_events(config.infra, "prompts", PromptIssued, lambda got: len(got) >= 2, 10)
-        actions = await read_events(config.infra, "actions", ActionGenerated, lambda got: len(got) >= 3, 10)
+        yield
         assert not any(s.done() for s in stages)
     finally:
         stop.set()
         await asyncio.wait_for(asyncio.gather(*stages), 60)
+
+
+async def test_fail_turn_one_read_the_observation_pass_turn_two(config: Config, tmp_path: Path,
+                                                                 sandbox_image: str, owner: str) -> None:
+    config, tiny_model_dir = scripted(config, tmp_path, sandbox_image, owner)
+    [task] = [t for t in load_tasks(config.sampler.sources) if t.task_id == TASK]
+    reward = msgspec.structs.replace(task.reward, turn_penalty=0.1)
+    prompt = PromptIssued(group_id="mt", task_id=TASK, family=task.family, messages=task.chat(), group_size=2,
+                          reward=reward, max_turns=2, issued_policy_version=0, issued_at=0.0)
+    async with running(config, prompt):
+        rewards = await read_events(config.infra, "rewards", RewardScored, lambda got: len(got) >= 2, 120)
+        prompts = await read_events(config.infra, "prompts", PromptIssued, lambda got: len(got) >= 2, 10)
+        actions = await read_events(config.infra, "actions", ActionGenerated, lambda got: len(got) >= 3, 10)
     by_id = {r.rollout.rollout_id: r for r in rewards}
     assert sorted(by_id) == ["mt/0", "mt/1"] and len(rewards) == 2
 
@@ -91,29 +104,16 @@ async def test_a_subtask_chain_is_built_step_by_step_with_the_code_carried(confi
     """The scripted policy answers each step of a built-in chain with that step's reference: the
     executor tests each turn on its step with the earlier steps' code before it, hands out the next
     step, and rewards the episode by its progress less the turns it took."""
-    tiny_model_dir = make_tiny_model_dir(tmp_path / "tiny", max_positions=2048)
-    config = msgspec.structs.replace(
-        config,
-        generator=msgspec.structs.replace(config.generator, backend="scripted", model=str(tiny_model_dir)),
-        executor=ExecutorConfig(image=sandbox_image, owner=owner, pool_size=2, concurrency=2))
+    config, _ = scripted(config, tmp_path, sandbox_image, owner)
     [task] = [t for t in load_tasks(config.sampler.sources) if t.task_id == "chains/stack"]
     steps = len(task.reward.subtasks)
     prompt = PromptIssued(group_id="ch", task_id=task.task_id, family=task.family, messages=task.chat(),
                           group_size=1, reward=msgspec.structs.replace(task.reward, turn_penalty=0.05),
                           max_turns=task.max_turns, issued_policy_version=0, issued_at=0.0)
-    await ensure_topics(config.infra, ["prompts", "actions", "rewards", "audit"])
-    async with EventProducer(config.infra, client_id="test") as producer:
-        await producer.send("prompts", prompt)
-    stop = asyncio.Event()
-    stages = [asyncio.create_task(generator.run(config, stop=stop)),
-              asyncio.create_task(executor.run(config, stop=stop))]
-    try:
+    async with running(config, prompt):
         rewards = await read_events(config.infra, "rewards", RewardScored, lambda got: len(got) >= 1, 120)
         actions = await read_events(config.infra, "actions", ActionGenerated, lambda got: len(got) >= steps, 10)
         prompts = await read_events(config.infra, "prompts", PromptIssued, lambda got: len(got) >= steps, 10)
-    finally:
-        stop.set()
-        await asyncio.wait_for(asyncio.gather(*stages), 60)
     [reward] = rewards
     assert reward.components == {"progress": 1.0} and abs(reward.reward - (1.0 - 0.05 * (steps - 1))) < 1e-9
     assert [(a.turn, a.subtask_index) for a in actions] == [(i + 1, i) for i in range(steps)]
