@@ -167,7 +167,7 @@ def continuation_of(action: ActionGenerated, observed: str, *, now: float | None
     rollout = action.rollout
     mask = list(rollout.generated_mask) if rollout.generated_mask is not None else [1] * len(
         rollout.completion_token_ids)
-    versions = sorted({rollout.policy_version_first, rollout.policy_version_last})
+    versions = sorted({*action.policy_versions, rollout.policy_version_first, rollout.policy_version_last})[-1024:]
     return PromptIssued(
         group_id=rollout.group_id, task_id=rollout.task_id, family=rollout.family,
         messages=[Message(role="user", content=observed)], group_size=rollout.group_size, reward=action.reward,

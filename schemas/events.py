@@ -240,6 +240,7 @@ class ActionGenerated(Event, frozen=True, kw_only=True):
     turn: Annotated[int, Meta(ge=1)] = 1
     subtask_index: Annotated[int, Meta(ge=0)] = 0  # a subtask chain: the step this turn works on
     carried_code: Text = ""  # a subtask chain: the code of the steps passed, run before this turn's
+    policy_versions: Annotated[list[Version], Meta(max_length=1024)] = []  # episodes: every version used so far
     error: ShortText | None = None  # set when no completion could be made (e.g. prompt too long)
     generator_id: ShortText
     queued_s: Seconds

@@ -81,6 +81,7 @@ async def test_fail_turn_one_read_the_observation_pass_turn_two(config: Config, 
     turn1, turn2 = turns[(1, 1)], turns[(1, 2)]
     assert "len(bin(n))" in turn1.completion_text and "len(bin(n))" not in turn2.completion_text
     assert list(c.completion_token_ids) == list(turn1.rollout.completion_token_ids)
+    assert c.policy_versions == [0] and turn2.policy_versions == [0]  # every version used, recorded
 
     # the episode's reward: turn 2 passed, less one turn's penalty; the whole trajectory
     second = by_id["mt/1"]
