@@ -204,6 +204,25 @@ def observation_ids(tokenizer: Any, observed: str, last_token: str = "") -> list
     return list(tokenizer.encode(text, add_special_tokens=False))
 
 
+def invalid_continuation(event: PromptIssued, tokenizer: Any) -> str | None:
+    """Why a continuation cannot be served (None: it can)."""
+    c = event.continuation
+    assert c is not None
+    n = len(c.completion_token_ids)
+    vocab = len(tokenizer)
+    if c.sample_index >= event.group_size:
+        return f"invalid: continuation of sample {c.sample_index} of a group of {event.group_size}"
+    if c.turn < 2 or c.turn > event.max_turns:
+        return f"invalid: continuation turn {c.turn} outside 2..max_turns ({event.max_turns})"
+    if len(c.generated_mask) != n or len(c.behaviour_logprobs) != n:
+        return (f"invalid: continuation transcript of {n} tokens with {len(c.generated_mask)} mask entries and "
+                f"{len(c.behaviour_logprobs)} log-probs")
+    ids = list(c.prompt_token_ids) + list(c.completion_token_ids)
+    if ids and (min(ids) < 0 or max(ids) >= vocab):
+        return f"invalid: continuation token ids outside the vocabulary (0..{vocab - 1})"
+    return None
+
+
 def continued(event: PromptIssued, observation_tokens: list[int]) -> list[int]:
     """The context the next turn is sampled from: prompt, transcript so far, observation."""
     c = event.continuation

@@ -51,7 +51,7 @@ from jinja2 import TemplateError
 from rollstream.config import Config, GeneratorConfig
 from rollstream.consumers.backends.base import Completion, GenerationBackend, GenerationRequest, Sampling
 from rollstream.consumers.backends.sampling import derive_seed
-from rollstream.consumers.episodes import continued, continued_rollout, observation_ids
+from rollstream.consumers.episodes import continued, continued_rollout, invalid_continuation, observation_ids
 from rollstream.consumers.models import chat_prompt_ids
 from rollstream.consumers.weight_sync import WeightSync
 from rollstream.errors import BackendError
@@ -123,25 +123,6 @@ def unit_of(event: PromptIssued) -> str:
     """What the generator does once per prompt event: a group, or one turn of one sample."""
     c = event.continuation
     return event.group_id if c is None else f"{event.group_id}/{c.sample_index}#{c.turn}"
-
-
-def invalid_continuation(event: PromptIssued, tokenizer: Any) -> str | None:
-    """Why a continuation cannot be served (None: it can)."""
-    c = event.continuation
-    assert c is not None
-    n = len(c.completion_token_ids)
-    vocab = len(tokenizer)
-    if c.sample_index >= event.group_size:
-        return f"invalid: continuation of sample {c.sample_index} of a group of {event.group_size}"
-    if c.turn < 2 or c.turn > event.max_turns:
-        return f"invalid: continuation turn {c.turn} outside 2..max_turns ({event.max_turns})"
-    if len(c.generated_mask) != n or len(c.behaviour_logprobs) != n:
-        return (f"invalid: continuation transcript of {n} tokens with {len(c.generated_mask)} mask entries and "
-                f"{len(c.behaviour_logprobs)} log-probs")
-    ids = list(c.prompt_token_ids) + list(c.completion_token_ids)
-    if ids and (min(ids) < 0 or max(ids) >= vocab):
-        return f"invalid: continuation token ids outside the vocabulary (0..{vocab - 1})"
-    return None
 
 
 def clamped(logprobs: list[float]) -> list[float]:
