@@ -49,7 +49,14 @@ def gather(store: Any, group_id: str, rollout_id: str | None) -> dict[str, Any] 
     advantaged, fates = events("advantages"), events("fates")
     if not (prompts or actions or rewards or advantaged or fates):
         return None
-    prompt = prompts[0][1] if prompts else None
+    originals = [p for _, p in prompts if p.continuation is None]
+    prompt = originals[0] if originals else None
+    # multi-turn: each continuation's observation, by (sample, the turn it leads to)
+    observed = {(p.continuation.sample_index, p.continuation.turn): p.continuation.observation
+                for _, p in prompts if p.continuation is not None}
+    turns_of: dict[str, dict[int, Any]] = {}
+    for _, action in actions:
+        turns_of.setdefault(action.rollout.rollout_id, {}).setdefault(action.turn, action)
     advantage_of = {}
     group_event = advantaged[0][1] if advantaged else None
     if group_event is not None:
@@ -61,9 +68,11 @@ def gather(store: Any, group_id: str, rollout_id: str | None) -> dict[str, Any] 
     learner_version = fates[0][1].learner_version if fates else None
     samples: dict[str, dict[str, Any]] = {}
     for row, action in actions:
-        r = action.rollout
-        if r.rollout_id in samples or (rollout_id and r.rollout_id != rollout_id):
+        if action.rollout.rollout_id in samples or (rollout_id and action.rollout.rollout_id != rollout_id):
             continue
+        turns = turns_of[action.rollout.rollout_id]
+        action = turns[max(turns)]  # the episode's last turn: its rollout spans them all
+        r = action.rollout
         reward = reward_of.get(r.rollout_id)
         adv = advantage_of.get(r.rollout_id)
         samples[r.rollout_id] = {
@@ -79,6 +88,8 @@ def gather(store: Any, group_id: str, rollout_id: str | None) -> dict[str, Any] 
                                                       "verdict": reward.execution.verdict},
             "advantage": None if adv is None else adv.advantage,
             "actions_offset": [row["partition"], row["offset"]],
+            "turns": [{"turn": t, "subtask_index": a.subtask_index, "completion": a.completion_text,
+                       "observation_after": observed.get((r.sample_index, t + 1))} for t, a in sorted(turns.items())],
         }
     dead = []
     for name in sorted({f.topic for f in store.files()}):
@@ -141,7 +152,17 @@ def render(found: dict[str, Any]) -> str:
             lines.append("components: " + ", ".join(f"{k} {v:+.3f}" for k, v in s["components"].items()))
         if s["generation_error"]:
             lines.append(f"generation error: {s['generation_error']}")
-        lines.append(s["completion"].rstrip() or "(empty completion)")
+        if len(s["turns"]) > 1:  # a multi-turn episode: each turn and what the sandbox said after it
+            for t in s["turns"]:
+                lines.append(f"--- turn {t['turn']}" + (f" (step {t['subtask_index'] + 1})" if t["subtask_index"] else "")
+                             + " ---")
+                lines.append(t["completion"].rstrip() or "(empty completion)")
+                if t["observation_after"]:
+                    lines.append("--- observation ---")
+                    lines.append(t["observation_after"].rstrip())
+            lines.append(f"--- verdict of turn {s['turns'][-1]['turn']} ---")
+        else:
+            lines.append(s["completion"].rstrip() or "(empty completion)")
         if e.get("error_message"):
             lines.append(f"error: {e['error_message']}" + (f" (line {e['error_line']})" if e.get("error_line") else ""))
         for stream in ("stdout_tail", "stderr_tail"):
