@@ -50,6 +50,7 @@ from rollstream.schemas.events import (
     RewardScored,
     RewardSpec,
     Rollout,
+    WorkspaceFile,
 )
 
 OBSERVATION_CHARS = 2000  # an observation's size cap
@@ -91,9 +92,11 @@ def progress(action: ActionGenerated, execution: ExecutionRecord) -> float:
 
 
 def after_turn(action: ActionGenerated, scored: RewardScored, events: Sequence[dict[str, Any]] = (),
-               *, now: float | None = None) -> tuple[str, Any]:
+               *, now: float | None = None, workspace: Sequence[tuple[str, bytes]] = ()) -> tuple[str, Any]:
     """What the executor sends after scoring a turn: ``("rewards", the episode's RewardScored)`` when
-    the episode ends, else ``("prompts", the continuation for its next turn)``."""
+    the episode ends, else ``("prompts", the continuation for its next turn)``, which carries the
+    files the turn left (``workspace``: its sandbox's /work after it ran, size-capped)."""
+    files = [WorkspaceFile(path=path, data=data) for path, data in workspace]
     execution = scored.execution
     chain = bool(action.reward.subtasks)
     if ends(action, execution):
@@ -112,10 +115,11 @@ def after_turn(action: ActionGenerated, scored: RewardScored, events: Sequence[d
         carried = subtask_turn(action)
         code = extract_code(carried[1]).code if carried is not None else None
         return "prompts", continuation_of(action, told[:OBSERVATION_CHARS], now=now, subtask_index=step,
-                                          carried_code=code or action.carried_code)
+                                          carried_code=code or action.carried_code, workspace=files)
     spec = subtask_turn(action)[0] if chain else action.reward
     return "prompts", continuation_of(action, observation(spec, execution, events, chain=chain), now=now,
-                                      subtask_index=action.subtask_index, carried_code=action.carried_code)
+                                      subtask_index=action.subtask_index, carried_code=action.carried_code,
+                                      workspace=files)
 
 
 def final_reward(spec: RewardSpec, reward: float, turn: int) -> float:
@@ -162,7 +166,7 @@ def observation(spec: RewardSpec, execution: ExecutionRecord, events: Sequence[d
 
 
 def continuation_of(action: ActionGenerated, observed: str, *, now: float | None = None, subtask_index: int = 0,
-                    carried_code: str = "") -> PromptIssued:
+                    carried_code: str = "", workspace: Sequence[WorkspaceFile] = ()) -> PromptIssued:
     """The ``PromptIssued`` asking for the next turn of ``action``'s sample."""
     rollout = action.rollout
     mask = list(rollout.generated_mask) if rollout.generated_mask is not None else [1] * len(
@@ -178,7 +182,8 @@ def continuation_of(action: ActionGenerated, observed: str, *, now: float | None
             messages=[Message(role="assistant", content=action.completion_text), Message(role="user", content=observed)],
             prompt_token_ids=list(rollout.prompt_token_ids), completion_token_ids=list(rollout.completion_token_ids),
             generated_mask=mask, behaviour_logprobs=list(rollout.behaviour_logprobs), observation=observed,
-            policy_versions=versions, subtask_index=subtask_index, carried_code=carried_code))
+            policy_versions=versions, subtask_index=subtask_index, carried_code=carried_code,
+            workspace=list(workspace)))
 
 
 # --- the generator's side ------------------------------------------------------------------------

@@ -48,7 +48,7 @@ from contextlib import AsyncExitStack
 from rollstream.config import Config
 from rollstream.consumers.episodes import after_turn, subtask_turn
 from rollstream.consumers.rewards import RewardRegistry, default_registry
-from rollstream.consumers.sandbox import DockerSandboxPool, SandboxBackend
+from rollstream.consumers.sandbox import DockerSandboxPool, RunResult, SandboxBackend
 from rollstream.consumers.score import audit_record, evaluate
 from rollstream.guard import IntakeGuard
 from rollstream.kafka import Delivery, EventConsumer, EventProducer, ensure_topics
@@ -107,7 +107,7 @@ async def score_action(
 async def score_turn(
     backend: SandboxBackend, registry: RewardRegistry, action: ActionGenerated, executor: str,
     max_timeout_s: float | None = None,
-) -> tuple[RewardScored, list[Event], list[dict]]:
+) -> tuple[RewardScored, list[Event], RunResult | None]:
     """The reward of one action and the audit records of what ran for it (at most ``max_timeout_s``
     of wall-clock time, whatever its spec asks for).
 
@@ -130,10 +130,12 @@ async def score_turn(
             execution=record,
             executor_id=executor,
             scored_at=time.time(),
-        ), [], []
+        ), [], None
     step = subtask_turn(action)  # a subtask chain: this step's tests, the code carried before this turn's
     spec, completion = step if step is not None else (action.reward, action.completion_text)
-    evaluation = await evaluate(backend, registry, spec, completion, rollout.rollout_id, max_timeout_s=max_timeout_s)
+    evaluation = await evaluate(backend, registry, spec, completion, rollout.rollout_id, max_timeout_s=max_timeout_s,
+                                files=[(f.path, f.data) for f in action.workspace],
+                                collect_files=action.turn < action.max_turns)  # an episode's files go on
     scored = evaluation.scored
     reward = RewardScored(
         rollout=rollout,
@@ -144,8 +146,7 @@ async def score_turn(
         scored_at=time.time(),
     )
     audit = audit_record(evaluation, backend.limits, rollout.rollout_id, time.time())
-    events = list(evaluation.result.events) if evaluation.result is not None else []
-    return reward, [audit] if audit is not None else [], events
+    return reward, [audit] if audit is not None else [], evaluation.result
 
 
 class Executor:
@@ -235,7 +236,7 @@ class Executor:
             if self.stopping:  # fetched but not started: the next owner runs it
                 return
             try:
-                reward, audits, events = await score_turn(self.backend, self.registry, action, self.executor_id,
+                reward, audits, result = await score_turn(self.backend, self.registry, action, self.executor_id,
                                                           self.config.executor.max_timeout_s)
             except ValueError as exc:  # a reward spec no registered kind accepts
                 await self.producer.dead_letter(delivery, f"rejected: {exc}", stage=STAGE)
@@ -244,7 +245,8 @@ class Executor:
                 self.consumer.done(delivery)
                 return
         # the episode's reward for its whole trajectory, or the next turn of this one sample
-        outcome: tuple[str, Event] = after_turn(action, reward, events)
+        outcome: tuple[str, Event] = after_turn(action, reward, result.events if result is not None else [],
+                                                workspace=result.files if result is not None else ())
         if outcome[0] == "prompts":
             self.own.continued.inc()
         else:

@@ -168,6 +168,7 @@ def action_from(event: PromptIssued, index: int, prompt_ids: list[int], completi
         turn=event.continuation.turn if event.continuation is not None else 1,
         subtask_index=event.continuation.subtask_index if event.continuation is not None else 0,
         carried_code=event.continuation.carried_code if event.continuation is not None else "",
+        workspace=list(event.continuation.workspace) if event.continuation is not None else [],
         policy_versions=sorted({*(event.continuation.policy_versions if event.continuation is not None else ()),
                                 completion.policy_version_first, completion.policy_version_last})[-1024:],
         error=completion.error,

@@ -11,9 +11,15 @@ Protocol (over the container's attach stream, one JSON object per line):
 * runner -> host, once at start: ``{"ready": true, "python": "3.11.2", "clean", "sysv_ipc_objects",
   "tasks_counted"}``
 * host -> runner: a job ``{"id", "setup", "code", "tests", "names", "entry_point", "program",
-  "trust", "timeout_s", "memory_mb", "output_bytes", "tail_bytes", "file_bytes"}``
+  "trust", "timeout_s", "memory_mb", "output_bytes", "tail_bytes", "file_bytes"}``, and for a
+  turn of a multi-turn episode ``"files"`` (its workspace: ``[[relative path, base64]]``, written
+  into the empty /work before the job is forked, paths checked, at most ``"workspace_bytes"``),
+  ``"collect_files"``
 * runner -> host: ``{"id", "exit_code", "signal", "duration_s", "timed_out", "output_limit",
-  "oom_killed", "output_bytes", "stdout_tail", "stderr_tail", "events", "violations", "clean"}``
+  "oom_killed", "output_bytes", "stdout_tail", "stderr_tail", "events", "violations", "clean"}``,
+  with ``collect_files`` also ``"files"`` (the regular files the job left in /work, read after
+  every process of the job is gone and before the wipe; links, FIFOs and devices are never
+  followed or read) and ``"workspace_truncated"``
 
 Processes: the runner (PID 1) forks, once, a *zygote*, and per job the zygote forks one child.
 With ``trust: "judge"`` (the default) the child is the *candidate*: it runs the completion and
@@ -64,6 +70,7 @@ init installed a handler, so the code cannot kill the runner, its judge (we inst
 reset SIGINT).
 """
 
+import binascii
 import ctypes
 import fcntl
 import gc
@@ -497,6 +504,8 @@ def run_job(host, job):
         int(job.get("file_bytes", 64 << 20)),  # file size
     )
     code, program = job.get("code", ""), bool(job.get("program", False))
+    workspace_bytes = int(job.get("workspace_bytes", 0))
+    workspace_problem = restore_workspace(job["files"], workspace_bytes) if job.get("files") else None
     cap = int(job.get("output_bytes", 65536))
     tail = int(job.get("tail_bytes", 4000))
     out, err, rep = Capture(tail), Capture(tail), Capture(MAX_REPORT_BYTES)
@@ -522,7 +531,12 @@ def run_job(host, job):
     if zygote_problem:
         violations.append(zygote_problem)
         host.drop_zygote()  # cleanup() below kills it with everything else
-    problems = cleanup(host, keep=host.zygote)
+    collected = []
+
+    def collect():
+        collected.extend(collect_workspace(workspace_bytes))
+
+    problems = cleanup(host, keep=host.zygote, collect=collect if job.get("collect_files") else None)
     # Every writer is gone now (the zygote writes only pids and statuses): empty the pipes.
     os.set_blocking(host.req_r, False)  # the candidate's end: blocking again before the next job
     pipes = ((host.out_r, out), (host.err_r, err), (host.rep_r, rep), (host.pid_r, Capture(0)),
@@ -539,6 +553,10 @@ def run_job(host, job):
     host.oom_kills = oom_kills
     result["violations"] = violations + problems
     result["clean"] = not problems and not zygote_problem
+    if job.get("collect_files") and collected:
+        result["files"], result["workspace_truncated"] = collected
+    if workspace_problem:
+        result["workspace_problem"] = workspace_problem
     result["id"] = job.get("id")
     return result
 
@@ -837,14 +855,17 @@ def _pids():
     return [p for p in os.listdir("/proc") if p.isdigit() and p != "1"]
 
 
-def cleanup(host, keep=None):
+def cleanup(host, keep=None, collect=None):
     """Make sure no process is left but init and the zygote ``keep`` (which normally killed the
-    rest already), then wipe the writable places. Returns the problems found."""
+    rest already), call ``collect()`` (nothing of the job runs any more), then wipe the writable
+    places. Returns the problems found."""
     problems = []
     # Two tasks in the container are the runner and the zygote (alive, or a zombie not yet
     # reaped: only this function reaps): nothing to reap, nothing to kill. The usual case.
     if keep is None or host.tasks() != 2:
         problems += _reap_and_kill(host, keep)
+    if collect is not None:
+        collect()
     if os.listdir(WORK):
         _wipe(WORK)
         if os.listdir(WORK):
@@ -886,6 +907,101 @@ def _reap_and_kill(host, keep):
     else:
         problems.append("cleanup_failed:processes")
     return problems
+
+
+WORKSPACE_FILES = 256  # an episode's workspace: at most this many files ...
+WORKSPACE_DEPTH = 8  # ... this deep ...
+WORKSPACE_SCAN = 4096  # ... found among this many entries
+
+
+def restore_workspace(files, budget):
+    """Write an episode's files (``[[relative path, base64]]``, collected after its last turn)
+    into the empty ``/work`` before the job is forked. Paths are checked: relative, normalised,
+    no ``..``, created here (never through a link). Returns the problem, or None."""
+    if not isinstance(files, list) or len(files) > WORKSPACE_FILES:
+        return f"workspace: not a list of at most {WORKSPACE_FILES} files"
+    for item in files:
+        try:
+            path, encoded = item
+            data = binascii.a2b_base64(encoded)
+        except (TypeError, ValueError, binascii.Error):
+            return "workspace: bad entry"
+        parts = path.split("/") if isinstance(path, str) else []
+        if (not parts or len(parts) > WORKSPACE_DEPTH or "\0" in path
+                or any(p in ("", ".", "..") or len(p) > 255 for p in parts)):
+            return "workspace: bad path"
+        budget -= len(data)
+        if budget < 0:
+            return "workspace: over its size"
+        try:
+            directory = WORK
+            for part in parts[:-1]:
+                directory = os.path.join(directory, part)
+                try:
+                    os.mkdir(directory, 0o700)
+                except FileExistsError:
+                    if os.path.islink(directory) or not os.path.isdir(directory):
+                        return "workspace: bad path"
+            fd = os.open(os.path.join(WORK, *parts), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            return f"workspace: {type(exc).__name__}"
+    return None
+
+
+def collect_workspace(budget):
+    """The regular files the job left in ``/work`` (``[[relative path, base64]]``), for the next
+    turn of its episode, and whether any had to be left out (links, devices, FIFOs are never
+    followed or read; past ``budget`` bytes or the file counts, files are left out)."""
+    found, truncated, seen = [], False, 0
+    stack = [("", WORK, 0)]
+    while stack:
+        relative, directory, depth = stack.pop()
+        try:
+            entries = list(os.scandir(directory))
+        except OSError:
+            continue
+        for entry in sorted(entries, key=lambda e: e.name):
+            seen += 1
+            if seen > WORKSPACE_SCAN:
+                return found, True
+            name = f"{relative}/{entry.name}" if relative else entry.name
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    if depth + 1 < WORKSPACE_DEPTH:
+                        stack.append((name, entry.path, depth + 1))
+                    else:
+                        truncated = True
+                    continue
+                if not entry.is_file(follow_symlinks=False):
+                    truncated = True  # links, FIFOs, sockets: not carried
+                    continue
+                fd = os.open(entry.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+            except OSError:
+                truncated = True
+                continue
+            try:
+                size = os.fstat(fd).st_size
+                if len(found) >= WORKSPACE_FILES or size > budget:
+                    truncated = True
+                    continue
+                data = os.read(fd, size + 1)
+            except OSError:
+                truncated = True
+                continue
+            finally:
+                os.close(fd)
+            if len(data) > budget:
+                truncated = True
+                continue
+            budget -= len(data)
+            found.append([name, binascii.b2a_base64(data, newline=False).decode()])
+    return found, truncated
 
 
 def _wipe(directory):

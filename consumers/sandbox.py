@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import base64
 import builtins
 import contextlib
 import functools
@@ -52,6 +53,7 @@ PROCESS_LABEL = "rollstream.sandbox.process"
 SANDBOX_USER = "65534:65534"
 RUNNER_OVERHEAD_MB = 64  # the runner itself and the forked interpreter's shared pages
 TAIL_BYTES = 4000  # fits ExecutionRecord's ShortText tails
+WORKSPACE_BYTES = 256 << 10  # an episode's files carried between turns, at most
 READY_TIMEOUT_S = 60.0
 # Names a test never takes from the completion: the judge's builtins and its helpers.
 JUDGE_NAMES = frozenset(dir(builtins)) | {"raises", "run_program"}
@@ -75,6 +77,8 @@ class Job(msgspec.Struct, frozen=True, kw_only=True):
     names: list[str] = []
     program: bool = False
     trust: Literal["judge", "in_process"] = "judge"
+    files: list[tuple[str, bytes]] = []  # an episode's workspace, written into /work before the code runs
+    collect_files: bool = False  # return the files the job left in /work (the next turn's workspace)
 
     def __post_init__(self) -> None:
         if not self.names:
@@ -114,6 +118,8 @@ class RunResult(msgspec.Struct, frozen=True, kw_only=True):
     violations: list[str] = []
     runner_died: bool = False
     recycled: bool = False
+    files: list[tuple[str, bytes]] = []  # with collect_files: the regular files the job left in /work
+    files_truncated: bool = False  # some were left out (links, over the size or count caps)
 
 
 class SandboxBackend(Protocol):
@@ -281,6 +287,27 @@ class _Warm:
             return await self.replies.get()
 
 
+def _workspace(reply: dict[str, Any]) -> tuple[list[tuple[str, bytes]], bool]:
+    """The files a job left (``collect_files``), as the runner listed them; what does not read as
+    (path, base64) within the caps is left out."""
+    files: list[tuple[str, bytes]] = []
+    total, truncated = 0, bool(reply.get("workspace_truncated"))
+    listed = reply.get("files")
+    for item in listed if isinstance(listed, list) else []:
+        try:
+            path, encoded = item
+            data = base64.b64decode(encoded, validate=True)
+        except (TypeError, ValueError):
+            truncated = True
+            continue
+        total += len(data)
+        if not isinstance(path, str) or len(path) > 1024 or total > WORKSPACE_BYTES:
+            truncated = True
+            continue
+        files.append((path, data))
+    return files, truncated
+
+
 class DockerSandboxPool:
     """The aiodocker :class:`SandboxBackend`: ``async with DockerSandboxPool(config) as pool``."""
 
@@ -431,6 +458,9 @@ class DockerSandboxPool:
             "tail_bytes": TAIL_BYTES,
             "file_bytes": self._limits.tmpfs_mb << 20,
         }
+        if job.files or job.collect_files:
+            request.update(files=[[path, base64.b64encode(data).decode()] for path, data in job.files],
+                           collect_files=job.collect_files, workspace_bytes=WORKSPACE_BYTES)
         if warm.reader.done() or not warm.replies.empty():  # died while idle: not this job's doing
             self._retire(warm)
             raise SandboxError(f"sandbox {warm.sandbox_id} died while idle")
@@ -470,6 +500,7 @@ class DockerSandboxPool:
                 "clean": False,
             }
         violations = [str(v)[:200] for v in reply.get("violations", [])]
+        files, truncated = _workspace(reply)
         if reply.get("oom_killed") and "oom_killed" not in violations:
             violations.append("oom_killed")  # the cgroup OOM killer ran: the runner may be hurt
         recycled = (
@@ -491,6 +522,8 @@ class DockerSandboxPool:
             violations=violations,
             runner_died=died,
             recycled=recycled,
+            files=files,
+            files_truncated=truncated,
         )
 
     async def _oom_killed(self, warm: _Warm) -> bool:

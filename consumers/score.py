@@ -25,7 +25,7 @@ import hashlib
 import json
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -57,6 +57,8 @@ async def evaluate(
     *,
     attempts: int = SANDBOX_ATTEMPTS,
     max_timeout_s: float | None = None,
+    files: Sequence[tuple[str, bytes]] = (),
+    collect_files: bool = False,
 ) -> Evaluation:
     """Score ``completion`` against ``spec`` in ``backend``, with at most ``max_timeout_s`` of
     wall-clock time whatever the spec asks for (the executor's ``max_timeout_s``).
@@ -70,6 +72,8 @@ async def evaluate(
     prepared = kind.prepare(spec, completion, job_id)
     if isinstance(prepared, Scored):
         return Evaluation(scored=prepared)
+    if files or collect_files:  # a multi-turn episode: its workspace in, the files it leaves out
+        prepared = msgspec.structs.replace(prepared, files=list(files), collect_files=collect_files)
     result = await retry(functools.partial(backend.execute, prepared), what=f"sandbox run of {job_id}",
                          retry_on=(SandboxError,), attempts=attempts, first_delay_s=0.5, max_delay_s=4.0)
     return Evaluation(scored=kind.score(spec, completion, result), job=prepared, result=result)

@@ -153,6 +153,16 @@ class RewardSpec(msgspec.Struct, frozen=True, kw_only=True):
     program: bool = False
 
 
+class WorkspaceFile(msgspec.Struct, frozen=True, kw_only=True):
+    """A file an episode's code left in its sandbox, carried to its next turn."""
+
+    path: ShortText
+    data: Annotated[bytes, Meta(max_length=256 << 10)]
+
+
+Workspace = Annotated[list[WorkspaceFile], Meta(max_length=256)]
+
+
 class Continuation(msgspec.Struct, frozen=True, kw_only=True):
     """A later turn of one sample of a multi-turn episode (consumers/episodes.py).
 
@@ -172,6 +182,7 @@ class Continuation(msgspec.Struct, frozen=True, kw_only=True):
     policy_versions: Annotated[list[Version], Meta(max_length=1024)] = []
     subtask_index: Annotated[int, Meta(ge=0)] = 0
     carried_code: Text = ""  # a subtask chain: the code of the steps passed, run before this turn's
+    workspace: Workspace = []  # the files the episode's code left in its sandbox so far
 
     def __post_init__(self) -> None:
         _pack_fields(self, _PACKED_FIELDS)
@@ -241,6 +252,7 @@ class ActionGenerated(Event, frozen=True, kw_only=True):
     subtask_index: Annotated[int, Meta(ge=0)] = 0  # a subtask chain: the step this turn works on
     carried_code: Text = ""  # a subtask chain: the code of the steps passed, run before this turn's
     policy_versions: Annotated[list[Version], Meta(max_length=1024)] = []  # episodes: every version used so far
+    workspace: Workspace = []  # episodes: the files its earlier turns left, restored before this turn runs
     error: ShortText | None = None  # set when no completion could be made (e.g. prompt too long)
     generator_id: ShortText
     queued_s: Seconds

@@ -126,3 +126,38 @@ async def test_a_subtask_chain_is_built_step_by_step_with_the_code_carried(confi
     assert all(s.reference.strip() in handed[-1].carried_code for s in task.reward.subtasks[:-1])
     mask = list(reward.rollout.generated_mask)
     assert mask[0] == 1 and 0 in mask and mask[-1] == 1  # model turns with observations between them
+
+
+READER = "def recall():\n    return open('notes.txt').read()\n"  # the task's reference: reads what turn 1 wrote
+WRITER = "open('notes.txt', 'w').write('remembered')\n\ndef recall():\n    return 'not yet'\n"
+
+
+async def test_the_files_an_episode_wrote_are_there_in_its_next_turn_and_no_other(
+        config: Config, tmp_path: Path, sandbox_image: str, owner: str) -> None:
+    """Sample 0 writes notes.txt in turn 1 (and fails), then reads it in turn 2 and passes. Sample 1
+    reads first, in the same sandboxes, and fails: another episode's file is not there."""
+    import json
+
+    tasks, answers = tmp_path / "tasks.jsonl", tmp_path / "answers.jsonl"
+    tasks.write_text(json.dumps({"task_id": "ws/recall", "family": "ws", "prompt": "Write recall().",
+                                 "reference_solution": READER, "max_turns": 2,
+                                 "reward": {"tests": ["assert recall() == 'remembered'"]}}) + "\n")
+    answers.write_text(json.dumps({"task_id": "ws/recall", "completion": WRITER}) + "\n")
+    config, _ = scripted(config, tmp_path, sandbox_image, owner)
+    config = msgspec.structs.replace(
+        config, sampler=msgspec.structs.replace(config.sampler, sources=[f"jsonl:{tasks}"]),
+        generator=msgspec.structs.replace(config.generator, scripted_answers=str(answers)))
+    [task] = load_tasks(config.sampler.sources)
+    # answers in order: [READER, WRITER]; sample i, turn t gets answer (i + t - 1) mod 2
+    prompt = PromptIssued(group_id="ws", task_id=task.task_id, family=task.family, messages=task.chat(), group_size=2,
+                          reward=task.reward, max_turns=2, issued_policy_version=0, issued_at=0.0)
+    async with running(config, prompt):
+        rewards = await read_events(config.infra, "rewards", RewardScored, lambda got: len(got) >= 2, 120)
+        prompts = await read_events(config.infra, "prompts", PromptIssued, lambda got: len(got) >= 3, 10)
+    by_id = {r.rollout.rollout_id: r for r in rewards}
+    writer_first, reader_first = by_id["ws/1"], by_id["ws/0"]
+    assert writer_first.execution.passed  # turn 2 read what its own turn 1 wrote
+    assert not reader_first.execution.passed  # never saw the other episode's notes.txt
+    carried = {p.continuation.sample_index: p.continuation.workspace for p in prompts if p.continuation is not None}
+    assert [(f.path, f.data) for f in carried[1]] == [("notes.txt", b"remembered")]
+    assert carried[0] == []  # the reader wrote nothing
