@@ -335,9 +335,6 @@ class LoraConfig(Section):
 class LearnerConfig(Section):
     model: str = "smollm2"
     """"smollm2" or a local Hugging Face model directory."""
-    family_loss_weights: dict[str, Annotated[float, Meta(ge=0.0, le=1000.0)]] = {}
-    """Multi-task training: each task family's rollouts weigh this much in the loss (families not
-    named: 1; 0 leaves a family out of the gradient while it is still sampled and measured)."""
     device: str = "cpu"
     """torch device."""
     micro_batch: PositiveInt = 8
@@ -350,6 +347,9 @@ class LearnerConfig(Section):
     """Publish weights every N optimizer steps."""
     broadcast_dtype: Literal["bfloat16", "float32"] = "bfloat16"
     """dtype of broadcast weights."""
+    family_loss_weights: dict[str, Annotated[float, Meta(ge=0.0, le=1000.0)]] = {}
+    """Multi-task training: each task family's rollouts weigh this much in the loss (families not
+    named: 1; 0 leaves a family out of the gradient while it is still sampled and measured)."""
     metrics_port: Port = 0
     """Prometheus port (0 = do not serve)."""
     backend: Literal["torch", "sim"] = "torch"
