@@ -124,7 +124,7 @@ def phase(work: Path, name: str, bootstrap: str, redis: PrivateRedis, model: Pat
                 print(f"[{time.monotonic() - started:5.0f} s] restarted Redis", flush=True)
         active_end = time.time()
         drill.stop(("sampler",))
-        result = asyncio.run(wait_drained(config, timeout_s=180))
+        result = asyncio.run(wait_drained(config, timeout_s=180, learner_runs=drill.killed["learner"] + 1))
     finally:
         drill.stop()
     figures = result.figures()

@@ -184,7 +184,9 @@ async def account(config: Config) -> Accounting:
         await client.aclose()
     lineage = surviving_fates(fates)
     trained = Counter(f.group_id for f in lineage if f.fate == "trained")
-    decided = {f.group_id for f in fates if f.fate != "duplicate"}
+    # decided in the surviving lineage: a dead learner run's fates after its successor's resume point
+    # were undone, and count again only once the successor has decided those groups anew
+    decided = {f.group_id for f in lineage if f.fate != "duplicate"}
     by_kind = Counter(f.fate for f in lineage)
     return Accounting(
         issued=len(issued), trained=len(trained), filtered=by_kind["filtered"], stale=by_kind["stale"],
@@ -193,12 +195,15 @@ async def account(config: Config) -> Accounting:
         learner_runs=len({f.learner_run for f in fates}), continued=len(continued), fates=fates)
 
 
-async def wait_drained(config: Config, timeout_s: float) -> Accounting:
-    """Account until nothing is lost (every issued group decided) or ``timeout_s`` passed."""
+async def wait_drained(config: Config, timeout_s: float, learner_runs: int = 1) -> Accounting:
+    """Account until nothing is lost (every issued group decided in the surviving lineage) and at
+    least ``learner_runs`` learner runs have published fates (a learner killed k times runs k + 1
+    times: until its last run speaks, the lineage cannot tell what the dead one undid), or
+    ``timeout_s`` passed."""
     deadline = time.monotonic() + timeout_s
     while True:
         result = await account(config)
-        if not result.lost or time.monotonic() > deadline:
+        if (not result.lost and result.learner_runs >= learner_runs) or time.monotonic() > deadline:
             return result
         await asyncio.sleep(2.0)
 

@@ -41,7 +41,7 @@ def test_every_stage_killed_once_loses_no_group_and_trains_none_twice(tmp_path: 
                 redis.restart()
         time.sleep(5)
         drill.stop(("sampler",))
-        result = asyncio.run(wait_drained(config, timeout_s=180))
+        result = asyncio.run(wait_drained(config, timeout_s=180, learner_runs=drill.killed["learner"] + 1))
     finally:
         drill.stop()
         redis.kill()
