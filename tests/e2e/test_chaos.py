@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from rollstream.chaos import STAGES, Drill, PrivateRedis, wait_drained
+from rollstream.chaos import STAGES, Drill, PrivateRedis, account, wait_drained
 from rollstream.config import load_config
 from rollstream.infra import free_port
 from rollstream.testing import make_tiny_model_dir
@@ -40,6 +40,12 @@ def test_every_stage_killed_once_loses_no_group_and_trains_none_twice(tmp_path: 
             if stage == "stream":
                 redis.restart()
         time.sleep(5)
+        # groups keep flowing until the resumed learner has decided some (under load it may take a
+        # while to start; with nothing left to consume it would never speak)
+        deadline = time.monotonic() + 150
+        while asyncio.run(account(config)).learner_runs < 2 and time.monotonic() < deadline:
+            time.sleep(2)
+            drill.check_alive()
         drill.stop(("sampler",))
         result = asyncio.run(wait_drained(config, timeout_s=180, learner_runs=drill.killed["learner"] + 1))
     finally:
