@@ -45,8 +45,9 @@ NEW, SUSPECT, DUPLICATE, POISON = "new", "suspect", "duplicate", "poison"
 WARN_EVERY_S = 30.0
 
 # KEYS: per delivery its done key and its attempts key. ARGV: dedupe on, attempts on, the attempts'
-# TTL. Returns per delivery (done, attempts before this one); counts an attempt for a delivery that
-# is neither done nor taken before (a suspect is counted when it is started alone).
+# TTL, then one '1'/'0' per delivery: whether it is a replay. Returns per delivery (done, attempts
+# before this one); counts an attempt for a delivery that will run (not done, or a replay) and was
+# not taken before (a suspect is counted when it is started alone).
 ADMIT = """
 local out = {}
 for i = 1, #KEYS, 2 do
@@ -55,7 +56,7 @@ for i = 1, #KEYS, 2 do
   local attempts = 0
   if ARGV[2] == '1' then
     attempts = tonumber(redis.call('GET', KEYS[i + 1]) or '0')
-    if attempts == 0 and done == 0 then
+    if attempts == 0 and (done == 0 or string.sub(ARGV[4], (i + 1) / 2, (i + 1) / 2) == '1') then
       redis.call('INCR', KEYS[i + 1])
       redis.call('EXPIRE', KEYS[i + 1], ARGV[3])
     end
@@ -118,8 +119,9 @@ class IntakeGuard:
         for delivery, unit in zip(deliveries, units):
             keys += (self._done_key(delivery, unit), self._attempts_key(delivery))
         try:
+            replays = "".join("1" if is_replay(d) else "0" for d in deliveries)
             replies = await self._admit(keys=keys, args=[int(bool(self.ttl_s)), int(bool(self.max_attempts)),
-                                                         ATTEMPTS_TTL_S])
+                                                         ATTEMPTS_TTL_S, replays])
         except REDIS_ERRORS as exc:  # Redis down or failing: process everything (at-least-once holds)
             self._failed("admit", exc)
             return [NEW] * len(deliveries)

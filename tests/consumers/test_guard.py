@@ -48,6 +48,7 @@ async def test_duplicates_poison_replay_and_release(infra_config: InfraConfig, r
         again = Record("t", 1, 7)  # the same rollout turn, produced twice
         replayed = Record("t", 1, 8, headers=((REPLAY_HEADER, b"1"),))
         assert await guard.admit([again, replayed], ["g/0#1", "g/0#1"]) == [DUPLICATE, NEW]
+        assert await guard.admit([replayed], ["g/0#1"]) == [SUSPECT]  # a replay's attempts count like any
         assert await guard.admit([b], ["g/1#1"]) == [SUSPECT]  # second owner: run it alone
         await guard.start_suspect(b)
         assert await guard.admit([b], ["g/1#1"]) == [SUSPECT]  # third owner
