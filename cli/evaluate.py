@@ -259,8 +259,8 @@ async def generate_and_score(config: Config, backend: Any, missing: Sequence[tup
                 if not passed and ex.error_kind not in ("tamper", "infra"):
                     context = contexts[completion.request_id] + list(completion.token_ids)
                     told = observation(eval_spec(task, options.tests), ex, ev.result.events if ev.result else [])
-                    last = backend.tokenizer.decode(list(completion.token_ids[-1:])) if completion.token_ids else ""
-                    contexts[completion.request_id] = context + observation_ids(backend.tokenizer, told, last)
+                    contexts[completion.request_id] = context + observation_ids(backend.tokenizer, told,
+                                                                                completion.token_ids)
                     retry.append(completion.request_id)
 
             turn = 1

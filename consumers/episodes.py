@@ -67,18 +67,26 @@ def ends(action: ActionGenerated, execution: ExecutionRecord) -> bool:
     return False
 
 
+def chain_code(action: ActionGenerated) -> str | None:
+    """A chain turn's code to run: the code carried from the steps passed, then this turn's (None:
+    the turn has no code)."""
+    new = extract_code(action.completion_text).code
+    if new is None or not action.carried_code.strip():
+        return new
+    return f"{action.carried_code.rstrip()}\n\n\n{new}"
+
+
 def subtask_turn(action: ActionGenerated) -> tuple[RewardSpec, str] | None:
     """For a turn of a subtask chain: its step's spec (the step's tests) and the completion to run
-    (the code carried from the steps passed, then this turn's); None for a plain task."""
+    (:func:`chain_code`); None for a plain task."""
     spec = action.reward
     if not spec.subtasks:
         return None
     step = spec.subtasks[min(action.subtask_index, len(spec.subtasks) - 1)]
     step_spec = msgspec.structs.replace(spec, tests=list(step.tests), subtasks=[], entry_point="")
-    new = extract_code(action.completion_text).code
-    if new is None:  # nothing to run: scored as such
+    code = chain_code(action)
+    if code is None:  # nothing to run: scored as such
         return step_spec, action.completion_text
-    code = f"{action.carried_code.rstrip()}\n\n\n{new}" if action.carried_code.strip() else new
     return step_spec, f"```python\n{code}\n```"
 
 
@@ -112,10 +120,8 @@ def after_turn(action: ActionGenerated, scored: RewardScored, events: Sequence[d
         told = (f"Step {step} passed. Step {step + 1} of {len(action.reward.subtasks)}: "
                 f"{action.reward.subtasks[step].instruction}\nAnswer with the code of this step in one ```python "
                 f"block; what you wrote before is kept.")
-        carried = subtask_turn(action)
-        code = extract_code(carried[1]).code if carried is not None else None
         return "prompts", continuation_of(action, told[:OBSERVATION_CHARS], now=now, subtask_index=step,
-                                          carried_code=code or action.carried_code, workspace=files)
+                                          carried_code=chain_code(action) or action.carried_code, workspace=files)
     spec = subtask_turn(action)[0] if chain else action.reward
     return "prompts", continuation_of(action, observation(spec, execution, events, chain=chain), now=now,
                                       subtask_index=action.subtask_index, carried_code=action.carried_code,
@@ -189,11 +195,12 @@ def continuation_of(action: ActionGenerated, observed: str, *, now: float | None
 # --- the generator's side ------------------------------------------------------------------------
 
 
-def observation_ids(tokenizer: Any, observed: str, last_token: str = "") -> list[int]:
+def observation_ids(tokenizer: Any, observed: str, transcript: Sequence[int] = ()) -> list[int]:
     """The tokens between the model's last turn and its next one: the end of its turn (what the
     chat template puts after an assistant message, less the end-of-turn token the model generated
-    itself: ``last_token`` is the text of the transcript's last token), the observation as a user
-    turn, and the header of the next assistant turn."""
+    itself, the last of ``transcript``), the observation as a user turn, and the header of the
+    next assistant turn."""
+    last_token = tokenizer.decode(list(transcript[-1:])) if len(transcript) else ""
     template = getattr(tokenizer, "chat_template", None)
     if not template:
         return list(tokenizer.encode(f"\n{observed}\n", add_special_tokens=False))

@@ -74,8 +74,8 @@ class Prepared:
 
     delivery: Delivery[PromptIssued]
     prompt_ids: list[int]  # a continuation's: prompt, transcript so far, observation
-    suspect: bool = False
-    observation_tokens: list[int] | None = None  # a continuation's observation  # taken before and never finished: generated in a batch of its own
+    suspect: bool = False  # taken before and never finished: generated in a batch of its own
+    observation_tokens: list[int] | None = None  # a continuation's observation
 
 
 def resolve_sampling(defaults: GeneratorConfig, override: SamplingParams) -> Sampling:
@@ -138,7 +138,8 @@ def action_from(event: PromptIssued, index: int, prompt_ids: list[int], completi
                 observation_tokens: list[int] | None = None) -> ActionGenerated:
     """One ``ActionGenerated`` for sample ``index`` of ``event`` (for a continuation: the episode so
     far, with ``observation_tokens`` between the last turn and this one)."""
-    if event.continuation is not None:
+    c = event.continuation
+    if c is not None:
         rollout = continued_rollout(
             event, observation_tokens or [], completion.token_ids, clamped(completion.logprobs),
             version_first=completion.policy_version_first, version_last=completion.policy_version_last,
@@ -165,11 +166,11 @@ def action_from(event: PromptIssued, index: int, prompt_ids: list[int], completi
         completion_text=completion.text,
         reward=event.reward,
         max_turns=event.max_turns,
-        turn=event.continuation.turn if event.continuation is not None else 1,
-        subtask_index=event.continuation.subtask_index if event.continuation is not None else 0,
-        carried_code=event.continuation.carried_code if event.continuation is not None else "",
-        workspace=list(event.continuation.workspace) if event.continuation is not None else [],
-        policy_versions=sorted({*(event.continuation.policy_versions if event.continuation is not None else ()),
+        turn=c.turn if c is not None else 1,
+        subtask_index=c.subtask_index if c is not None else 0,
+        carried_code=c.carried_code if c is not None else "",
+        workspace=list(c.workspace) if c is not None else [],
+        policy_versions=sorted({*(c.policy_versions if c is not None else ()),
                                 completion.policy_version_first, completion.policy_version_last})[-1024:],
         error=completion.error,
         generator_id=generator_id,
@@ -252,10 +253,8 @@ class GeneratorStage:
             reason = invalid_continuation(event, self.backend.tokenizer)
             if reason is None:
                 c = event.continuation
-                tokenizer = self.backend.tokenizer
-                last = tokenizer.decode(list(c.completion_token_ids[-1:])) if len(c.completion_token_ids) else ""
                 try:
-                    observed = observation_ids(tokenizer, c.observation, last)
+                    observed = observation_ids(self.backend.tokenizer, c.observation, c.completion_token_ids)
                 except (TemplateError, ValueError, TypeError, KeyError, IndexError) as exc:
                     reason = f"invalid: chat template rejected the observation: {type(exc).__name__}: {exc}"
                 else:

@@ -88,7 +88,7 @@ async def test_fail_turn_one_read_the_observation_pass_turn_two(config: Config, 
     assert second.execution.passed and abs(second.reward - 0.9) < 1e-9
     tokenizer = load_tokenizer(str(tiny_model_dir))
     one = list(turn1.rollout.completion_token_ids)
-    observed = observation_ids(tokenizer, c.observation, tokenizer.decode(one[-1:]))
+    observed = observation_ids(tokenizer, c.observation, one)
     two = list(turn2.rollout.completion_token_ids)[len(one) + len(observed):]
     rollout = second.rollout
     assert rollout == turn2.rollout  # carried unchanged from the generator
