@@ -252,18 +252,14 @@ async def generate_and_score(config: Config, backend: Any, missing: Sequence[tup
                         "finish_reason": completion.finish_reason, "completion_tokens": len(completion.token_ids),
                         "completion": completion.text, **({"turn": turn} if options.turns > 1 else {})}) + "\n")
                     completions_file.flush()
-                if options.turns == 1:
-                    results.append(result)
-                    return
                 turn_results.append(result)
-                if not passed and ex.error_kind not in ("tamper", "infra"):
+                if not passed and ex.error_kind not in ("tamper", "infra") and turn < options.turns:
                     context = contexts[completion.request_id] + list(completion.token_ids)
                     told = observation(eval_spec(task, options.tests), ex, ev.result.events if ev.result else [])
                     contexts[completion.request_id] = context + observation_ids(backend.tokenizer, told,
                                                                                 completion.token_ids)
                     retry.append(completion.request_id)
 
-            turn = 1
             for turn in range(1, options.turns + 1):
                 scoring: list[asyncio.Task[None]] = []
                 for start in range(0, len(requests), options.batch):
@@ -274,8 +270,6 @@ async def generate_and_score(config: Config, backend: Any, missing: Sequence[tup
                              start + len(completions), len(requests), tokens / max(time.monotonic() - started, 1e-9),
                              len(results) + len(turn_results), sum(r.passed for r in results + turn_results))
                 await asyncio.gather(*scoring)
-                if options.turns == 1:
-                    break
                 for result in turn_results:  # a sample's result after this turn: its last one
                     finals[f"{result.task_id}/{result.sample_index}"] = result
                 if by_turns is not None:
@@ -283,16 +277,14 @@ async def generate_and_score(config: Config, backend: Any, missing: Sequence[tup
                 turn_results.clear()
                 requests = [GenerationRequest(rid, contexts[rid], sampling_of[rid],
                                               derive_seed(options.seed, f"{owners[rid][0].task_id}#{turn + 1}",
-                                                          owners[rid][1]), turn=turn + 1)
-                            for rid in retry] if turn < options.turns else []
+                                                          owners[rid][1]), turn=turn + 1) for rid in retry]
                 retry.clear()
                 if not requests:
                     break
-            if options.turns > 1:
-                results += list(finals.values())
-                if by_turns is not None:
-                    for turn in range(1, options.turns + 1):  # turns no sample needed: as after the last
-                        by_turns.setdefault(turn, list(finals.values()))
+            results += list(finals.values())
+            if by_turns is not None:
+                for turn in range(1, options.turns + 1):  # turns no sample needed: as after the last
+                    by_turns.setdefault(turn, list(finals.values()))
     finally:
         if completions_file:
             completions_file.close()
