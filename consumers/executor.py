@@ -47,6 +47,7 @@ from contextlib import AsyncExitStack
 
 from rollstream.config import Config
 from rollstream.consumers.episodes import after_turn, subtask_turn
+from rollstream.consumers.reference import ReferenceCheck, ReferenceChecks, log_check
 from rollstream.consumers.rewards import RewardRegistry, default_registry
 from rollstream.consumers.sandbox import DockerSandboxPool, RunResult, SandboxBackend
 from rollstream.consumers.score import audit_record, evaluate
@@ -93,6 +94,11 @@ class ExecutorMetrics:
         )
         self.continued = metrics.counter("episodes_continued", "Turns that did not end their episode: a "
                                          "continuation was sent back to the generators")
+        self.reference_checks = metrics.counter(
+            "reference_checks", "Tasks whose reference was checked (once per task and executor), by outcome",
+            ("outcome",))
+        self.reference_mismatches = metrics.counter(
+            "reference_mismatches", "Tasks whose reference passes in process but fails under the judge")
 
 
 async def score_action(
@@ -106,7 +112,7 @@ async def score_action(
 
 async def score_turn(
     backend: SandboxBackend, registry: RewardRegistry, action: ActionGenerated, executor: str,
-    max_timeout_s: float | None = None,
+    max_timeout_s: float | None = None, references: ReferenceChecks | None = None,
 ) -> tuple[RewardScored, list[Event], RunResult | None]:
     """The reward of one action and the audit records of what ran for it (at most ``max_timeout_s``
     of wall-clock time, whatever its spec asks for).
@@ -135,7 +141,8 @@ async def score_turn(
     spec, completion = step if step is not None else (action.reward, action.completion_text)
     evaluation = await evaluate(backend, registry, spec, completion, rollout.rollout_id, max_timeout_s=max_timeout_s,
                                 files=[(f.path, f.data) for f in action.workspace],
-                                collect_files=action.turn < action.max_turns)  # an episode's files go on
+                                collect_files=action.turn < action.max_turns,  # an episode's files go on
+                                references=references, task_id=rollout.task_id)
     scored = evaluation.scored
     reward = RewardScored(
         rollout=rollout,
@@ -173,6 +180,7 @@ class Executor:
         self.own = ExecutorMetrics(metrics)
         self.executor_id = executor_id()
         self.concurrency = min(config.executor.concurrency, config.executor.pool_size)
+        self.references = ReferenceChecks(backend, reported=self.reference_checked)
         self.gate = asyncio.Semaphore(self.concurrency)
         self.verdicts: Tally[str] = Tally()
 
@@ -237,7 +245,7 @@ class Executor:
                 return
             try:
                 reward, audits, result = await score_turn(self.backend, self.registry, action, self.executor_id,
-                                                          self.config.executor.max_timeout_s)
+                                                          self.config.executor.max_timeout_s, self.references)
             except ValueError as exc:  # a reward spec no registered kind accepts
                 await self.producer.dead_letter(delivery, f"rejected: {exc}", stage=STAGE)
                 if self.guard is not None:
@@ -266,6 +274,14 @@ class Executor:
             reward.reward,
             reward.execution.error_kind,
         )
+
+    def reference_checked(self, task_id: str, check: ReferenceCheck) -> None:
+        """The first time this executor meets a task with a reference: say what it found."""
+        outcome = "judged" if check.judged else "in_process_only" if check.in_process else "failing"
+        self.own.reference_checks.labels(outcome).inc()
+        if check.mismatch:
+            self.own.reference_mismatches.inc()
+        log_check(task_id, check)
 
     def observe(self, reward: RewardScored, audits: list, final: bool = True) -> None:
         verdict = reward.execution.error_kind

@@ -1,415 +1,447 @@
-"""The judge: test verdicts that the code under test cannot forge.
+"""The judge process: one job's tests, run against the candidate's answers.
 
-Runs INSIDE the sandbox after ``plain.py`` and ``candidate.py`` in the runner's source
-(standard library only; on the host, an ordinary module, tested there with a forked candidate).
+Runs INSIDE the sandbox after ``codec.py``, ``channel.py``, ``proxies.py`` and ``candidate.py``
+(standard library only; on the host, an ordinary module, tested there with forked processes).
 
-Per job two parties meet over two pipes:
+The zygote forks a fresh judge per job next to the job's candidate; both die with the job, so
+nothing a judge did reaches a later job. The judge runs the task's ``setup`` and tests with the
+names the tests read bound as the candidate reported them (consumers/proxies.py), and reports
+events to the runner (PID 1, which only supervises) on a pipe only the judge holds:
+``compiled``, ``syntax``, ``setup_error``, ``code_error``, ``code_ok``, ``test`` (i, ok, type,
+msg), ``gone`` (i), ``tamper`` (kind, msg), ``paths`` (with ``record``: which calls gave plain
+data), ``done``. A judge that does not end with ``done`` and exit status 0 fails the job.
 
-* the **candidate**, a fresh fork of the runner's zygote, runs the completion: the task's
-  ``setup``, then the completion's code, then serves calls. It never sees a test or an expected
-  value: the zygote never loaded a job, and the candidate reads only its own part of the job
-  (code, setup, the names the tests use).
-* the **judge** is the runner (PID 1 of the sandbox) itself: it runs the task's ``setup`` and
-  tests, with every name the tests take from the completion bound to a proxy. A call through a
-  proxy sends the arguments to the candidate as plain data and receives the result as plain
-  data. The judge never executes completion code: results are decoded by a strict decoder into
-  exact built-in types (None, bool, int, float, str, bytes, bytearray, list, tuple, dict, set,
-  frozenset, nested; size and depth capped), and the test's own ``==`` compares them, so no
-  candidate code runs while comparing. The judge is non-dumpable (same-uid code cannot ptrace
-  it or read its memory), cannot be signalled from inside the container (a namespace's init)
-  and shares nothing writable with the candidate but the two pipes.
+:class:`Guards` keep completion-controlled code out of this process and its I/O out of the
+completion's reach:
 
-What the candidate can do to its own process (replace builtins, walk frames, find reporters
-through the garbage collector, return objects whose ``__eq__`` always says yes, exec a forged
-responder) changes nothing the judge believes. What only an attack would do is *tamper*: a
-message that is not what the honest serving code sends (non-data objects, bad framing, answers
-to questions not asked, names it was not asked for). The judge ignores
-the candidate's exit status: a candidate that exits, hangs or dies fails every test it has not
-answered, and a test during which a call failed (a result that is not plain data, the candidate
-gone) fails whatever the test itself did with the error.
-
-Objects that are not plain data (instances of classes the completion defines, functions it
-returns, the classes themselves) travel as *handles*: the judge holds an opaque proxy and every
-use of it (a method call, an attribute, ``len``, ``str``, iteration, indexing) is a call to the
-candidate that answers with plain data, as a function returning plain data could. A proxy
-never compares equal (or orders) against plain data, and its hash and identity are the judge's
-own, so an "always equal" object cannot pass an equality test.
+* **imports**: only from the standard library's directories, never a ``__main__`` module or one
+  that works on import; a name the tests read is bound to a module only when the judge imported
+  it itself, before the completion ran (:func:`preimport`), never because the candidate named it;
+* **code from data**: ``eval``/``exec``/``compile`` of anything but the tests' own literals (or
+  code objects the judge compiled from them), ``pickle``/``marshal`` loads of anything but bytes
+  the judge pickled itself, and pickling the completion's objects, run in the candidate; what
+  comes back is a value or a proxy;
+* **files**: what the tests open must be a regular file or directory of the sandbox's own
+  filesystems (or the judge's own output), never a pipe, socket or ``/proc`` entry, whatever
+  links the completion left in ``/work``;
+* **the tests' overrides reach the completion**: builtins the tests patched, ``sys.stdin``,
+  ``sys.argv``, and ``mock.patch`` of standard-library attributes apply in the candidate for the
+  length of each request (consumers/candidate.py);
+* ``unittest``: a TestCase run inside a test (``unittest.main()`` or a runner) that fails or
+  errors fails that test; ``unittest.main()``'s successful ``SystemExit`` passes it.
 """
 
 import builtins
+import io
+import os
+import stat
 import sys
+import types
 
 if __name__ != "__main__":  # on the host; in the sandbox these names come from the files above
-    from rollstream.consumers.plain import (
-        MAX_NAME,
-        Encoder,
-        NotPlain,
-        ProtocolError,
-        _text,
-        decode,
-        receive,
-        send_bytes,
+    from rollstream.consumers.channel import LinkDown
+    from rollstream.consumers.codec import MAX_MESSAGE_BYTES, ProtocolError, _text
+    from rollstream.consumers.proxies import (
+        NEVER_IMPORT,
+        CandidateGone,
+        FailedCall,
+        Judge,
+        MirrorMeta,
+        Remote,
+        RemoteBase,
+        TypeMismatch,
+        _NeedsCandidate,
+        _State,
+        raises,
     )
 
-class FailedCall(BaseException):
-    """A call that could not be answered with plain data. BaseException, so that a test's
-    ``except Exception`` does not swallow it; the test fails whatever it catches."""
+TEST_MODULE = "__main__"  # the tests' namespace is this process's __main__ (unittest.main, pickle)
 
 
-class CandidateGone(FailedCall):
-    """The candidate exited, died or broke the protocol."""
+def preimport(modules):
+    """The standard-library modules the tests read by name without importing them (``math`` in
+    ``assert math.isclose(f(2), 1.41)``), imported by the judge before the completion runs.
+    Only these may be bound to a name the completion defines as a module."""
+    found = {}
+    for name in modules:
+        if type(name) is str and name.isidentifier() and name in sys.stdlib_module_names and name not in NEVER_IMPORT:
+            try:
+                found[name] = __import__(name)
+            except BaseException:
+                continue
+    return found
 
 
-class raises:
-    """``with raises(ValueError): f(-1)`` (pytest.raises without pytest; ``match`` is a regex
-    searched in ``str(exception)``)."""
-
-    def __init__(self, expected, match=None):
-        self.expected, self.match, self.value = expected, match, None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, kind, value, tb):
-        if kind is None:
-            raise AssertionError(f"DID NOT RAISE {self.expected}")
-        if not issubclass(kind, self.expected) or issubclass(kind, FailedCall):
-            return False
-        if self.match is not None:
-            import re
-
-            if not re.search(self.match, str(value)):
-                raise AssertionError(f"{str(value)[:200]!r} does not match {self.match!r}")
-        self.value = value
-        return True
-
-
-# ---------------------------------------------------------------- the channel and the proxies
-
-class LinkDown(Exception):
-    """The link to the candidate is down: it exited or died, or the job is over (``over``: the
-    deadline passed, the output cap was hit or the sandbox was attacked)."""
-
-    def __init__(self, reason, over=False):
-        super().__init__(reason)
-        self.reason, self.over = reason, over
+def bind(judge, namespace, report, wanted, entry_point, preimported):
+    """Bind the completion's names the tests use: not those the task's setup defined (its own
+    helpers stay the judge's; the entry point always comes from the completion), never a builtin,
+    a module only as the judge's own import."""
+    if type(report) is not list or len(report) % 2:
+        raise ProtocolError("a malformed name report")
+    reported = set()
+    for index in range(0, len(report), 2):
+        name, value = report[index], report[index + 1]
+        if type(name) is not str or name not in wanted or name in reported:
+            raise ProtocolError(f"a name that was not asked for: {str(name)[:200]!r}")
+        reported.add(name)
+        if name.startswith("__") or hasattr(builtins, name) or name in ("raises", "run_program"):
+            continue
+        if name in namespace and name != entry_point:
+            continue
+        ref = judge.table.refs.get(id(value))
+        if isinstance(value, RemoteBase):
+            module = judge.modules.get(ref)
+            if module is not None:  # a module of the completion's: the judge's own, or nothing
+                if module == name and name in preimported:
+                    namespace[name] = preimported[name]
+                continue
+        if ref is not None:
+            judge.paths.setdefault(ref, name)  # how the tests reach it: "f", then "f()"
+        namespace[name] = value
+    if entry_point in namespace and entry_point not in reported:
+        del namespace[entry_point]  # the setup's stub (HumanEval prompts) is not the answer
 
 
-class PipeLink:
-    """A blocking link over two descriptors (the candidate's side, and tests on the host)."""
+class Guards:
+    """One job's guard state (see the module docstring); the hooks themselves are installed once
+    per process by :func:`install_guards` and consult the current job's Guards."""
 
-    def __init__(self, write_fd, read_fd):
-        self.write_fd, self.read_fd = write_fd, read_fd
+    current = None  # the Guards of the job this process judges
 
-    def send(self, payload):
+    def __init__(self, judge, codes):
+        self.judge = judge
+        self.constants = set()  # ids of the str/bytes literals of the tests and setup
+        self.keep = []
+        for code in codes:
+            self._constants(code)
+        self.trusted_bytes = set()  # ids of bytes this judge pickled from its own objects
+        self.unittest_failed = False
+        self.patches = []  # (patch, "module.attribute") of active mock.patch-es
+        self.builtins_before = dict(vars(builtins))
+        self.stdin = sys.stdin
+        self.argv = list(sys.argv)
+        self.mock_wrapped = False
+
+    def _constants(self, code):
+        if not isinstance(code, types.CodeType):
+            return
+        for const in code.co_consts:
+            if type(const) in (str, bytes):
+                self.constants.add(id(const))
+                self.keep.append(const)
+            elif isinstance(const, types.CodeType):
+                self._constants(const)
+
+    def trusted(self, source):
+        t = type(source)
+        return t is types.CodeType or ((t is str or t is bytes) and id(source) in self.constants)
+
+    def builtins_for_tests(self):
+        """The tests' builtins: the process's own, with code from data sent to the candidate."""
+        guard = self
+        names = dict(vars(builtins))
+        real_eval, real_exec, real_compile = builtins.eval, builtins.exec, builtins.compile
+
+        def eval_(source, globals=None, locals=None):
+            if guard.trusted(source):
+                frame = sys._getframe(1)
+                return real_eval(source, frame.f_globals if globals is None else globals,
+                                 (frame.f_locals if globals is None else globals) if locals is None else locals)
+            return guard.delegate("eval", source, globals, locals, sys._getframe(1))
+
+        def exec_(source, globals=None, locals=None, **kwargs):
+            if guard.trusted(source):
+                frame = sys._getframe(1)
+                return real_exec(source, frame.f_globals if globals is None else globals,
+                                 (frame.f_locals if globals is None else globals) if locals is None else locals)
+            return guard.delegate("exec", source, globals, locals, sys._getframe(1))
+
+        def compile_(source, filename, mode, flags=0, dont_inherit=False, optimize=-1, **kwargs):
+            if guard.trusted(source) or isinstance(source, types.CodeType):
+                return real_compile(source, filename, mode, flags, dont_inherit, optimize)
+            return guard.judge.ask("compile", None, [source, filename, mode, flags, dont_inherit, optimize])
+
+        names.update(eval=eval_, exec=exec_, compile=compile_)
+        return names
+
+    def delegate(self, mode, source, globals_, locals_, frame):
+        modules = None
+        if globals_ is None:
+            modules = {k: v for k, v in frame.f_globals.items()
+                       if type(v) is types.ModuleType and v.__name__.partition(".")[0] in sys.stdlib_module_names}
+        return self.judge.ask("eval", None, [mode, source, globals_, locals_, modules])
+
+    def loads(self, kind, data, real, kwargs):
+        if id(data) in self.trusted_bytes or self.trusted(data):
+            return real(data, **kwargs) if kwargs else real(data)
+        if type(data) is bytearray or isinstance(data, memoryview):
+            data = bytes(data)
+        return self.judge.ask("loads", None, [kind, data])
+
+    def dumps(self, obj, protocol, real, kwargs):
         try:
-            send_bytes(self.write_fd, payload)
-        except OSError as exc:
-            raise LinkDown(f"the candidate is gone ({type(exc).__name__})") from None
+            data = real(obj, protocol, **kwargs)
+        except _NeedsCandidate:
+            return self.judge.ask("dumps", None, [obj, protocol])
+        self.trusted_bytes.add(id(data))
+        self.keep.append(data)
+        return data
 
-    def receive(self):
-        frame = receive(self.read_fd)
-        if frame is None:
-            raise LinkDown("the candidate exited or died")
-        return frame
+    def _wrap_mock(self):
+        mock = sys.modules.get("unittest.mock")
+        if mock is None or self.mock_wrapped:
+            return
+        self.mock_wrapped = True
+        guard, patch = self, mock._patch
+        enter, exit_ = patch.__enter__, patch.__exit__
+
+        def entered(self):
+            result = enter(self)
+            try:
+                target = self.getter()
+                name = getattr(target, "__name__", None)
+                if type(target) is types.ModuleType and type(name) is str:
+                    guard.patches.append((self, f"{name}.{self.attribute}"))
+            except BaseException:
+                pass
+            return result
+
+        def exited(self, *exc):
+            guard.patches[:] = [(p, t) for p, t in guard.patches if p is not self]
+            return exit_(self, *exc)
+
+        patch.__enter__, patch.__exit__ = entered, exited
+
+    def env(self):
+        """The tests' overrides the candidate must see during the next request."""
+        self._wrap_mock()
+        overrides = []
+        current = vars(builtins)
+        if current != self.builtins_before:
+            for name, value in current.items():
+                if self.builtins_before.get(name) is not value and name != "_":
+                    overrides += [f"builtins.{name}", value]
+        if sys.stdin is not self.stdin:
+            overrides += ["sys.stdin", sys.stdin]
+        if sys.argv != self.argv:
+            overrides += ["sys.argv", list(sys.argv)]
+        for _, target in self.patches:
+            try:
+                module, _, attribute = target.rpartition(".")
+                overrides += [target, getattr(sys.modules[module], attribute)]
+            except BaseException:
+                continue
+        return overrides or None
 
 
-class Channel:
-    """The judge's end of the link to the candidate: one request, one reply, in order."""
+def install_guards(out_fds=(1, 2)):
+    """The process-wide hooks of a judge (once per process: in the sandbox, by the judge zygote
+    before it forks any judge). Without a current job they change nothing."""
+    if getattr(install_guards, "done", False):
+        return
+    install_guards.done = True
+    real_open, real_os_open = io.open, os.open
+    allowed = _allowed_devices()
+    own = {_identity(fd) for fd in out_fds} - {None}
 
-    def __init__(self, link):
-        self.link = link
-        self.seq = 0
-        self.proxies = {}
-        self.methods = set()  # (handle, name) pairs known to be methods
-        self.encoder = Encoder(_proxy_id)
-        self.gone = None  # why the candidate can no longer answer
-        self.over = False  # the job is over (deadline, output cap, attack on the sandbox)
-        self.tamper = None  # (kind, detail) of the first attack seen
-        self.failed = None  # why a call of the current test failed
-
-    def proxy(self, hid):
-        if type(hid) is not int or hid < 0:
-            raise ProtocolError(f"bad handle {hid!r}")
-        found = self.proxies.get(hid)
-        if found is None:
-            found = self.proxies[hid] = Proxy(self, hid)
-        return found
-
-    def _next(self):
-        """The next message, decoded (LinkDown, ProtocolError)."""
-        return decode(self.link.receive(), self.proxy)
-
-    def first(self):
-        """The candidate's first messages: (status, detail)."""
+    def checked(fd, flags):
+        """``fd`` if it is a regular file or directory of the sandbox (or the judge's own output);
+        closed and refused otherwise. Non-blocking only if it was asked to be."""
         try:
-            message = self._next()
-            if message == ["compiled"]:
-                try:
-                    message = self._next()
-                except LinkDown as exc:
-                    self.down(exc)
-                    return "gone", "compiled"
-                if type(message) is not list or len(message) < 2 or message[0] != "ready":
-                    raise ProtocolError("expected the ready message")
-                return message[1], message[2:]
-            if type(message) is list and message and message[0] == "syntax" and len(message) == 4:
-                return "syntax", message[1:]
-            raise ProtocolError("expected the compile status")
-        except ProtocolError as exc:
-            self.set_tamper("protocol", str(exc))
-            return "tamper", None
-        except LinkDown as exc:
-            self.down(exc)
-            return "gone", None
+            info = os.fstat(fd)
+            mode = info.st_mode
+            ok = ((stat.S_ISREG(mode) or stat.S_ISDIR(mode)) and info.st_dev in allowed) or stat.S_ISCHR(mode) \
+                or (info.st_dev, info.st_ino) in own
+            if not ok:
+                raise PermissionError("the judge opens regular files of the sandbox only")
+            if not flags & os.O_NONBLOCK:
+                os.set_blocking(fd, True)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
 
-    def down(self, exc):
-        self.gone = self.gone or exc.reason
-        self.over = self.over or exc.over
+    def checked_opener(path, flags):
+        return checked(real_os_open(path, flags | os.O_NONBLOCK | os.O_NOCTTY, 0o666), flags)
 
-    def set_tamper(self, kind, detail):
-        if self.tamper is None:
-            self.tamper = (kind, str(detail)[:500])
-        self.gone = self.gone or f"tamper: {kind}"
+    def guarded_open(file, mode="r", buffering=-1, encoding=None, errors=None, newline=None, closefd=True,
+                     opener=None):
+        if isinstance(file, int):
+            if file not in (0, 1, 2):
+                raise PermissionError("the judge opens no descriptor but its standard streams")
+            return real_open(file, mode, buffering, encoding, errors, newline, closefd)
+        return real_open(file, mode, buffering, encoding, errors, newline, closefd, opener=opener or checked_opener)
 
-    def request(self, parts):
-        """Send one request, return (kind, payload, mutated); raise FailedCall when the
-        candidate cannot answer."""
-        if self.gone is not None:
-            self.fail(self.gone)
-        self.seq += 1
+    def guarded_os_open(path, flags, mode=0o777, *, dir_fd=None):
+        return checked(real_os_open(path, flags | os.O_NONBLOCK | os.O_NOCTTY, mode, dir_fd=dir_fd), flags)
+
+    builtins.open = io.open = guarded_open
+    os.open = guarded_os_open
+    sys.meta_path.insert(0, ImportGuard(_stdlib_dirs()))
+    import marshal
+    import pickle
+
+    real = (pickle.loads, pickle.dumps, marshal.loads)
+
+    def loads(kind, data, real_loads, kwargs):
+        guards = Guards.current
+        if guards is None:
+            return real_loads(data, **kwargs)
+        return guards.loads(kind, data, real_loads, kwargs)
+
+    def dumps(obj, protocol, kwargs):
+        guards = Guards.current
+        if guards is None:
+            return real[1](obj, protocol, **kwargs)
+        return guards.dumps(obj, protocol, real[1], kwargs)
+
+    def unmarshal(data, *args):
+        if sys._getframe(1).f_globals.get("__name__", "").endswith("_bootstrap_external"):
+            return real[2](data, *args)  # the import system reading a .pyc
+        return loads("marshal", data, real[2], {})
+
+    pickle.loads = lambda data, **kwargs: loads("pickle", data, real[0], kwargs)
+    pickle.load = lambda file, **kwargs: loads("pickle", file.read(), real[0], kwargs)
+    pickle.dumps = lambda obj, protocol=None, **kwargs: dumps(obj, protocol, kwargs)
+    pickle.dump = lambda obj, file, protocol=None, **kwargs: file.write(dumps(obj, protocol, kwargs))
+    pickle.Unpickler = _unpickler(loads, pickle.Unpickler, real[0])
+    marshal.loads = unmarshal
+    marshal.load = lambda file, *args: loads("marshal", file.read(), real[2], {})
+    _track_unittest()
+
+
+def _track_unittest():
+    import unittest.result
+
+    result = unittest.result.TestResult
+    for name in ("addError", "addFailure", "addUnexpectedSuccess"):
+        original = getattr(result, name)
+
+        def failed(self, *args, _original=original):
+            if Guards.current is not None:
+                Guards.current.unittest_failed = True
+            return _original(self, *args)
+
+        setattr(result, name, failed)
+    original_subtest = result.addSubTest
+
+    def subtest(self, test, subtest, err, _original=original_subtest):
+        if err is not None and Guards.current is not None:
+            Guards.current.unittest_failed = True
+        return _original(self, test, subtest, err)
+
+    result.addSubTest = subtest
+
+
+def _unpickler(loads, base, real_loads):
+    class Unpickler(base):
+        def __init__(self, file, **kwargs):
+            self._rs_file = file
+            super().__init__(io.BytesIO(b""), **kwargs)
+
+        def load(self):
+            return loads("pickle", self._rs_file.read(), real_loads, {})
+
+    return Unpickler
+
+
+class ImportGuard:
+    """First on ``sys.meta_path``: no module from outside the standard library's directories (so
+    nothing from ``/work``), no ``__main__`` module, none that works on import."""
+
+    def __init__(self, allowed):
+        self.allowed = allowed
+
+    def find_spec(self, name, path=None, target=None):
+        top = name.partition(".")[0]
+        if name.rpartition(".")[2] == "__main__" or top in NEVER_IMPORT:
+            raise ImportError(f"the judge does not import {name}")
+        if name in sys.builtin_module_names:
+            return None
+        import importlib.machinery
+
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        if spec is None:
+            return None
+        origin = spec.origin or ""
+        locations = list(spec.submodule_search_locations or [])
+        if not all(_inside(p, self.allowed) for p in ([origin] if spec.has_location else []) + locations):
+            raise ImportError(f"the judge imports from the standard library only, not {origin or name}")
+        return spec
+
+
+def _inside(path, allowed):
+    real = os.path.realpath(path)
+    return any(real == a or real.startswith(a + os.sep) for a in allowed)
+
+
+def _stdlib_dirs():
+    """The standard library's directories (computed once, in the runner before the zygote forks:
+    sysconfig costs milliseconds the first time)."""
+    if _CACHE.get("stdlib") is None:
+        _CACHE["stdlib"] = _find_stdlib_dirs()
+    return _CACHE["stdlib"]
+
+
+_CACHE = {}
+
+
+def _find_stdlib_dirs():
+    import sysconfig
+
+    paths = sysconfig.get_paths()
+    return tuple({os.path.realpath(paths[key]) for key in ("stdlib", "platstdlib") if paths.get(key)}
+                 | {os.path.realpath(os.path.dirname(os.__file__))}
+                 | {os.path.realpath(p) for p in sys.path if p and "lib-dynload" in p})
+
+
+def _allowed_devices():
+    """The sandbox's own filesystems: its root and ``/work`` (computed once, like the above)."""
+    if _CACHE.get("devices") is None:
+        _CACHE["devices"] = _find_devices()
+    return _CACHE["devices"]
+
+
+def _find_devices():
+    devices = set()
+    for path in ("/", "/work", "/usr", "/tmp", os.path.dirname(os.__file__)):
         try:
-            text = self.encoder.text([parts[0], self.seq] + list(parts[1:]))
-        except NotPlain as exc:
-            raise TypeError(f"cannot pass this to the completion: {exc}") from None
-        try:
-            self.link.send(text.encode())
-            reply = decode(self.link.receive(), self.proxy)
-            if type(reply) is not list or len(reply) != 5 or reply[0] != self.seq:
-                raise ProtocolError("a reply that answers no question asked")
-            _, kind, payload, printed, mutated = reply
-            if kind not in ("ok", "exc", "fail", "method") or type(printed) is not str or type(mutated) is not list:
-                raise ProtocolError("a malformed reply")
-            if kind == "exc" and (type(payload) is not list or len(payload) != 2
-                                  or type(payload[0]) is not str or type(payload[1]) is not str):
-                raise ProtocolError("a malformed exception")
-        except ProtocolError as exc:
-            self.set_tamper("protocol", exc)
-            self.fail(self.gone)
-        except LinkDown as exc:
-            self.down(exc)
-            self.fail(self.gone)
-        if printed:
-            sys.stdout.write(printed)
-        return kind, payload, mutated
-
-    def fail(self, why):
-        self.failed = self.failed or why
-        raise CandidateGone(why) if self.gone else FailedCall(why)
-
-    def value(self, parts, args=None, kwargs=None):
-        """The plain answer of one request (a candidate exception is raised here as its
-        built-in type; mutable arguments the call changed are updated in place)."""
-        kind, payload, mutated = self.request(parts)
-        if mutated:
-            self.sync(mutated, args or [], kwargs or {})
-        if kind == "ok":
-            return payload
-        if kind == "exc":
-            cls = getattr(builtins, payload[0], None)
-            if isinstance(cls, type) and issubclass(cls, Exception) and not issubclass(cls, FailedCall):
-                try:
-                    error = cls(payload[1])
-                except BaseException:
-                    error = Exception(f"{payload[0]}: {payload[1]}")
-                raise error
-            self.fail(f"the call raised {payload[0][:100]}: {payload[1][:300]}")
-        if kind == "fail":
-            self.fail(f"the call failed: {str(payload)[:300]}")
-        return _METHOD
-
-    def sync(self, mutated, args, kwargs):
-        """Mirror the candidate's in-place changes onto the judge's own argument objects."""
-        for item in mutated:
-            if type(item) is not list or len(item) != 2:
-                self.set_tamper("protocol", "a malformed mutation")
-                self.fail(self.gone)
-            key, new = item
-            if type(key) is int and 0 <= key < len(args):
-                old = args[key]
-            elif type(key) is str and key in kwargs:
-                old = kwargs[key]
-            else:
-                self.set_tamper("protocol", "a mutation of an argument that was not passed")
-                self.fail(self.gone)
-            if type(new) is not type(old):
-                self.set_tamper("protocol", "a mutation that changes an argument's type")
-                self.fail(self.gone)
-            if type(old) in (list, bytearray):
-                old[:] = new
-            elif type(old) in (dict, set):
-                old.clear()
-                old.update(new)
-
-    def run_program(self, stdin=""):
-        """The program's standard output for this standard input (tests call it by name)."""
-        if not isinstance(stdin, (str, bytes)):
-            raise TypeError("run_program takes the standard input as str or bytes")
-        result = self.value(["run", stdin])
-        if type(result) is not list or len(result) != 2 or type(result[0]) is not str:
-            self.set_tamper("protocol", "a malformed program result")
-            self.fail(self.gone)
-        return result[0]
+            devices.add(os.stat(path).st_dev)
+        except OSError:
+            continue
+    return devices
 
 
-_METHOD = object()  # the answer to a "get" of a callable attribute
+def _identity(fd):
+    try:
+        info = os.fstat(fd)
+        return (info.st_dev, info.st_ino)
+    except OSError:
+        return None
 
 
-def _proxy_id(obj):
-    """The handle id of a judge-side proxy (when passing it back to the candidate)."""
-    if type(obj) is Proxy:
-        return object.__getattribute__(obj, "_hid")
-    return None
+# ---------------------------------------------------------------- the test loop
 
-
-class Proxy:
-    """An object of the candidate's, held by handle. Every use is a call to the candidate that
-    answers with plain data; equality, hashing and truth are the judge's own unless both sides
-    of a comparison are the candidate's objects."""
-
-    __slots__ = ("_channel", "_hid")
-
-    def __init__(self, channel, hid):
-        object.__setattr__(self, "_channel", channel)
-        object.__setattr__(self, "_hid", hid)
-
-    def _ask(self, parts, args=None, kwargs=None):
-        return object.__getattribute__(self, "_channel").value(parts, args, kwargs)
-
-    def __call__(self, *args, **kwargs):
-        hid = object.__getattribute__(self, "_hid")
-        return self._ask(["call", hid, list(args), [[k, v] for k, v in kwargs.items()]], args, kwargs)
-
-    def __getattr__(self, name):
-        if name.startswith("__"):
-            raise AttributeError(name)
-        channel = object.__getattribute__(self, "_channel")
-        hid = object.__getattribute__(self, "_hid")
-        if (hid, name) in channel.methods:  # known to be a method: no round trip until called
-            return _Method(self, name)
-        value = channel.value(["get", hid, name])
-        if value is _METHOD:
-            channel.methods.add((hid, name))
-            return _Method(self, name)
-        return value
-
-    def __setattr__(self, name, value):
-        self._ask(["set", object.__getattribute__(self, "_hid"), name, value])
-
-    def _op(self, op, *args):
-        return self._ask(["op", object.__getattribute__(self, "_hid"), op, list(args)])
-
-    def __len__(self):
-        n = self._op("len")
-        if type(n) is not int or n < 0:
-            raise TypeError("len() of a candidate object gave no non-negative int")
-        return n
-
-    def __iter__(self):
-        items = self._op("iter")
-        if type(items) is not list:
-            raise TypeError("iterating a candidate object gave no list")
-        return iter(items)
-
-    def __contains__(self, item):
-        return self._op("contains", item) is True
-
-    def __getitem__(self, key):
-        return self._op("getitem", key)
-
-    def __setitem__(self, key, value):
-        self._op("setitem", key, value)
-
-    def __delitem__(self, key):
-        self._op("delitem", key)
-
-    def __str__(self):
-        text = self._op("str")
-        return text if type(text) is str else "<candidate object>"
-
-    def __repr__(self):
-        text = self._op("repr")
-        return text if type(text) is str else "<candidate object>"
-
-    def __bool__(self):
-        return self._op("bool") is True
-
-    def __eq__(self, other):
-        if type(other) is Proxy:
-            return self._op("eq", other) is True
-        return self is other
-
-    def __ne__(self, other):
-        if type(other) is Proxy:
-            return self._op("ne", other) is True
-        return self is not other
-
-    def _compare(self, op, other):
-        if type(other) is Proxy:
-            return self._op(op, other) is True
-        return NotImplemented
-
-    def __lt__(self, other):
-        return self._compare("lt", other)
-
-    def __le__(self, other):
-        return self._compare("le", other)
-
-    def __gt__(self, other):
-        return self._compare("gt", other)
-
-    def __ge__(self, other):
-        return self._compare("ge", other)
-
-    def __hash__(self):
-        return id(self)
-
-
-class _Method:
-    """A bound method of a candidate object (``obj.push``): calling it calls the candidate."""
-
-    __slots__ = ("owner", "name")
-
-    def __init__(self, owner, name):
-        self.owner, self.name = owner, name
-
-    def __call__(self, *args, **kwargs):
-        owner = self.owner
-        hid = object.__getattribute__(owner, "_hid")
-        return owner._ask(["callm", hid, self.name, list(args), [[k, v] for k, v in kwargs.items()]], args, kwargs)
-
-
-def judge_main(setup, tests, names, entry_point, channel, report):
-    """Run the task's setup and tests against the candidate at the other end of ``channel``;
-    ``report(dict)`` records events.
-
-    ``setup`` and ``tests`` are code objects compiled by the runner (or compile errors as text);
-    ``names`` the names the tests use that the completion may define. Events: compiled, syntax,
-    setup_error, code_error, code_ok, test (i, ok, type, msg), gone (i), tamper (kind, msg),
-    done. Once the job is over (``channel.over``) no further test runs."""
-    namespace = {"__name__": "tests", "__builtins__": builtins, "raises": raises,
-                 "run_program": channel.run_program}
-    status, detail = channel.first()
-    if status == "syntax":
-        kind, line, msg = detail
-        report({"e": "syntax", "type": _short(kind), "line": line if type(line) is int else None,
-                "msg": _short(msg, 500)})
-        return _finish(channel, report)
-    if status in ("gone", "tamper"):
-        if detail == "compiled":
-            report({"e": "compiled"})
-        return _finish(channel, report, tests, 0)
-    report({"e": "compiled"})
+def judge_main(part, read_fd, write_fd, report, guarded=True):
+    """Run one job's setup and tests against the candidate at the other end of the pipes;
+    ``report(dict)`` records events. ``part`` is what the runner sent (trusted). ``guarded``:
+    install the guards if this process has not (off only for the runner's warm-up)."""
+    setup, tests, names, entry_point, modules, plain_paths, record = part
+    preimported = preimport(modules)
+    namespace_module = types.ModuleType(TEST_MODULE)
+    namespace = namespace_module.__dict__
+    judge = Judge(read_fd, write_fd, plain_paths=plain_paths, record=record)
+    _State.judge = judge
+    if guarded:
+        install_guards()
+    guards = Guards(judge, [setup, *tests])
+    Guards.current = guards
+    judge.env = guards.env
+    namespace.update(__builtins__=guards.builtins_for_tests(), raises=raises,
+                     run_program=lambda stdin="": _run_program(judge, stdin))
+    sys.modules[TEST_MODULE] = namespace_module
+    sys.argv = ["tests"]
+    guards.argv = list(sys.argv)
     if setup is not None:
         try:
             if isinstance(setup, str):
@@ -417,96 +449,133 @@ def judge_main(setup, tests, names, entry_point, channel, report):
             exec(setup, namespace)
         except BaseException as exc:
             report({"e": "setup_error", "type": type(exc).__name__, "msg": _text(exc, 500)})
-            return _finish(channel, report)
+            return finish(judge, report)
+    setup_objects = {k: v for k, v in namespace.items() if k not in ("__builtins__", "raises", "run_program")}
+    judge.set_setup(setup_objects)
+    status, detail = first_messages(judge)
+    if status == "syntax":
+        kind, line, msg = (detail + [None, None, None])[:3]
+        report({"e": "syntax", "type": _short(kind), "line": line if type(line) is int else None, "msg": _short(msg, 500)})
+        return finish(judge, report)
+    if status in ("gone", "tamper"):
+        if detail == "compiled":
+            report({"e": "compiled"})
+        return finish(judge, report, tests, 0)
+    report({"e": "compiled"})
     if status == "setup_error":
-        report({"e": "setup_error", "type": _short(detail[0] if detail else ""),
-                "msg": _short(detail[1] if len(detail) > 1 else "", 500)})
-        return _finish(channel, report)
+        report({"e": "setup_error", "type": _short(_at(detail, 0)), "msg": _short(_at(detail, 1), 500)})
+        return finish(judge, report)
     if status == "code_error":
-        line = detail[2] if len(detail) > 2 and type(detail[2]) is int else None
-        report({"e": "code_error", "type": _short(detail[0] if detail else ""),
-                "msg": _short(detail[1] if len(detail) > 1 else "", 500), "line": line})
-        return _finish(channel, report)
-    if status != "ok" or len(detail) != 1 or type(detail[0]) is not list:
-        channel.set_tamper("protocol", "an unknown ready status")
-        return _finish(channel, report, tests, 0)
+        line = _at(detail, 2)
+        report({"e": "code_error", "type": _short(_at(detail, 0)), "msg": _short(_at(detail, 1), 500),
+                "line": line if type(line) is int else None})
+        return finish(judge, report)
     try:
-        _bind(channel, namespace, detail[0], set(names), entry_point)
+        if status != "ok" or len(detail) != 1:
+            raise ProtocolError("an unknown ready status")
+        bind(judge, namespace, detail[0], set(names), entry_point, preimported)
     except ProtocolError as exc:
-        channel.set_tamper("protocol", str(exc))
-        return _finish(channel, report, tests, 0)
+        judge.set_tamper("protocol", exc)
+        return finish(judge, report, tests, 0)
     report({"e": "code_ok"})
     for index, test in enumerate(tests):
-        if channel.gone is not None:  # nothing more will be answered: the rest fail unrun
-            return _finish(channel, report, tests, index, gone_reported=True)
-        channel.failed = None
-        try:
-            if isinstance(test, str):
-                raise SyntaxError(f"the task's test does not compile: {test}")
-            exec(test, namespace)
-        except BaseException as exc:
-            event = {"e": "test", "i": index, "ok": False, "type": type(exc).__name__, "msg": _text(exc, 300)}
-        else:
-            event = {"e": "test", "i": index, "ok": True}
-        if channel.failed is not None:
-            event = {"e": "test", "i": index, "ok": False, "type": "FailedCall", "msg": channel.failed[:300]}
-        if channel.gone is not None and channel.tamper is None:
-            report({"e": "gone", "i": index, "msg": channel.gone[:300]})
-        report(event)
-    return _finish(channel, report)
+        if judge.gone is not None:  # nothing more will be answered: the rest fail unrun
+            return finish(judge, report, tests, index, gone_reported=True)
+        report(run_test(judge, guards, namespace, index, test))
+        if judge.gone is not None and judge.tamper is None:
+            report({"e": "gone", "i": index, "msg": judge.gone[:300]})
+    return finish(judge, report)
 
 
-def _bind(channel, namespace, report, wanted, entry_point):
-    """Bind the completion's names the tests use: those the task's setup did not define (the
-    task's own helpers stay the judge's), never a builtin, always the entry point."""
-    for item in report:
-        if type(item) is not list or len(item) != 3 or type(item[0]) is not str or item[1] not in ("v", "m"):
-            raise ProtocolError("a malformed name report")
-        name, kind, value = item
-        if name not in wanted:
-            raise ProtocolError(f"a name that was not asked for: {name[:MAX_NAME]!r}")
-        if name.startswith("__") or hasattr(builtins, name) or name in ("raises", "run_program"):
-            continue  # the tests' builtins and helpers are always the judge's own
-        if name in namespace and name != entry_point:
-            continue  # the task defines it: its own definition is the one the tests trust
-        if kind == "m":
-            module = _stdlib_module(name, value)
-            if module is None:
-                continue
-            value = module
-        namespace[name] = value
-    if entry_point in namespace and not any(item[0] == entry_point for item in report):
-        del namespace[entry_point]  # the setup's stub (HumanEval prompts) is not the answer
-
-
-def _stdlib_module(name, module_name):
-    """The judge's own copy of a standard-library module that the completion imported under the
-    name the tests use (``import math``, ``import os.path``): only a module of that name, so
-    the candidate cannot make the judge import anything the tests do not name."""
-    if type(module_name) is not str or module_name.partition(".")[0] != name:
-        return None
-    if name not in getattr(sys, "stdlib_module_names", ()) or name in ("antigravity", "this", "__hello__"):
-        return None
+def run_test(judge, guards, namespace, index, test):
+    judge.failed = None
+    guards.unittest_failed = False
     try:
-        __import__(module_name)
-        return sys.modules[module_name]
-    except BaseException:
-        return None
+        if isinstance(test, str):
+            raise SyntaxError(f"the task's test does not compile: {test}")
+        exec(test, namespace)
+    except SystemExit as exc:  # unittest.main(): a success exits with a false code
+        ok = id(exc) not in judge.candidate_errors and not exc.code
+        event = {"e": "test", "i": index, "ok": ok} if ok else _failure(index, exc)
+    except BaseException as exc:
+        event = _failure(index, exc)
+    else:
+        event = {"e": "test", "i": index, "ok": True}
+    if event["ok"] and guards.unittest_failed:
+        event = {"e": "test", "i": index, "ok": False, "type": "AssertionError", "msg": "a unittest test failed"}
+    if judge.failed is not None:
+        kind = "TypeMismatch" if judge.failed.startswith("type_mismatch") else "FailedCall"
+        event = {"e": "test", "i": index, "ok": False, "type": kind, "msg": judge.failed[:300]}
+    return event
 
 
-def _finish(channel, report, tests=(), start=None, gone_reported=False):
-    """Report what is left: the tests from ``start`` on fail unrun (the candidate is gone or
-    tampered), any tamper, then done."""
+def _failure(index, exc):
+    return {"e": "test", "i": index, "ok": False, "type": type(exc).__name__, "msg": _text(exc, 300)}
+
+
+def first_messages(judge):
+    """The candidate's first messages: (status, detail)."""
+    channel = judge.channel
+    judge.decoding = True
+    try:
+        message = channel.receive()
+        if message is None:
+            raise LinkDown("the candidate exited or died")
+        if message.kind == "syntax":
+            return "syntax", message.items
+        if message.kind != "compiled":
+            raise ProtocolError("expected the compile status")
+        try:
+            message = channel.receive()
+            if message is None:
+                raise LinkDown("the candidate exited or died")
+        except LinkDown as exc:
+            judge.gone = judge.gone or exc.reason
+            return "gone", "compiled"
+        if message.kind != "ready":
+            raise ProtocolError("expected the ready message")
+        return message.what, message.items
+    except ProtocolError as exc:
+        judge.set_tamper("protocol", exc)
+        return "tamper", None
+    except LinkDown as exc:
+        judge.gone = judge.gone or exc.reason
+        return "gone", None
+    finally:
+        judge.decoding = False
+
+
+def _run_program(judge, stdin):
+    """The program's standard output for this standard input (tests call it by name)."""
+    if not isinstance(stdin, (str, bytes)):
+        raise TypeError("run_program takes the standard input as str or bytes")
+    result = judge.ask("run", None, [stdin])
+    if type(result) is not list or len(result) != 2 or type(result[0]) is not str:
+        judge.set_tamper("protocol", "a malformed program result")
+        judge.fail(judge.gone)
+    return result[0]
+
+
+def finish(judge, report, tests=(), start=None, gone_reported=False):
+    """Report what is left: the tests from ``start`` on fail unrun, any tamper, the record of
+    plain calls, then done."""
     if start is not None:
-        why = (channel.gone or "the candidate exited or died")[:300]
-        if channel.tamper is None and not gone_reported:
+        why = (judge.gone or "the candidate exited or died")[:300]
+        if judge.tamper is None and not gone_reported:
             report({"e": "gone", "i": start, "msg": why})
         for index in range(start, len(tests)):
             report({"e": "test", "i": index, "ok": False, "type": "FailedCall", "msg": why})
-    if channel.tamper is not None:
-        report({"e": "tamper", "kind": channel.tamper[0], "msg": channel.tamper[1]})
+    if judge.tamper is not None:
+        report({"e": "tamper", "kind": judge.tamper[0], "msg": judge.tamper[1]})
+    if judge.record:
+        report({"e": "paths", "plain": sorted(p for p, plain in judge.recorded.items() if plain),
+                "other": sorted(p for p, plain in judge.recorded.items() if not plain)})
     report({"e": "done"})
     return 0
+
+
+def _at(detail, index):
+    return detail[index] if type(detail) is list and len(detail) > index else None
 
 
 def _short(value, limit=100):

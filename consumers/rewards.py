@@ -42,7 +42,7 @@ PYTHON_TAGS = frozenset({"", "python", "py", "python3", "py3"})
 MAX_REWARD = 1e6
 TEXT_LIMIT = 4000
 # RunResult.violations that make the verdict "violation" (oom_killed is judged as "oom").
-VIOLATIONS = ("runner_", "cleanup_failed", "stray_processes")
+VIOLATIONS = ("runner_", "cleanup_failed", "stray_processes", "judge_")
 _FENCE = re.compile(r"^[ \t]*(`{3,}|~{3,})[ \t]*([\w+#.-]*)[^\n]*$", re.MULTILINE)
 _SYNTAX_LINE = re.compile(r'^\s*File "(?P<file>[^"]*)", line (?P<line>\d+)', re.MULTILINE)
 _SYNTAX_KIND = re.compile(r"^(?P<kind>SyntaxError|IndentationError|TabError): (?P<msg>.*)$", re.MULTILINE)

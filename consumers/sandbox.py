@@ -7,7 +7,7 @@ happened, with the violations seen). Guarantees:
   size-capped tmpfs ``/work`` (noexec), all capabilities dropped, no-new-privileges, uid 65534,
   pids/memory/CPU limits, no IPC namespace sharing and no ``/dev/shm``, no mounts of the host,
   no Docker socket, logging off (output only travels over the attach stream, capped).
-* Each execution is a fresh fork of the in-container runner (``consumers/runner.py``) with a hard
+* Each execution is a fresh fork of the in-container runner (``consumers/supervisor.py``) with a hard
   wall-clock limit enforced twice: by the runner (SIGKILL of every process in the container) and
   by this host side (the container is killed when the runner does not answer in time).
 * A container is reused only while the runner reports it clean (no process left, empty
@@ -33,6 +33,7 @@ import logging
 import os
 import secrets
 import socket
+import sys
 import time
 from importlib import resources
 from typing import Any, Literal, Protocol
@@ -51,7 +52,7 @@ OWNER_LABEL = "rollstream.sandbox.owner"
 HOST_LABEL = "rollstream.sandbox.host"
 PROCESS_LABEL = "rollstream.sandbox.process"
 SANDBOX_USER = "65534:65534"
-RUNNER_OVERHEAD_MB = 64  # the runner itself and the forked interpreter's shared pages
+RUNNER_OVERHEAD_MB = 128  # the runner, its zygotes, the judge and the forked interpreters' own pages
 TAIL_BYTES = 4000  # fits ExecutionRecord's ShortText tails
 WORKSPACE_BYTES = 256 << 10  # an episode's files carried between turns, at most
 READY_TIMEOUT_S = 60.0
@@ -62,10 +63,14 @@ JUDGE_NAMES = frozenset(dir(builtins)) | {"raises", "run_program"}
 class Job(msgspec.Struct, frozen=True, kw_only=True):
     """One program to run: ``setup``, then ``code`` (as ``<completion>``), then each test.
 
-    With ``trust = "judge"`` the tests run in the runner, which judges, and reach the
-    completion only through proxies for ``names`` (the names the tests use that the completion
-    may define; ``entry_point`` always among them); see consumers/judge.py. With ``program``
-    the code is a whole program: tests call ``run_program(stdin)`` for its standard output."""
+    With ``trust = "judge"`` the tests run in a judge process of their own and reach the
+    completion only through the names in ``names`` (those the tests read that the completion
+    may define; ``entry_point`` always among them); ``modules`` are the standard-library modules
+    the tests read by name without importing them (the judge imports them itself, before the
+    completion runs); ``plain_paths`` the calls whose reference results are plain data
+    (consumers/proxies.py); ``record`` makes the judge report which calls gave plain data (run on
+    a task's reference). See consumers/judge.py. With ``program`` the code is a whole program:
+    tests call ``run_program(stdin)`` for its standard output."""
 
     job_id: str
     code: str
@@ -75,29 +80,58 @@ class Job(msgspec.Struct, frozen=True, kw_only=True):
     memory_mb: int = 256
     entry_point: str = ""
     names: list[str] = []
+    modules: list[str] = []
     program: bool = False
     trust: Literal["judge", "in_process"] = "judge"
+    plain_paths: list[str] = []
+    record: bool = False
     files: list[tuple[str, bytes]] = []  # an episode's workspace, written into /work before the code runs
     collect_files: bool = False  # return the files the job left in /work (the next turn's workspace)
+    test_hook: str | None = None  # tests only (a pool started with test_hooks): code run in the judge first
 
     def __post_init__(self) -> None:
         if not self.names:
             msgspec.structs.force_setattr(self, "names", list(tested_names(tuple(self.tests), self.entry_point)))
+        if not self.modules:
+            msgspec.structs.force_setattr(self, "modules", list(tested_modules(tuple(self.tests))))
 
 
 @functools.lru_cache(maxsize=4096)
 def tested_names(tests: tuple[str, ...], entry_point: str = "") -> tuple[str, ...]:
     """The names the tests read that the completion may define (the judge binds those the
-    task's setup does not define to proxies): every name loaded anywhere in a test, but the
-    judge's builtins and helpers; the entry point always. Cached: a group shares its tests."""
+    task's setup does not define): every name loaded anywhere in a test, but the judge's
+    builtins and helpers; the entry point always. Cached: a group shares its tests."""
     names = {entry_point} if entry_point else set()
-    for source in tests:
-        try:
-            tree = ast.parse(source)
-        except (SyntaxError, ValueError, MemoryError, RecursionError):
-            continue  # the judge reports the broken test
+    for tree in _trees(tests):
         names.update(n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load))
     return tuple(sorted(n for n in names if n == entry_point or n not in JUDGE_NAMES))
+
+
+@functools.lru_cache(maxsize=4096)
+def tested_modules(tests: tuple[str, ...]) -> tuple[str, ...]:
+    """Standard-library modules the tests read by name but never bind themselves (``math`` in
+    ``assert math.isclose(f(2), 1.41)``, relying on the completion's ``import math``): the judge
+    imports these itself, before the completion runs, and binds nothing else to a module."""
+    loaded, bound = set(), set()
+    for tree in _trees(tests):
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Name):
+                (loaded if isinstance(node.ctx, ast.Load) else bound).add(node.id)
+            elif isinstance(node, ast.alias):
+                bound.add((node.asname or node.name).partition(".")[0])
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                bound.add(node.name)
+    return tuple(sorted(n for n in loaded - bound if n in sys.stdlib_module_names))
+
+
+def _trees(tests: tuple[str, ...]) -> list[ast.AST]:
+    trees = []
+    for source in tests:
+        try:
+            trees.append(ast.parse(source))
+        except (SyntaxError, ValueError, MemoryError, RecursionError):
+            continue  # the judge reports the broken test
+    return trees
 
 
 class RunResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -133,13 +167,25 @@ class SandboxBackend(Protocol):
     async def execute(self, job: Job) -> RunResult: ...
 
 
-RUNTIME = ("plain.py", "candidate.py", "judge.py", "runner.py")  # each uses the names of those before
+# The sandbox's runtime, in order: each uses the names of those before it.
+RUNTIME = ("codec.py", "channel.py", "proxies.py", "candidate.py", "judge.py", "inprocess.py", "workspace.py",
+           "supervisor.py")
+# The command line carries a bootstrap; the runtime itself arrives on stdin (a -c argument is
+# capped at 128 KiB by the kernel).
+BOOTSTRAP = "import sys;exec(compile(sys.stdin.buffer.read(int(sys.stdin.buffer.readline())),'<runner>','exec'))"
 
 
+@functools.lru_cache(maxsize=1)
 def runner_source() -> str:
     """What the container runs: the sandbox's runtime modules as one source, in order."""
     package = resources.files("rollstream.consumers")
     return "\n\n".join(package.joinpath(name).read_text() for name in RUNTIME)
+
+
+def runner_preamble() -> bytes:
+    """What the bootstrap reads first from the container's stdin: the runtime's size, then it."""
+    source = runner_source().encode()
+    return str(len(source)).encode() + b"\n" + source
 
 
 def limits_from_config(config: ExecutorConfig) -> SandboxLimits:
@@ -311,8 +357,10 @@ def _workspace(reply: dict[str, Any]) -> tuple[list[tuple[str, bytes]], bool]:
 class DockerSandboxPool:
     """The aiodocker :class:`SandboxBackend`: ``async with DockerSandboxPool(config) as pool``."""
 
-    def __init__(self, config: ExecutorConfig, *, owner: str | None = None, grace_s: float = 3.0) -> None:
+    def __init__(self, config: ExecutorConfig, *, owner: str | None = None, grace_s: float = 3.0,
+                 test_hooks: bool = False) -> None:
         self.config = config
+        self.test_hooks = test_hooks  # tests only: the runner honours Job.test_hook
         self.owner = owner or config.owner
         self.grace_s = grace_s
         self._limits = limits_from_config(config)
@@ -376,7 +424,7 @@ class DockerSandboxPool:
     async def _spawn(self) -> _Warm:
         """Create, attach, start a container and wait for its runner to say it is ready."""
         name = f"rollstream-sbx-{self._run_id}-{next(self._names)}-{secrets.token_hex(2)}"
-        cmd = ["python3", "-I", "-S", "-c", runner_source()]
+        cmd = ["python3", "-I", "-S", "-c", BOOTSTRAP] + (["--test-hooks"] if self.test_hooks else [])
         body = hardened_config(self.config.image, self._limits, self.labels(), cmd)
         container = await self._docker.containers.create(body, name=name)
         stream = container.attach(stdin=True, stdout=True, stderr=True)
@@ -391,6 +439,7 @@ class DockerSandboxPool:
         warm = _Warm(container, stream, name)
         self._all.add(warm)
         try:
+            await warm.stream.write_in(runner_preamble())
             ready = await warm.receive(READY_TIMEOUT_S)
         except TimeoutError:
             ready = None
@@ -445,19 +494,25 @@ class DockerSandboxPool:
         warm = await self._acquire()
         request = {
             "id": job.job_id,
+            "nonce": secrets.token_hex(8),  # the reply must carry it: nothing else is this job's verdict
             "setup": job.setup,
             "code": job.code,
             "tests": job.tests,
             "names": job.names,
+            "modules": job.modules,
             "entry_point": job.entry_point,
             "program": job.program,
             "trust": job.trust,
+            "plain_paths": job.plain_paths,
+            "record": job.record,
             "timeout_s": job.timeout_s,
             "memory_mb": min(job.memory_mb, self._limits.memory_mb),
             "output_bytes": self._limits.output_bytes,
             "tail_bytes": TAIL_BYTES,
             "file_bytes": self._limits.tmpfs_mb << 20,
         }
+        if job.test_hook is not None and self.test_hooks:
+            request["test_hook"] = job.test_hook
         if job.files or job.collect_files:
             request.update(files=[[path, base64.b64encode(data).decode()] for path, data in job.files],
                            collect_files=job.collect_files, workspace_bytes=WORKSPACE_BYTES)
@@ -473,12 +528,13 @@ class DockerSandboxPool:
         try:
             reply = await warm.receive(job.timeout_s + self.grace_s)
         except TimeoutError:
-            reply = {"timed_out": True, "violations": ["runner_unresponsive"], "clean": False}
+            reply = {"id": job.job_id, "nonce": request["nonce"], "timed_out": True,
+                     "violations": ["runner_unresponsive"], "clean": False}
         except asyncio.CancelledError:  # its reply would be taken for the next job's: replace it
             self._retire(warm)
             raise
         warm.executions += 1
-        result = await self._result(warm, job, reply, time.monotonic() - started)
+        result = await self._result(warm, job, request["nonce"], reply, time.monotonic() - started)
         if result.recycled:
             self._retire(warm)
         else:
@@ -486,7 +542,7 @@ class DockerSandboxPool:
         return result
 
     async def _result(
-        self, warm: _Warm, job: Job, reply: dict[str, Any] | None, waited_s: float
+        self, warm: _Warm, job: Job, nonce: str, reply: dict[str, Any] | None, waited_s: float
     ) -> RunResult:
         died = reply is None
         if died:
@@ -494,9 +550,10 @@ class DockerSandboxPool:
             if await self._oom_killed(warm):
                 reply["violations"].append("oom_killed")
                 reply["oom_killed"] = True
-        elif "error" in reply or reply.get("id", job.job_id) != job.job_id:
+        elif "error" in reply or reply.get("id") != job.job_id or reply.get("nonce") != nonce:
+            # not attributable to exactly this job: never its verdict, and the container goes
             reply = {
-                "violations": [f"runner_error:{str(reply.get('error', 'reply mismatch'))[:200]}"],
+                "violations": [f"runner_error:{str(reply.get('error', 'a reply for another job'))[:200]}"],
                 "clean": False,
             }
         violations = [str(v)[:200] for v in reply.get("violations", [])]

@@ -32,6 +32,7 @@ from typing import IO, Any
 import msgspec
 
 from rollstream.config import Config
+from rollstream.consumers.reference import ReferenceCheck, ReferenceChecks, log_check
 from rollstream.consumers.rewards import RewardRegistry, Scored, default_registry
 from rollstream.consumers.sandbox import Job, RunResult, SandboxBackend
 from rollstream.errors import ConfigError, SandboxError
@@ -46,6 +47,7 @@ class Evaluation(msgspec.Struct, frozen=True, kw_only=True):
     scored: Scored
     job: Job | None = None  # None: decided without running anything
     result: RunResult | None = None
+    reference: ReferenceCheck | None = None  # what the task's reference said (when it has one)
 
 
 async def evaluate(
@@ -59,9 +61,13 @@ async def evaluate(
     max_timeout_s: float | None = None,
     files: Sequence[tuple[str, bytes]] = (),
     collect_files: bool = False,
+    references: ReferenceChecks | None = None,
+    task_id: str = "",
 ) -> Evaluation:
     """Score ``completion`` against ``spec`` in ``backend``, with at most ``max_timeout_s`` of
-    wall-clock time whatever the spec asks for (the executor's ``max_timeout_s``).
+    wall-clock time whatever the spec asks for (the executor's ``max_timeout_s``). With
+    ``references``, a task that carries its reference is checked once (consumers/reference.py):
+    its plain calls go with the job, and ``trust = "auto"`` is decided.
 
     Raises ValueError for a spec the registry rejects (the caller dead-letters it) and
     SandboxError when the backend failed ``attempts`` times for reasons of its own.
@@ -69,14 +75,23 @@ async def evaluate(
     if max_timeout_s is not None and spec.timeout_s > max_timeout_s:
         spec = msgspec.structs.replace(spec, timeout_s=max_timeout_s)
     kind = registry.get(spec)
+    check = None
+    if references is not None and spec.reference:
+        check = await retry(functools.partial(references.check, spec, task_id), what=f"reference check of {job_id}",
+                            retry_on=(SandboxError,), attempts=attempts, first_delay_s=0.5, max_delay_s=4.0)
+    trust = check.trust(spec.trust) if check is not None else ("judge" if spec.trust == "auto" else spec.trust)
+    if trust != spec.trust:
+        spec = msgspec.structs.replace(spec, trust=trust)
     prepared = kind.prepare(spec, completion, job_id)
     if isinstance(prepared, Scored):
-        return Evaluation(scored=prepared)
+        return Evaluation(scored=prepared, reference=check)
+    if check is not None and check.judged and trust == "judge" and isinstance(prepared, Job):
+        prepared = msgspec.structs.replace(prepared, plain_paths=list(check.plain_paths))
     if files or collect_files:  # a multi-turn episode: its workspace in, the files it leaves out
         prepared = msgspec.structs.replace(prepared, files=list(files), collect_files=collect_files)
     result = await retry(functools.partial(backend.execute, prepared), what=f"sandbox run of {job_id}",
                          retry_on=(SandboxError,), attempts=attempts, first_delay_s=0.5, max_delay_s=4.0)
-    return Evaluation(scored=kind.score(spec, completion, result), job=prepared, result=result)
+    return Evaluation(scored=kind.score(spec, completion, result), job=prepared, result=result, reference=check)
 
 
 def audit_record(
@@ -171,6 +186,8 @@ def verdict_json(line: int, task: TaskSpec, evaluation: Evaluation, echoed: dict
     )
     if evaluation.result is not None:
         out["violations"] = evaluation.result.violations
+    if evaluation.reference is not None:
+        out["reference"] = msgspec.to_builtins(evaluation.reference)
     return out
 
 
@@ -227,14 +244,23 @@ async def _score_items(
     max_timeout_s: float | None = None,
 ) -> dict[str, int]:
     gate = asyncio.Semaphore(concurrency)
+    def reported(task_id: str, check: ReferenceCheck) -> None:
+        log_check(task_id, check)
+        if check.mismatch:
+            print(f"rollstream score: task {task_id}: its reference fails under the judge at test "
+                  f"{check.failing_test} ({check.message}) but passes in process", file=sys.stderr)
+
+    references = ReferenceChecks(backend, reported=reported)
 
     async def one(line: int, task: TaskSpec | None, completion: str, echoed: dict, error: str | None) -> dict:
         if error is not None or task is None:
             return {"line": line, "error": error}
+        spec = task.issued_reward()
         try:
             async with gate:
                 evaluation = await evaluate(
-                    backend, registry, task.reward, completion, f"{task.task_id}#{line}", max_timeout_s=max_timeout_s
+                    backend, registry, spec, completion, f"{task.task_id}#{line}", max_timeout_s=max_timeout_s,
+                    references=references, task_id=task.task_id,
                 )
         except ValueError as exc:
             return {"line": line, "task_id": task.task_id, "error": str(exc)}

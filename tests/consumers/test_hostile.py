@@ -29,15 +29,20 @@ PROBE = """
 import os
 def state():
     procs = sorted(int(p) for p in os.listdir("/proc") if p.isdigit())
+    parents = {p: int(open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()[1]) for p in procs if p != 1}
     ipc = [len(open(f"/proc/sysvipc/{k}").read().splitlines()) - 1 for k in ("shm", "msg", "sem")]
     vfs = os.statvfs("/work")
-    return {"procs": procs, "me": os.getpid(), "zygote": os.getppid(),
+    return {"procs": procs, "parents": parents, "me": os.getpid(), "zygote": os.getppid(),
             "work": os.listdir("/work"), "ipc": ipc, "cwd": os.getcwd(), "free": vfs.f_bavail / vfs.f_blocks,
             "env": sorted(os.environ), "uid": os.getuid()}
 """
 PROBE_TESTS = [
     "s = state()",
-    "assert s['procs'] == sorted({1, s['zygote'], s['me']}), s['procs']",
+    # PID 1, the two zygotes (children of PID 1), this candidate and its judge (their children)
+    "others = set(s['procs']) - {1, s['zygote'], s['me']}\n"
+    "assert len(others) == 2 and s['parents'][s['zygote']] == 1, s['procs']\n"
+    "judge_zygote = next(p for p in others if s['parents'][p] == 1)\n"
+    "assert s['parents'][(others - {judge_zygote}).pop()] == judge_zygote, s['parents']",
     "assert s['work'] == [], s['work']",
     "assert s['ipc'] == [0, 0, 0], s['ipc']",
     "assert s['free'] > 0.99, s['free']",
@@ -178,7 +183,8 @@ async def test_zombie_left_behind_is_reaped_without_blame(pool, registry):
 
 async def test_flooding_every_descriptor_it_holds(pool, registry):
     # The code holds no report channel (the judge reports); what it can write to is its stdout,
-    # stderr and its reply pipe to the judge. Junk on the reply pipe is tamper, found at once.
+    # stderr and its reply pipe to the judge. Junk on the reply pipe is tamper, found at once by
+    # the judge; the flood on stdout hits the output cap in the runner: whichever comes first.
     code = (
         "import os\n"
         "fds = []\n"
@@ -198,8 +204,9 @@ async def test_flooding_every_descriptor_it_holds(pool, registry):
     )
     started = time.monotonic()
     evaluation, audit = await attack(pool, registry, code, ROOMY)
-    expect(evaluation, "tamper", SPEC.crash_reward)
-    assert evaluation.scored.execution.tamper == "protocol" and audit.verdict == "tamper"
+    record = evaluation.scored.execution
+    assert record.error_kind in ("tamper", "output_limit") and evaluation.scored.reward == SPEC.crash_reward, record
+    assert record.tamper in ("protocol", "") and audit.verdict == record.error_kind
     assert time.monotonic() - started < ROOMY_S  # stopped at the cap, not at the deadline
     await assert_clean(pool, registry, evaluation)
 

@@ -131,8 +131,9 @@ ATTACKS = [
      FRAME + "for seq in range(1, 4):\n    os.write(4, frame([seq, 'ok', seq + 2, '', []]))\n" + WRONG,
      "tamper", "protocol", ADD, False),
     ("non-data-object-on-the-wire",  # its own serving code patched to answer with an object
-     "import sys\nsys.modules['__main__'].Encoder.text = lambda self, value: '{\"object\": \"AlwaysEqual\"}'\n"
-     + WRONG,
+     "import json, sys\n"
+     "sys.modules['__main__'].dumps = lambda message: json.dumps(\n"
+     "    ['a', message[1], 'ok', [{'object': 'AlwaysEqual'}], [], [], None, '', '']).encode()\n" + WRONG,
      "tamper", "protocol", ADD, False),
     ("names-it-was-not-asked-for",
      FRAME + "os.write(4, frame(['ready', 'ok', [['add', 'v', 3], ['exec', 'v', None]]]))\n"
@@ -153,7 +154,7 @@ ATTACKS = [
      "    request = json.loads(os.read(3, int.from_bytes(head, 'big')))\n"
      "    os.write(4, frame([request[1], 'ok', True, '', []]))\n"
      "'''\n"
-     "os.execv(sys.executable, [sys.executable, '-c', responder])\n", "none", "", ADD, False),
+     "os.execv(sys.executable, [sys.executable, '-c', responder])\n", "tamper", "protocol", ADD, False),
     ("kill-the-zygote",
      "import os\nos.kill(os.getppid(), 9)\n" + WRONG, "violation", "", ADD, False),
 ]

@@ -72,6 +72,7 @@ def test_suite_files_are_up_to_date() -> None:
 
 async def _score_all(tasks: list[TaskSpec], wrong: dict[str, str]) -> list[tuple[str, str, float, object]]:
     from rollstream.consumers.rewards import default_registry
+    from rollstream.consumers.reference import ReferenceChecks
     from rollstream.consumers.sandbox import DockerSandboxPool
     from rollstream.consumers.score import evaluate
 
@@ -79,16 +80,20 @@ async def _score_all(tasks: list[TaskSpec], wrong: dict[str, str]) -> list[tuple
     config = ExecutorConfig(pool_size=2, concurrency=4, owner="rollstream-test-suite")
     jobs = []
     for t in tasks:
-        heldout = msgspec.structs.replace(t.reward, tests=list(t.heldout_tests))
-        jobs += [(t.task_id, "reference", t.reward, fenced(t.reference_solution or "")),
+        spec = t.issued_reward()  # with its reference: checked once, its plain calls then enforced
+        heldout = msgspec.structs.replace(spec, tests=list(t.heldout_tests))
+        jobs += [(t.task_id, "reference", spec, fenced(t.reference_solution or "")),
                  (t.task_id, "reference-heldout", heldout, fenced(t.reference_solution or "")),
-                 (t.task_id, "wrong", t.reward, fenced(wrong[t.task_id]))]
+                 (t.task_id, "wrong", spec, fenced(wrong[t.task_id]))]
     gate = asyncio.Semaphore(config.concurrency)
     async with DockerSandboxPool(config) as pool:
+        references = ReferenceChecks(pool)
+
         async def one(job: tuple) -> tuple[str, str, float, object]:
             task_id, what, spec, completion = job
             async with gate:
-                ev = await evaluate(pool, registry, spec, completion, f"suite-{task_id}-{what}")
+                ev = await evaluate(pool, registry, spec, completion, f"suite-{task_id}-{what}", references=references)
+            assert ev.reference is not None and ev.reference.judged, (task_id, ev.reference)
             return task_id, what, ev.scored.reward, ev.scored.execution
         return await asyncio.gather(*(one(j) for j in jobs))
 
