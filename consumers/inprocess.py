@@ -10,6 +10,7 @@ supervisor.py), so code that writes made-up reports to every descriptor is not b
 """
 
 import builtins
+import sys
 
 if __name__ != "__main__":  # on the host; in the sandbox these names come from the files above
     from rollstream.consumers.candidate import _line_of, print_exception, run_program_here
@@ -27,7 +28,11 @@ def harness(code, setup, tests, report, program=False, out_cap=1 << 16):
     is compiled here. With ``program`` the code is not run as a module: tests call
     ``run_program(stdin)``.
     """
-    namespace = {"__name__": "solution", "__builtins__": builtins, "raises": raises}
+    module = type(sys)("solution")  # unittest.main() and pickle find the names here, as in a script
+    namespace = module.__dict__
+    namespace.update(__builtins__=builtins, raises=raises)
+    sys.modules["__main__"] = sys.modules["solution"] = module
+    sys.argv = ["tests"]
     if setup is not None:
         try:
             if isinstance(setup, str):
@@ -67,6 +72,8 @@ def harness(code, setup, tests, report, program=False, out_cap=1 << 16):
             if isinstance(test, str):
                 raise SyntaxError(f"the task's test does not compile: {test}")
             exec(test, namespace)
+        except SystemExit as exc:  # unittest.main(): a success exits with a false code
+            report({"e": "test", "i": index, "ok": not exc.code, "type": "SystemExit", "msg": _text(exc, 300)})
         except BaseException as exc:
             report({"e": "test", "i": index, "ok": False, "type": type(exc).__name__, "msg": _text(exc, 300)})
         else:

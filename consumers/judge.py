@@ -116,11 +116,10 @@ class Guards:
             self._constants(code)
         self.trusted_bytes = set()  # ids of bytes this judge pickled from its own objects
         self.unittest_failed = False
-        self.patches = []  # (patch, "module.attribute") of active mock.patch-es
+        self.patches = []  # (patch, "module.attribute") of active mock.patch-es (see _wrap_mock)
         self.builtins_before = dict(vars(builtins))
         self.stdin = sys.stdin
         self.argv = list(sys.argv)
-        self.mock_wrapped = False
 
     def _constants(self, code):
         if not isinstance(code, types.CodeType):
@@ -187,34 +186,8 @@ class Guards:
         self.keep.append(data)
         return data
 
-    def _wrap_mock(self):
-        mock = sys.modules.get("unittest.mock")
-        if mock is None or self.mock_wrapped:
-            return
-        self.mock_wrapped = True
-        guard, patch = self, mock._patch
-        enter, exit_ = patch.__enter__, patch.__exit__
-
-        def entered(self):
-            result = enter(self)
-            try:
-                target = self.getter()
-                name = getattr(target, "__name__", None)
-                if type(target) is types.ModuleType and type(name) is str:
-                    guard.patches.append((self, f"{name}.{self.attribute}"))
-            except BaseException:
-                pass
-            return result
-
-        def exited(self, *exc):
-            guard.patches[:] = [(p, t) for p, t in guard.patches if p is not self]
-            return exit_(self, *exc)
-
-        patch.__enter__, patch.__exit__ = entered, exited
-
     def env(self):
         """The tests' overrides the candidate must see during the next request."""
-        self._wrap_mock()
         overrides = []
         current = vars(builtins)
         if current != self.builtins_before:
@@ -308,6 +281,49 @@ def install_guards(out_fds=(1, 2)):
     marshal.loads = unmarshal
     marshal.load = lambda file, *args: loads("marshal", file.read(), real[2], {})
     _track_unittest()
+    if "unittest.mock" in sys.modules:
+        _wrap_mock(sys.modules["unittest.mock"])
+
+
+def _wrap_mock(mock):
+    """Record every ``mock.patch`` of a module attribute the tests enter, so the candidate sees it
+    too (installed when ``unittest.mock`` is imported, before any test can enter a patch)."""
+    patch = mock._patch
+    enter, exit_ = patch.__enter__, patch.__exit__
+
+    def entered(self):
+        result = enter(self)
+        guards = Guards.current
+        try:
+            target = self.getter()
+            name = getattr(target, "__name__", None)
+            if guards is not None and type(target) is types.ModuleType and type(name) is str:
+                guards.patches.append((self, f"{name}.{self.attribute}"))
+        except BaseException:
+            pass
+        return result
+
+    def exited(self, *exc):
+        guards = Guards.current
+        if guards is not None:
+            guards.patches[:] = [(p, t) for p, t in guards.patches if p is not self]
+        return exit_(self, *exc)
+
+    patch.__enter__, patch.__exit__ = entered, exited
+
+
+class _AfterImport:
+    """A loader that runs ``then(module)`` once the module it loads has run."""
+
+    def __init__(self, loader, then):
+        self.loader, self.then = loader, then
+
+    def create_module(self, spec):
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module):
+        self.loader.exec_module(module)
+        self.then(module)
 
 
 def _track_unittest():
@@ -367,6 +383,8 @@ class ImportGuard:
         locations = list(spec.submodule_search_locations or [])
         if not all(_inside(p, self.allowed) for p in ([origin] if spec.has_location else []) + locations):
             raise ImportError(f"the judge imports from the standard library only, not {origin or name}")
+        if name == "unittest.mock":
+            spec.loader = _AfterImport(spec.loader, _wrap_mock)
         return spec
 
 

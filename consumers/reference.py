@@ -119,16 +119,16 @@ class ReferenceChecks:
         if found is not None:
             self._done.move_to_end(digest)
             return found
-        task = self._running.get(digest)
-        if task is None:
-            task = self._running[digest] = asyncio.ensure_future(check_reference(self.backend, spec, digest[:16]))
-            task.add_done_callback(lambda _: self._running.pop(digest, None))
-            found = await asyncio.shield(task)
+        running = self._running.get(digest)
+        if running is None:
+            running = self._running[digest] = asyncio.ensure_future(check_reference(self.backend, spec, digest[:16]))
+            running.add_done_callback(lambda _: self._running.pop(digest, None))
+            found = await asyncio.shield(running)
             self._remember(digest, found)
             if self.reported is not None:
                 self.reported(task, found)
             return found
-        return await asyncio.shield(task)
+        return await asyncio.shield(running)
 
     def _remember(self, digest: str, check: ReferenceCheck) -> None:
         self._done[digest] = check
