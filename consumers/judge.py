@@ -117,7 +117,7 @@ class Guards:
         self.trusted_bytes = set()  # ids of bytes this judge pickled from its own objects
         self.unittest_failed = False
         self.patches = []  # (patch, "module.attribute") of active mock.patch-es (see _wrap_mock)
-        self.builtins_before = dict(vars(builtins))
+        self.builtins_before = _CACHE.get("builtins") or dict(vars(builtins))
         self.stdin = sys.stdin
         self.argv = list(sys.argv)
 
@@ -134,34 +134,6 @@ class Guards:
     def trusted(self, source):
         t = type(source)
         return t is types.CodeType or ((t is str or t is bytes) and id(source) in self.constants)
-
-    def builtins_for_tests(self):
-        """The tests' builtins: the process's own, with code from data sent to the candidate."""
-        guard = self
-        names = dict(vars(builtins))
-        real_eval, real_exec, real_compile = builtins.eval, builtins.exec, builtins.compile
-
-        def eval_(source, globals=None, locals=None):
-            if guard.trusted(source):
-                frame = sys._getframe(1)
-                return real_eval(source, frame.f_globals if globals is None else globals,
-                                 (frame.f_locals if globals is None else globals) if locals is None else locals)
-            return guard.delegate("eval", source, globals, locals, sys._getframe(1))
-
-        def exec_(source, globals=None, locals=None, **kwargs):
-            if guard.trusted(source):
-                frame = sys._getframe(1)
-                return real_exec(source, frame.f_globals if globals is None else globals,
-                                 (frame.f_locals if globals is None else globals) if locals is None else locals)
-            return guard.delegate("exec", source, globals, locals, sys._getframe(1))
-
-        def compile_(source, filename, mode, flags=0, dont_inherit=False, optimize=-1, **kwargs):
-            if guard.trusted(source) or isinstance(source, types.CodeType):
-                return real_compile(source, filename, mode, flags, dont_inherit, optimize)
-            return guard.judge.ask("compile", None, [source, filename, mode, flags, dont_inherit, optimize])
-
-        names.update(eval=eval_, exec=exec_, compile=compile_)
-        return names
 
     def delegate(self, mode, source, globals_, locals_, frame):
         modules = None
@@ -205,6 +177,37 @@ class Guards:
             except BaseException:
                 continue
         return overrides or None
+
+
+def _tests_eval(source, globals=None, locals=None):
+    if Guards.current.trusted(source):
+        frame = sys._getframe(1)
+        return builtins.eval(source, frame.f_globals if globals is None else globals,
+                             (frame.f_locals if globals is None else globals) if locals is None else locals)
+    return Guards.current.delegate("eval", source, globals, locals, sys._getframe(1))
+
+
+def _tests_exec(source, globals=None, locals=None, **kwargs):
+    if Guards.current.trusted(source):
+        frame = sys._getframe(1)
+        return builtins.exec(source, frame.f_globals if globals is None else globals,
+                             (frame.f_locals if globals is None else globals) if locals is None else locals)
+    return Guards.current.delegate("exec", source, globals, locals, sys._getframe(1))
+
+
+def _tests_compile(source, filename, mode, flags=0, dont_inherit=False, optimize=-1, **kwargs):
+    if Guards.current.trusted(source) or isinstance(source, types.CodeType):
+        return builtins.compile(source, filename, mode, flags, dont_inherit, optimize)
+    return Guards.current.judge.ask("compile", None, [source, filename, mode, flags, dont_inherit, optimize])
+
+
+def builtins_for_tests():
+    """The tests' builtins: the process's own, with code from data sent to the candidate (built
+    once per process: in the sandbox by the judge zygote)."""
+    found = _CACHE.get("test_builtins")
+    if found is None:
+        found = _CACHE["test_builtins"] = dict(vars(builtins), eval=_tests_eval, exec=_tests_exec, compile=_tests_compile)
+    return found
 
 
 def install_guards(out_fds=(1, 2)):
@@ -283,6 +286,9 @@ def install_guards(out_fds=(1, 2)):
     _track_unittest()
     if "unittest.mock" in sys.modules:
         _wrap_mock(sys.modules["unittest.mock"])
+    _CACHE["builtins"] = dict(vars(builtins))  # what the tests' overrides are measured against
+    _CACHE.pop("test_builtins", None)  # made again with the guarded open
+    builtins_for_tests()
 
 
 def _wrap_mock(mock):
@@ -455,7 +461,7 @@ def judge_main(part, read_fd, write_fd, report, guarded=True):
     guards = Guards(judge, [setup, *tests])
     Guards.current = guards
     judge.env = guards.env
-    namespace.update(__builtins__=guards.builtins_for_tests(), raises=raises,
+    namespace.update(__builtins__=builtins_for_tests(), raises=raises,
                      run_program=lambda stdin="": _run_program(judge, stdin))
     sys.modules[TEST_MODULE] = namespace_module
     sys.argv = ["tests"]

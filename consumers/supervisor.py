@@ -32,8 +32,10 @@ keyed per job. PID 1 enforces the deadline and the output cap, then cleans ``/wo
 replies.
 
 PID 1 and the zygotes are non-dumpable (same-uid code cannot ptrace them or open
-``/proc/<pid>/{mem,fd}``), and their signal dispositions make them immune: PID 1 as the
-namespace's init with no handlers, the zygotes and every judge ignoring every catchable signal.
+``/proc/<pid>/{mem,fd}``). PID 1 as the namespace's init has no handlers and so cannot be
+signalled from inside; the judge zygote, and so every judge, ignores every catchable signal; the
+candidate zygote keeps Python's dispositions, which its candidates inherit (it can be killed by
+the candidates, like a judge: the job then fails, and the container is replaced).
 
 Cleanup: when the container's pids cgroup counts exactly three tasks (PID 1 and the zygotes)
 nothing outlived the job, the usual case, checked with one read. Otherwise something did (a
@@ -77,7 +79,7 @@ MAX_TESTS = 1000  # RewardSpec's own limit on tests per task
 ZYGOTE_GRACE_S = 2.0  # how long the zygote may take to report after its job was killed
 REPORT_DRAIN_S = 0.02  # how often the report pipe is emptied while a job runs (it wakes nobody)
 PR_SET_DUMPABLE = 4
-HIGH_FD = 200  # children move the descriptors they keep above this first (nofile is 256)
+FIRST_HOST_FD = 10  # the runner's descriptors sit at or above this; a job's process uses 0-5
 # The container's pids cgroup counter (v1, v2): every task in the container, zombies included.
 TASK_COUNTERS = ("/sys/fs/cgroup/pids/pids.current", "/sys/fs/cgroup/pids.current")
 # OOM kills in the container's memory cgroup (v2, or v1 on kernels >= 4.13).
@@ -110,6 +112,7 @@ class Host:
 
     def __init__(self):
         self.libc = ctypes.CDLL(None, use_errno=True)
+        self.prctl = self.libc.prctl  # resolved once (each ctypes lookup makes objects)
         self.page = os.sysconf("SC_PAGE_SIZE")
         # An unread text stream on fd 0: in a child, fd 0 is /dev/null, so this reads EOF.
         self.stdin = open(0, closefd=False)
@@ -138,6 +141,12 @@ class Host:
         self.candidate_cmd, self.candidate_cmd_zygote = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.pid_r, self.pid_w = os.pipe()  # zygotes -> PID 1: "J <pid>" / "C <pid>"
         self.status_r, self.status_w = os.pipe()  # zygotes -> PID 1: "J E <status>", "J S", ...
+        self.null = _high(self.null)  # every descriptor here sits above the ones a job's process uses
+        self.judge_part, self.candidate_part = _high(self.judge_part), _high(self.candidate_part)
+        (self.out_r, self.out_w, self.err_r, self.err_w, self.jout_r, self.jout_w, self.jerr_r, self.jerr_w,
+         self.rep_r, self.rep_w, self.pid_r, self.pid_w, self.status_r, self.status_w) = (
+            _high(fd) for fd in (self.out_r, self.out_w, self.err_r, self.err_w, self.jout_r, self.jout_w, self.jerr_r,
+                                 self.jerr_w, self.rep_r, self.rep_w, self.pid_r, self.pid_w, self.status_r, self.status_w))
         for fd in (self.out_r, self.err_r, self.jout_r, self.jerr_r, self.rep_r, self.pid_r, self.status_r):
             os.set_blocking(fd, False)
         self.poller = select.poll()
@@ -184,6 +193,13 @@ class Host:
         self.zygotes = {}
 
 
+def _high(fd):
+    """``fd`` moved to a number of at least FIRST_HOST_FD (the original closed)."""
+    moved = fcntl.fcntl(fd, fcntl.F_DUPFD, FIRST_HOST_FD)
+    os.close(fd)
+    return moved
+
+
 def _open_first(paths):
     for path in paths:
         try:
@@ -223,16 +239,19 @@ def zygote_main(host, role):
             sock.close()
         for fd in (host.pid_r, host.status_r, host.out_r, host.err_r, host.jout_r, host.jerr_r, host.rep_r):
             os.close(fd)
-        _ignore_signals()
-        if role == b"J":
+        if role == b"J":  # judges inherit: every catchable signal ignored, the guards in
+            _ignore_signals()
             install_guards(out_fds=(host.jout_w, host.jerr_w))
             gc.freeze()
         mains = {b"j": judge_child, b"c": candidate_child, b"i": child_main}
+        sys.stdin = host.stdin  # what every child has (an empty stdin, its argv): set once, here
+        sys.argv = ["solution"]
         while True:
             command, fds, _, _ = socket.recv_fds(own, 1, 2)
             main = mains.get(command)
             if main is None:
                 break
+            fds = [_high(fd) for fd in fds]
             host.link = fds  # the job's pipe ends for this child: (read, write)
             pid = os.fork()
             if pid == 0:
@@ -263,30 +282,17 @@ def _ignore_signals():
             continue
 
 
-def _default_signals():
-    """The completion's process gets Python's own dispositions back."""
-    for number in range(1, signal.NSIG):
-        if number in (signal.SIGKILL, signal.SIGSTOP):
-            continue
-        try:
-            signal.signal(number, signal.SIG_DFL)
-        except (OSError, ValueError, RuntimeError):
-            continue
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
-    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-
-
 def candidate_child(host):
-    """The candidate: the completion and its answers to the judge. Never returns."""
+    """The candidate: the completion and its answers to the judge. Never returns.
+
+    Everything here runs in a fresh fork, where each page written is first copied: the less
+    distinct code and data a child touches, the cheaper a job (docs/executor.md, Throughput)."""
     status = 70
     try:
         os.setpgid(0, 0)  # its own process group (killed as one)
         code, setup, names, program, out_cap, limits = load_part(host.candidate_part)
-        _keep_fds(host, host.out_w, host.err_w, {3: host.link[0], 4: host.link[1]})
-        _set_limits(host, limits, dumpable=True)
-        _default_signals()
-        _fresh_state(host)
+        _enter(host, limits, host.out_w, host.err_w, host.link[0], host.link[1])
+        host.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)  # the completion's own process may see itself
         status = candidate_main(code, setup, names, program, 3, 4, out_cap)
         sys.stdout.flush()
         sys.stderr.flush()
@@ -300,14 +306,13 @@ def candidate_child(host):
 
 def judge_child(host):
     """The judge: this job's setup and tests, against the candidate. Never returns; exits 0 only
-    after reporting ``done``."""
+    after reporting ``done``. It stays non-dumpable (no ptrace, no /proc/<pid>/{mem,fd} for
+    same-uid code), as fork leaves it."""
     status = 73
     try:
         os.setpgid(0, 0)
         part, limits, hook = load_part(host.judge_part)
-        _keep_fds(host, host.jout_w, host.jerr_w, {3: host.link[0], 4: host.link[1], 5: host.rep_w})
-        _set_limits(host, limits, dumpable=False)
-        _fresh_state(host)
+        _enter(host, limits, host.jout_w, host.jerr_w, host.link[0], host.link[1], host.rep_w)
         report = Reporter(5)
         if hook is not None and host.test_hooks:  # tests only: a judge compromised on purpose
             exec(hook, {"__name__": "hook", "report": report})
@@ -321,6 +326,23 @@ def judge_child(host):
     except BaseException as exc:
         _say(exc)
     os._exit(status)
+
+
+def _enter(host, limits, out, err, *extra):
+    """A job's process: /dev/null as stdin, ``out``/``err`` as stdout/stderr, ``extra`` as 3, 4,
+    ...; every other descriptor closed (the other processes' pipe ends, the job parts); its
+    limits (address space, CPU, file size). The runner's descriptors all sit above 5, so no
+    dup2 here overwrites one still to be moved."""
+    os.dup2(host.null, 0)
+    os.dup2(out, 1)
+    os.dup2(err, 2)
+    for target, source in enumerate(extra, 3):
+        os.dup2(source, target)
+    os.closerange(3 + len(extra), 65536)
+    memory, cpu, fsize = limits
+    resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
 
 
 class Reporter:
@@ -356,10 +378,10 @@ def child_main(host):
         code, setup, tests, key, report_fd, limits, program, out_cap = load_part(host.candidate_part)
         # The report channel sits on a random descriptor and every event carries a per-job key:
         # code that just writes to fd 3 cannot fake test results.
-        _keep_fds(host, host.out_w, host.err_w, {report_fd: host.rep_w})
-        _set_limits(host, limits, dumpable=True)
-        _default_signals()
-        _fresh_state(host)
+        _enter(host, limits, host.out_w, host.err_w, host.rep_w)
+        os.dup2(3, report_fd)
+        os.close(3)
+        host.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
 
         def report(event, _write=os.write, _encode=_event_line):
             _write(report_fd, _encode(event, key))
@@ -373,31 +395,6 @@ def child_main(host):
         status = 72
         _say(exc)
     os._exit(status)
-
-
-def _keep_fds(host, out, err, extra):
-    """/dev/null as stdin, ``out``/``err`` as stdout/stderr, ``extra`` ({target: source}) where
-    asked, every other descriptor closed (the other processes' pipe ends and job parts too)."""
-    wanted = {0: host.null, 1: out, 2: err, **extra}
-    moved = {target: fcntl.fcntl(source, fcntl.F_DUPFD, HIGH_FD) for target, source in wanted.items()}
-    for target, source in moved.items():
-        os.dup2(source, target)
-    low = 0
-    for fd in sorted(wanted):
-        if fd > low:
-            os.closerange(low, fd)
-        low = fd + 1
-    os.closerange(low, 65536)
-
-
-def _fresh_state(host):
-    """What a fork would otherwise share with every other job: the random generator's state
-    (reseeded from the kernel, so no process can predict another's), stdin, argv."""
-    sys.stdin = host.stdin
-    sys.argv = ["solution"]
-    random = sys.modules.get("random")
-    if random is not None:
-        random.seed()
 
 
 def _say(exc):
@@ -429,17 +426,6 @@ def _event_line(event, key=None):
     if key is not None:
         parts.append(f'"k":"{key}"')
     return ("{" + ",".join(parts) + "}\n").encode()
-
-
-def _set_limits(host, limits, dumpable):
-    # Fork inherits non-dumpability; the completion's own process may see itself normally, the
-    # judge stays non-dumpable (no ptrace, no /proc/<pid>/{mem,fd} for same-uid code).
-    if dumpable:
-        host.libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
-    memory, cpu, fsize = limits
-    resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
-    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu))
-    resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
 
 
 def load_part(fd):
@@ -499,7 +485,7 @@ def run_job(host, job):
     key = None
     if job.get("trust") == "in_process":
         key = os.urandom(8).hex()
-        report_fd = 10 + os.urandom(1)[0] % (HIGH_FD - 10)  # below the child's scratch range
+        report_fd = 64 + os.urandom(1)[0] % 128  # a random descriptor above the runner's own
         _write_part(host.candidate_part, (code, setup, tests, key, report_fd, limits, program, cap))
         socket.send_fds(host.candidate_cmd, [b"i"], [])
         supervisor.expect(b"C")
@@ -597,23 +583,20 @@ class Supervisor:
         self.killed_at = None
         self.ended = False  # the candidate was ended by the runner after the judge exited
         self.streams = {host.out_r: out, host.err_r: err, host.jout_r: out, host.jerr_r: err}
-        host.poller.register(host.pid_r, select.POLLIN)
 
     def expect(self, *roles):
         self.waiting.update(roles)
 
     def finish(self):
         """Pump until every process of the job has ended: (result, judge status, problem)."""
-        try:
-            while self.waiting and not (self.problem or "").startswith("runner_zygote"):
-                self.pump()
-        finally:
-            self.host.poller.unregister(self.host.pid_r)
+        while self.waiting and not (self.problem or "").startswith("runner_zygote"):
+            self.pump()
         return self.result, self.statuses.get(b"J"), self.problem
 
     def kill(self, roles=(b"J", b"C")):
         if self.killed_at is None:
             self.killed_at = time.monotonic()
+        self._pids()
         for role in roles:
             pid = self.processes.get(role)
             if pid is not None and role in self.waiting:
@@ -639,8 +622,6 @@ class Supervisor:
                 self.problem = "runner_zygote_died"
             elif fd == host.status_r:
                 self._status()
-            elif fd == host.pid_r:
-                self._pids()
             elif not _read_some(fd, self.streams[fd]):  # the runner holds the write ends
                 raise RuntimeError("an output pipe of the job was closed")
         _read_some(host.rep_r, self.rep)
@@ -648,6 +629,7 @@ class Supervisor:
             result["output_limit"] = True
 
     def _pids(self):
+        """The pids the zygotes reported: they wait in their pipe until a kill needs them."""
         try:
             self.pids += os.read(self.host.pid_r, 256)
         except BlockingIOError:
@@ -656,8 +638,6 @@ class Supervisor:
             line, self.pids = self.pids.split(b"\n", 1)
             role, pid = line.split()
             self.processes[role] = int(pid)
-            if self.killed_at is not None or (role == b"C" and self.ended):
-                _kill(int(pid))
 
     def _status(self):
         try:
@@ -675,7 +655,8 @@ class Supervisor:
                 self.statuses[role] = status
                 if role == b"J" and b"C" in self.waiting:  # the verdicts are in: end the candidate
                     self.ended = True
-                    self.kill((b"C",)) if self.killed_at is not None else _kill(self.processes.get(b"C", 0))
+                    self._pids()
+                    _kill(self.processes.get(b"C", 0))
                 elif role == b"C" and self.killed_at is None and not self.ended:
                     self._candidate_status(status)
 
@@ -874,6 +855,7 @@ def warm_up():
     _warm_protocol()
     gc.collect()
     gc.freeze()
+    ctypes.CDLL(None).malloc_trim(0)  # give back what the imports and the warm-up freed: fewer pages per fork
 
 
 WARM_CODE = """
@@ -902,30 +884,46 @@ WARM_TESTS = (
 
 
 def _warm_protocol(rounds=12):
-    """Made-up jobs between the judge (this thread, guards off) and a candidate (a thread): the
-    interpreter specialises the code both sides run, here, once, instead of in every fork."""
-    import threading
-
+    """Made-up jobs between a judge and a candidate, each side run here in turn against the other
+    in a fork: the interpreter specialises the code both sides run, here, once, instead of in
+    every job's fork. (Forks, not threads: importing threading alone would cost every later fork
+    a hundred page faults.)"""
     saved = sys.stdout, sys.stderr, sys.argv, sys.modules.get("__main__")
     tests = [compile(t, f"<warm {i}>", "exec") for i, t in enumerate(WARM_TESTS)]
     names = ["S", "f", "g", "s"]
+    part = (None, tests, names, "f", [], ["f()"], False)
     try:
-        for _ in range(rounds):
-            req_r, req_w = os.pipe()
-            resp_r, resp_w = os.pipe()
-            thread = threading.Thread(target=candidate_main, args=(WARM_CODE, None, names, False, req_r, resp_w, 1 << 16))
-            thread.start()
-            try:
-                judge_main((None, tests, names, "f", [], ["f()"], False), resp_r, req_w, lambda event: None,
-                           guarded=False)
-            finally:
-                os.close(req_w)  # the candidate sees EOF and returns
-                thread.join()
-                for fd in (req_r, resp_r, resp_w):
-                    os.close(fd)
+        for side in ("judge", "candidate"):
+            for _ in range(rounds):
+                req_r, req_w = os.pipe()
+                resp_r, resp_w = os.pipe()
+                pid = os.fork()
+                if pid == 0:  # the other side
+                    try:
+                        if side == "judge":
+                            os.close(req_w)
+                            candidate_main(WARM_CODE, None, names, False, req_r, resp_w, 1 << 16)
+                        else:
+                            os.close(req_r)
+                            judge_main(part, resp_r, req_w, lambda event: None, guarded=False)
+                    finally:
+                        os._exit(0)
+                try:
+                    if side == "judge":
+                        judge_main(part, resp_r, req_w, lambda event: None, guarded=False)
+                    else:
+                        os.close(req_w)
+                        req_w = None
+                        candidate_main(WARM_CODE, None, names, False, req_r, resp_w, 1 << 16)
+                finally:
+                    for fd in (req_r, req_w, resp_r, resp_w):
+                        if fd is not None:
+                            os.close(fd)
+                    os.waitpid(pid, 0)
     finally:
         sys.stdout, sys.stderr, sys.argv = saved[:3]
         sys.modules["__main__"] = saved[3]
+        sys.modules.pop("solution", None)
         Guards.current = None  # the zygotes hold no job, made-up or not
         _State.judge = None
         _OUT.drain()
@@ -941,7 +939,7 @@ def main():
     builtins.exit = builtins.quit = sys.exit  # what `site` would add (the runner runs with -S)
     host = Host()
     host.test_hooks = "--test-hooks" in sys.argv
-    host.libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+    host.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
     os.environ.clear()  # children inherit exactly this environment
     os.environ.update(CHILD_ENV)
     os.chdir(WORK)
