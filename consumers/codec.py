@@ -702,19 +702,31 @@ def check_hashes(keys):
 
 # ---------------------------------------------------------------- messages and framing
 
+def _not_json(value):
+    raise TypeError(f"{type(value).__name__} is not JSON")
+
+
+# json's C encoder, made once: json.dumps with any non-default argument builds an encoder per
+# call, and in a forked child that machinery alone copies dozens of pages.
+_JSON = json.encoder.c_make_encoder(None, _not_json, json.encoder.encode_basestring, None, ":", ",",
+                                    False, False, True)
+
+
 def dumps(message):
     """One message as JSON bytes (NaN and infinities as Python's json writes them)."""
-    data = json.dumps(message, ensure_ascii=False, separators=(",", ":"), check_circular=False)
-    data = data.encode("utf-8", "surrogatepass")
+    data = "".join(_JSON(message, 0)).encode("utf-8", "surrogatepass")
     if len(data) > MAX_MESSAGE_BYTES:
         raise NotTransferable(f"a message of {len(data)} bytes (at most {MAX_MESSAGE_BYTES})")
     return data
 
 
+_JSON_DECODE = json.JSONDecoder().decode
+
+
 def loads(data):
     """A message from JSON bytes; ProtocolError for anything that is not one."""
     try:
-        message = json.loads(data.decode("utf-8", "surrogatepass"))
+        message = _JSON_DECODE(data.decode("utf-8", "surrogatepass"))
     except (ValueError, RecursionError, MemoryError) as exc:
         raise ProtocolError(f"an undecodable message: {type(exc).__name__}") from None
     if type(message) is not list or not message:
