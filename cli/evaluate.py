@@ -107,7 +107,7 @@ def eval_spec(task: Any, tests: str) -> Any:
 
 
 def select_tasks(config: Config) -> list[Any]:
-    from rollstream.producers.sources import load_tasks, split_tasks
+    from rollstream.tasks.sources import load_tasks, split_tasks
 
     options = config.eval
     tasks = load_tasks(options.sources or config.sampler.sources)

@@ -184,7 +184,7 @@ class SpecSource:
         self.overrides = overrides
         self.by_task: dict[str, RewardSpec] | None = None
         if tasks:
-            from rollstream.producers.sources import load_tasks
+            from rollstream.tasks.sources import load_tasks
 
             self.by_task = {t.task_id: t.reward for t in load_tasks([tasks])}
         apply_spec_overrides(RewardSpec(), overrides)  # a bad override fails before anything runs

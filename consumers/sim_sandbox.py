@@ -35,7 +35,7 @@ class SimSandbox:
 
     @classmethod
     def from_config(cls, config: Config) -> SimSandbox:
-        from rollstream.producers.sources import load_tasks
+        from rollstream.tasks.sources import load_tasks
 
         references = []
         for task in load_tasks(config.sampler.sources):

@@ -40,7 +40,7 @@ from rollstream.config import Config
 from rollstream.kafka import EventConsumer, EventProducer, ensure_topics
 from rollstream.metrics import StageMetrics, serve_metrics
 from rollstream.producers.mixture import AdaptiveStats, epoch_plan, family_probabilities, informative
-from rollstream.producers.sources import load_tasks, split_tasks
+from rollstream.tasks.sources import load_tasks, split_tasks
 from rollstream.redis import connect, get_policy_version, groups_resolved, key
 from rollstream.schemas.events import GroupAdvantaged, Message, PromptIssued, SamplingParams
 from rollstream.schemas.tasks import TaskSpec

@@ -2,7 +2,7 @@
 its task's scripted answers, so rewards vary within a group as they do with a real policy.
 
 A task's answers, in order: its ``reference_solution``, the built-in suite's wrong solution for
-it (``producers/suite/_wrong_solutions.jsonl``), and the lines of ``generator.scripted_answers``
+it (:func:`rollstream.tasks.sources.wrong_solutions`), and the lines of ``generator.scripted_answers``
 for it. Sample ``i`` of a group gets answer ``i mod n`` (at turn ``t`` of an episode, ``i + t - 1 mod n``: a
 sample that failed moves on to the next answer), as a fenced Python block; a task with
 no answers gets an empty completion. The text is tokenized with the configured model's
@@ -32,7 +32,7 @@ CACHE_ENTRIES = 1 << 14  # encoded answers and decoded completions kept (cleared
 
 def task_answers(config: Any) -> dict[str, list[str]]:
     """task id -> its scripted answers (see the module doc)."""
-    from rollstream.producers.sources import SUITE_DIR, load_tasks
+    from rollstream.tasks.sources import load_tasks, wrong_solutions
 
     answers: dict[str, list[str]] = {}
     for task in load_tasks(config.sampler.sources):
@@ -40,25 +40,30 @@ def task_answers(config: Any) -> dict[str, list[str]]:
         for step, subtask in enumerate(task.reward.subtasks):  # a chain: each step's own answers
             if subtask.reference:
                 answers[f"{task.task_id}#{step}"] = [subtask.reference]
-    extra = [SUITE_DIR / "_wrong_solutions.jsonl"]
+    for task_id, text in wrong_solutions().items():
+        if task_id in answers:
+            answers[task_id].append(text)
     if config.generator.scripted_answers:
-        extra.append(Path(config.generator.scripted_answers))
-    for path in extra:
-        try:
-            lines = path.read_text().splitlines()
-        except OSError as exc:
-            raise ConfigError(f"generator.scripted_answers: cannot read {path}: {exc}") from exc
-        for number, line in enumerate(lines, 1):
-            if not line.strip():
-                continue
-            try:
-                item = json.loads(line)
-                task_id, text = item["task_id"], item.get("completion", item.get("wrong_solution"))
-            except (ValueError, KeyError, TypeError) as exc:
-                raise ConfigError(f"{path}:{number}: expected {{\"task_id\", \"completion\"}}: {exc}") from exc
-            if task_id in answers and isinstance(text, str):
-                answers[task_id].append(text)
+        _add_answers(answers, Path(config.generator.scripted_answers))
     return answers
+
+
+def _add_answers(answers: dict[str, list[str]], path: Path) -> None:
+    """The lines of a ``generator.scripted_answers`` file, each appended to its task's answers."""
+    try:
+        lines = path.read_text().splitlines()
+    except OSError as exc:
+        raise ConfigError(f"generator.scripted_answers: cannot read {path}: {exc}") from exc
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            item = json.loads(line)
+            task_id, text = item["task_id"], item.get("completion")
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ConfigError(f"{path}:{number}: expected {{\"task_id\", \"completion\"}}: {exc}") from exc
+        if task_id in answers and isinstance(text, str):
+            answers[task_id].append(text)
 
 
 class ScriptedBackend:

@@ -14,7 +14,7 @@ from rollstream.producers.mixture import (
     family_probabilities,
     informative,
 )
-from rollstream.producers.sources import load_tasks
+from rollstream.tasks.sources import load_tasks
 
 FAMILIES = ["a"] * 10 + ["b"] * 30 + ["c"] * 60
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from rollstream.errors import ConfigError
-from rollstream.producers.sources import builtin_tasks, load_tasks, task_from_row
+from rollstream.tasks.sources import builtin_tasks, load_tasks, task_from_row
 from rollstream.schemas.tasks import encode_task
 
 
@@ -74,7 +74,7 @@ def test_hf_datasets_from_local_files_only(tmp_path: Path) -> None:
 
 
 def test_the_held_out_split_is_whole_tasks_of_every_family_and_stable() -> None:
-    from rollstream.producers.sources import builtin_tasks, split_tasks
+    from rollstream.tasks.sources import builtin_tasks, split_tasks
 
     tasks = builtin_tasks()
     trained, held = split_tasks(tasks, 0.25, seed=0)

@@ -8,21 +8,15 @@ scores below 1.0 on the visible tests (the reward the learner sees).
 from __future__ import annotations
 
 import asyncio
-import json
 from collections import Counter
 
 import msgspec
 import pytest
 
 from rollstream.config import ExecutorConfig
-from rollstream.producers.sources import SUITE_DIR, builtin_tasks
-from rollstream.producers.suite import build_suite
 from rollstream.schemas.tasks import TaskSpec
-
-
-def wrong_solutions() -> dict[str, str]:
-    lines = (SUITE_DIR / build_suite.WRONG_FILE).read_text().splitlines()
-    return {row["task_id"]: row["wrong_solution"] for row in map(json.loads, lines)}
+from rollstream.tasks.sources import SUITE_DIR, builtin_tasks, wrong_solutions
+from rollstream.tasks.suite import build_suite
 
 
 def fenced(code: str) -> str:
@@ -55,7 +49,7 @@ def test_suite_size_and_families() -> None:
 def test_every_judged_kind_has_five_tasks() -> None:
     """Classes, printed output, programs, in-place mutation, expected exceptions: each kind the
     judge supports beyond plain function asserts is in the suite at least five times."""
-    from rollstream.producers.suite.defs_judged import JUDGED, KINDS
+    from rollstream.tasks.suite.judged_kinds import JUDGED, KINDS
 
     ids = {t.task_id for t in plain_tasks()}
     kinds = Counter(j.kind for j in JUDGED if f"{j.family}/{j.name}" in ids)
@@ -67,7 +61,7 @@ def test_suite_files_are_up_to_date() -> None:
     and wrong solution in-process)."""
     files = build_suite.render(build_suite.all_defs())
     for name, content in files.items():
-        assert (SUITE_DIR / name).read_bytes() == content, f"{name} is stale: run python -m rollstream.producers.suite.build_suite"
+        assert (SUITE_DIR / name).read_bytes() == content, f"{name} is stale: run python -m rollstream.tasks.suite.build_suite"
 
 
 async def _score_all(tasks: list[TaskSpec], wrong: dict[str, str]) -> list[tuple[str, str, float, object]]:
@@ -122,9 +116,9 @@ async def test_every_task_through_the_real_sandbox() -> None:
 
 
 def test_chains_are_up_to_date_and_well_formed() -> None:
-    from rollstream.producers.suite import chains
+    from rollstream.tasks.suite import chains
 
-    assert (SUITE_DIR / "chains.jsonl").read_bytes() == chains.render(), "run python -m rollstream.producers.suite.chains"
+    assert (SUITE_DIR / "chains.jsonl").read_bytes() == chains.render(), "run python -m rollstream.tasks.suite.chains"
     tasks = [t for t in builtin_tasks() if t.reward.subtasks]
     assert len(tasks) >= 20 and {t.family for t in tasks} == {"chains"}
     for task in tasks:

@@ -1,5 +1,5 @@
 # ruff: noqa: ISC004 (the chains are data: long strings split over lines)
-"""The built-in subtask chains: ``python -m rollstream.producers.suite.chains`` rewrites ``chains.jsonl``.
+"""The built-in subtask chains: ``python -m rollstream.tasks.suite.chains`` rewrites ``chains.jsonl``.
 
 Each chain builds a small module one step at a time (consumers/episodes.py): a step is an
 instruction, its tests and a reference solution; the code of the steps passed is kept and runs

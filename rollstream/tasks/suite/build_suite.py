@@ -1,9 +1,10 @@
-"""Build the built-in suite: ``python -m rollstream.producers.suite.build_suite`` rewrites ``<family>.jsonl``.
+"""Build the built-in suite: ``python -m rollstream.tasks.suite.build_suite`` rewrites ``<family>.jsonl``.
 
-Reads the task definitions of ``defs_{a,b,c,easy}.py``, runs each
+Reads the task definitions of ``strings_lists_math_conditionals.py``, ``parsing_dicts_recursion_search.py``,
+``sets_matrices_time_bits.py`` and ``easiest.py``, runs each
 reference solution to compute the expected value of every visible and held-out test, checks
 that the wrong solution fails at least one visible test, and writes one TaskSpec per line
-(sorted by task id, so the output is deterministic). The tasks of ``defs_judged.py`` (classes,
+(sorted by task id, so the output is deterministic). The tasks of ``judged_kinds.py`` (classes,
 printed output, programs, in-place mutation, expected exceptions) come with literal tests;
 the suite check runs their references and wrong solutions through the real sandbox. The wrong solutions go to
 ``_wrong_solutions.jsonl`` (``{"task_id", "wrong_solution"}``), which the suite check
@@ -21,9 +22,15 @@ from pathlib import Path
 
 import msgspec
 
-from rollstream.producers.suite import defs_a, defs_b, defs_c, defs_easy, defs_judged
-from rollstream.producers.suite.defs import Def
-from rollstream.producers.suite.defs_judged import J
+from rollstream.tasks.suite import (
+    easiest,
+    judged_kinds,
+    parsing_dicts_recursion_search,
+    sets_matrices_time_bits,
+    strings_lists_math_conditionals,
+)
+from rollstream.tasks.suite.authoring import Def
+from rollstream.tasks.suite.judged_kinds import J
 from rollstream.schemas.events import RewardSpec
 from rollstream.schemas.tasks import TaskSpec, encode_task
 
@@ -37,7 +44,8 @@ PROMPT = (
 
 
 def all_defs() -> list[Def | J]:
-    return [*defs_a.DEFS, *defs_b.DEFS, *defs_c.DEFS, *defs_easy.DEFS, *defs_judged.JUDGED]
+    return [*strings_lists_math_conditionals.DEFS, *parsing_dicts_recursion_search.DEFS, *sets_matrices_time_bits.DEFS,
+            *easiest.DEFS, *judged_kinds.JUDGED]
 
 
 def _load(source: str, name: str):
@@ -100,7 +108,7 @@ def build_task(d: Def) -> tuple[TaskSpec, str]:
 
 
 def build_judged(j: J) -> tuple[TaskSpec, str]:
-    """The TaskSpec of one ``defs_judged`` definition and its wrong solution's source."""
+    """The TaskSpec of one ``judged_kinds`` definition and its wrong solution's source."""
     task = TaskSpec(
         task_id=f"{j.family}/{j.name}",
         family=j.family,

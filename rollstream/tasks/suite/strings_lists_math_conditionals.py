@@ -1,6 +1,6 @@
 """Suite definitions: strings, lists, math, conditionals."""
 
-from rollstream.producers.suite.defs import T
+from rollstream.tasks.suite.authoring import T
 
 S, L, M, C = "strings", "lists", "math", "conditionals"
 

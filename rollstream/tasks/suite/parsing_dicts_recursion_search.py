@@ -1,6 +1,6 @@
 """Suite definitions: parsing, dicts, recursion, search_sort."""
 
-from rollstream.producers.suite.defs import T
+from rollstream.tasks.suite.authoring import T
 
 P, D, R, SS = "parsing", "dicts", "recursion", "search_sort"
 

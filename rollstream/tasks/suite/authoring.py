@@ -1,4 +1,4 @@
-"""Shared helper of the suite definition modules (``defs_*.py``).
+"""How the suite's function tasks are written down (the definition modules import :func:`T`).
 
 A task is written as a signature, a one-line description, a reference body, a wrong body
 and the *arguments* of its visible and held-out tests; ``build_suite.py`` computes the

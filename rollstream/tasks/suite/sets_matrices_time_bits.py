@@ -1,6 +1,6 @@
 """Suite definitions: sets, matrices, time_arith, bits."""
 
-from rollstream.producers.suite.defs import T
+from rollstream.tasks.suite.authoring import T
 
 ST, MX, TA, B = "sets", "matrices", "time_arith", "bits"
 

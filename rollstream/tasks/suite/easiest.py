@@ -4,7 +4,7 @@ Added after measuring SmolLM2-135M-Instruct (docs/tasks.md): the families where 
 nothing need tasks it sometimes solves, or GRPO gets no signal from them.
 """
 
-from rollstream.producers.suite.defs import T
+from rollstream.tasks.suite.authoring import T
 
 DEFS = [
     # strings
