@@ -8,17 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import random
-import sys
 import time
 from pathlib import Path
 
-from rollstream.chaos import STAGES, Drill, PrivateRedis, account, wait_drained
+from rollstream.cli.chaos import STAGES, Drill, PrivateRedis, account, drill_config, wait_drained
 from rollstream.config import load_config
 from rollstream.infra import free_port
 from rollstream.testing import make_tiny_model_dir
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from bench.chaos import drill_config
 
 
 def test_every_stage_killed_once_loses_no_group_and_trains_none_twice(tmp_path: Path, broker: str) -> None:

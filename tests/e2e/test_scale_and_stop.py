@@ -13,21 +13,17 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import sys
 import time
 from pathlib import Path
 
 import msgspec
 
-from rollstream.chaos import Drill, wait_drained
+from rollstream.cli.chaos import Drill, drill_config, wait_drained
 from rollstream.config import Config, SimGeneratorConfig, load_config, to_toml
 from rollstream.kafka import EventProducer, ensure_topics
 from rollstream.schemas.events import ActionGenerated, RewardScored, RewardSpec
 from rollstream.testing import make_action, make_prompt, make_rollout, make_tiny_model_dir
 from tests.helpers import end, read_events, start_worker
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from bench.chaos import drill_config
 
 BOUND_S = 10.0  # infra.stop_grace_s's default
 SLACK_S = 1.5  # the interpreter's own exit

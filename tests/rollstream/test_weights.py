@@ -159,7 +159,7 @@ async def test_a_redis_restart_is_a_pause_not_an_error(tmp_path) -> None:
     persistence) succeeds once it is back, and sees what was written before."""
     import asyncio
 
-    from rollstream.chaos import PrivateRedis
+    from rollstream.cli.chaos import PrivateRedis
     from rollstream.infra import free_port
 
     server = PrivateRedis(tmp_path / "redis", free_port())

@@ -1,10 +1,11 @@
-"""Chaos drills: run every stage as its own process, SIGKILL them at random and restart them, then
-account for every group from the topics alone.
+"""Chaos drills: run every stage as its own process (started as ``rollstream STAGE``), SIGKILL them
+at random and restart them, then account for every group from the topics alone.
 
 :class:`Drill` starts the stages of a config (``processes`` per stage), kills and restarts them
 (the learner with ``--resume``), and stops them; :func:`account` reads ``prompts`` and ``fates``
 (and the stream's set of dropped groups) and says which issued groups were lost and which the
-surviving model lineage trained twice. ``bench/chaos.py`` and ``tests/e2e/test_chaos.py`` use it.
+surviving model lineage trained twice. ``bench/chaos.py`` and the e2e tests use it, with the
+config :func:`drill_config` writes (simulated backends, short timeouts).
 
 The surviving lineage: each learner run resumes from the checkpoint of the run before it, at the
 step its first fate names (one before, for a trained fate). The fates a run published after that
@@ -29,6 +30,65 @@ from typing import Any
 from rollstream.config import Config
 
 STAGES = ("sampler", "generator", "executor", "stream", "learner")
+
+
+def drill_config(work: Path, name: str, bootstrap: str, redis_url: str, model: Path, *, max_turns: int = 1) -> Path:
+    """Write ``work/<name>.toml``: a drill's pipeline on simulated backends (docs/capacity.md), its
+    topics and keys under ``name``; returns its path."""
+    path = work / f"{name}.toml"
+    path.write_text(f"""
+[infra]
+kafka_bootstrap = "{bootstrap}"
+redis_url = "{redis_url}"
+topic_prefix = "{name}."
+key_prefix = "{name}:"
+state_dir = "{work / name}"
+partitions = 4
+session_timeout_s = 6  # a SIGKILLed member's partitions move after 6 s (docs/resilience.md)
+
+[rl]
+group_size = 4
+groups_per_step = 1
+max_staleness = 2
+
+[sampler]
+poll_s = 0.1
+max_turns = {max_turns}
+turn_penalty = 0.1
+
+[generator]
+backend = "sim"
+model = "{model}"
+max_new_tokens = 256
+max_batch_prompts = 2
+batch_wait_ms = 10
+
+[generator.sim]
+base_s = 0.05
+per_token_s = 0.002
+mean_tokens = 48
+sigma = 0.6
+
+[executor]
+backend = "sim"
+sim_seconds = 0.01
+concurrency = 8
+pool_size = 8
+
+[stream]
+sweep_interval_s = 0.5
+
+[learner]
+backend = "sim"
+sim_per_token_s = 0.002
+model = "{model}"
+broadcast_dtype = "float32"
+
+[learner.checkpoint]
+dir = "{work / name / 'checkpoints'}"
+every = 2
+""")
+    return path
 
 
 @dataclass
