@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import report
 from rollstream.cli.chaos import Drill, PrivateRedis, drill_config, surviving_fates, wait_drained
-from rollstream.config import load_config
+from rollstream.config_load import load_config
 from rollstream.infra import free_port, start_broker, stop_pid
 
 

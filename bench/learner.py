@@ -68,7 +68,7 @@ STAGE_SCRIPT = """
 import asyncio, json, logging, sys
 logging.basicConfig(level="WARNING")
 from rollstream.learner.train import run
-from rollstream.config import load_config
+from rollstream.config_load import load_config
 asyncio.run(run(load_config(sys.argv[1], environ={})))
 # VmHWM, not ru_maxrss: Linux carries the forking parent's high-water mark into ru_maxrss across exec.
 hwm = next(line for line in open("/proc/self/status") if line.startswith("VmHWM:"))

@@ -16,7 +16,8 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from rollstream.config import Config, load_config, profile_path, to_toml
+from rollstream.config import Config
+from rollstream.config_load import load_config, profile_path, to_toml
 from rollstream.errors import ConfigError, RollstreamError
 
 log = logging.getLogger("rollstream")

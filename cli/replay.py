@@ -29,7 +29,8 @@ from typing import Any
 
 import msgspec
 
-from rollstream.config import Config, parse_value
+from rollstream.config import Config
+from rollstream.config_load import parse_value
 from rollstream.errors import ConfigError
 from rollstream.schemas import codec
 from rollstream.schemas.events import ActionGenerated, RewardScored, RewardSpec

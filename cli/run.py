@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from rollstream import infra
-from rollstream.config import Config, load_config, profile_path
+from rollstream.config import Config
+from rollstream.config_load import load_config, profile_path
 from rollstream.errors import ConfigError
 
 # A short run that fits a 2-core CPU machine (rollstream/profiles/quick.toml), unless the user

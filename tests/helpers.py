@@ -25,7 +25,8 @@ from pathlib import Path
 import torch
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from rollstream.config import Config, to_toml
+from rollstream.config import Config
+from rollstream.config_load import to_toml
 from rollstream.infra import pid_alive
 from rollstream.schemas.events import AdvantagedRollout, GroupAdvantaged, GroupStats, Rollout
 

@@ -107,7 +107,7 @@ def test_max_minutes_stops_the_learner_cleanly_and_summarises(tmp_path: Path, ca
     import sys
 
     from rollstream.cli.run import Child, _supervise
-    from rollstream.config import load_config
+    from rollstream.config_load import load_config
 
     checkpoints = tmp_path / "checkpoints"
     checkpoints.mkdir()
@@ -143,7 +143,7 @@ def test_ctrl_c_ends_the_run_with_the_summary_of_the_steps_so_far(tmp_path: Path
     import threading
 
     from rollstream.cli.run import Child, _supervise
-    from rollstream.config import load_config
+    from rollstream.config_load import load_config
 
     checkpoints = tmp_path / "checkpoints"
     checkpoints.mkdir()

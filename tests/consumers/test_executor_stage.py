@@ -13,7 +13,8 @@ from pathlib import Path
 
 import msgspec
 
-from rollstream.config import Config, ExecutorConfig, to_toml
+from rollstream.config import Config, ExecutorConfig
+from rollstream.config_load import to_toml
 from rollstream.consumers.executor import run
 from rollstream.kafka import EventProducer, ensure_topics
 from rollstream.schemas import DeadLetter, codec
@@ -120,7 +121,7 @@ async def test_sigkill_mid_batch_then_restart_loses_no_action(
     path = tmp_path / "executor.toml"
     path.write_text(to_toml(config))
     script = (
-        "import asyncio, sys\nfrom rollstream.config import load_config\nfrom rollstream.consumers.executor import run\n"
+        "import asyncio, sys\nfrom rollstream.config_load import load_config\nfrom rollstream.consumers.executor import run\n"
         "asyncio.run(run(load_config(sys.argv[1], environ={})))\n"
     )
 

@@ -16,7 +16,8 @@ import msgspec
 import pytest
 import torch
 
-from rollstream.config import Config, GeneratorConfig, RLConfig, to_toml
+from rollstream.config import Config, GeneratorConfig, RLConfig
+from rollstream.config_load import to_toml
 from rollstream.consumers.backends.base import Sampling
 from rollstream.consumers.backends.hf import TransformersBackend, score_completion
 from rollstream.consumers.generator import run
@@ -186,7 +187,7 @@ async def test_refuses_when_too_stale_until_weights_arrive(config: Config, tiny_
 
 
 def _spawn(config_path: Path, log: Path) -> subprocess.Popen[bytes]:
-    code = ("import asyncio, logging; logging.basicConfig(level='INFO'); from rollstream.config import load_config; "
+    code = ("import asyncio, logging; logging.basicConfig(level='INFO'); from rollstream.config_load import load_config; "
             f"from rollstream.consumers.generator import run; asyncio.run(run(load_config({str(config_path)!r})))")
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     return subprocess.Popen([sys.executable, "-c", code], cwd=REPO, env=env, stdout=log.open("ab"),

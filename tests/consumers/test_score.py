@@ -70,7 +70,7 @@ async def test_an_event_may_lower_the_timeout_but_never_raise_it_above_the_stage
 
 
 def test_the_stage_ceilings_must_admit_their_defaults() -> None:
-    from rollstream.config import load_config
+    from rollstream.config_load import load_config
     from rollstream.errors import ConfigError
 
     with pytest.raises(ConfigError, match="max_timeout_s"):

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from rollstream.cli.chaos import STAGES, Drill, PrivateRedis, account, drill_config, wait_drained
-from rollstream.config import load_config
+from rollstream.config_load import load_config
 from rollstream.infra import free_port
 from rollstream.testing import make_tiny_model_dir
 

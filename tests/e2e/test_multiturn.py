@@ -19,8 +19,8 @@ from rollstream.consumers.backends.scripted import LOGPROB
 from rollstream.consumers.episodes import observation_ids
 from rollstream.kafka import EventProducer, ensure_topics
 from rollstream.models import load_tokenizer
-from rollstream.tasks.sources import load_tasks
 from rollstream.schemas.events import ActionGenerated, Message, PromptIssued, RewardScored
+from rollstream.tasks.sources import load_tasks
 from rollstream.testing import make_tiny_model_dir
 from tests.helpers import read_events
 

@@ -19,7 +19,8 @@ from pathlib import Path
 import msgspec
 
 from rollstream.cli.chaos import Drill, drill_config, wait_drained
-from rollstream.config import Config, SimGeneratorConfig, load_config, to_toml
+from rollstream.config import Config, SimGeneratorConfig
+from rollstream.config_load import load_config, to_toml
 from rollstream.kafka import EventProducer, ensure_topics
 from rollstream.schemas.events import ActionGenerated, RewardScored, RewardSpec
 from rollstream.testing import make_action, make_prompt, make_rollout, make_tiny_model_dir

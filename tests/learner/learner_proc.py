@@ -21,7 +21,7 @@ def main() -> None:
     logging.basicConfig(level="INFO", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("aiokafka").setLevel(logging.WARNING)
 
-    from rollstream.config import load_config
+    from rollstream.config_load import load_config
     from rollstream.learner import train
     from rollstream.learner.trainer import Trainer
 

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import msgspec
 
-from rollstream.config import CheckpointConfig, Config, LearnerConfig, OptimConfig, RLConfig, to_toml
+from rollstream.config import CheckpointConfig, Config, LearnerConfig, OptimConfig, RLConfig
+from rollstream.config_load import to_toml
 from rollstream.kafka import EventProducer, ensure_topics
 from rollstream.learner.checkpoint import latest_checkpoint, load_state, read_step_log
 from rollstream.redis import connect, get_policy_version, key

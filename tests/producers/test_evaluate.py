@@ -103,7 +103,7 @@ def test_the_flags_set_keys_of_the_eval_section() -> None:
     import argparse
 
     from rollstream.cli.evaluate import add_arguments, eval_overrides
-    from rollstream.config import load_config
+    from rollstream.config_load import load_config
 
     parser = argparse.ArgumentParser()
     add_arguments(parser)

@@ -100,7 +100,7 @@ def test_a_mixture_of_hundreds_of_families_is_config_only(tmp_path) -> None:
     the learner's per-family loss weights name them the same way."""
     import json
 
-    from rollstream.config import load_config
+    from rollstream.config_load import load_config
 
     source = tmp_path / "tasks.jsonl"
     source.write_text("".join(json.dumps({"task_id": f"f{f}/t{t}", "family": f"f{f}", "prompt": "p",

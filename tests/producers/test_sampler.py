@@ -14,10 +14,10 @@ from rollstream.config import Config, RLConfig, SamplerConfig
 from rollstream.kafka import EventConsumer, EventProducer
 from rollstream.producers.mixture import epoch_plan, family_probabilities
 from rollstream.producers.sampler import max_in_flight, run, state_key
-from rollstream.tasks.sources import load_tasks
 from rollstream.redis import connect, set_groups_consumed
 from rollstream.schemas.events import PromptIssued, RewardSpec
 from rollstream.schemas.tasks import TaskSpec, encode_task
+from rollstream.tasks.sources import load_tasks
 
 
 def write_tasks(path: Path, n_a: int = 4, n_b: int = 3) -> Path:

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from rollstream.errors import ConfigError
-from rollstream.tasks.sources import builtin_tasks, load_tasks, task_from_row
 from rollstream.schemas.tasks import encode_task
+from rollstream.tasks.sources import builtin_tasks, load_tasks, task_from_row
 
 
 def run_tests_locally(code: str, tests: list[str], setup: str = "") -> bool:

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import msgspec
 
+from rollstream.schemas.events import RewardSpec
+from rollstream.schemas.tasks import TaskSpec, encode_task
 from rollstream.tasks.suite import (
     easiest,
     judged_kinds,
@@ -31,8 +33,6 @@ from rollstream.tasks.suite import (
 )
 from rollstream.tasks.suite.authoring import Def
 from rollstream.tasks.suite.judged_kinds import J
-from rollstream.schemas.events import RewardSpec
-from rollstream.schemas.tasks import TaskSpec, encode_task
 
 SUITE_DIR = Path(__file__).resolve().parent
 WRONG_FILE = "_wrong_solutions.jsonl"
