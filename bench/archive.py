@@ -2,7 +2,7 @@
 
 Measures, in one run, on a local broker started for it:
 
-* ``archive_records_per_s``: records/s the archiver stage (consumers/archiver.py) makes durable
+* ``archive_records_per_s``: records/s the archiver stage (consumers/archiver/stage.py) makes durable
   in the archive (decoded fields extracted, Parquet written, fsynced, renamed, offsets committed),
   from its first record received to its last one committed, on a topic of realistic
   ``ActionGenerated`` records (8 partitions);
@@ -76,7 +76,7 @@ async def bare_read(infra: InfraConfig, full: str, n: int) -> float:
 
 
 async def archive_read(config: Config, n: int) -> float:
-    from rollstream.consumers.archiver import open_archiver
+    from rollstream.consumers.archiver.stage import open_archiver
 
     stop = asyncio.Event()
     async with open_archiver(config) as archiver:

@@ -152,7 +152,7 @@ async def run(config: Config) -> dict[str, Any]:
             import torch
 
             torch.set_num_threads(options.threads)
-        from rollstream.consumers.backends.hf import TransformersBackend
+        from rollstream.consumers.generator.backends.hf import TransformersBackend
 
         backend = await asyncio.to_thread(TransformersBackend.load, model, config.generator.device)
         log.info("loaded %s in %.0f s; %d samples to generate (%d tasks x %d, %d already scored)", model,
@@ -183,10 +183,10 @@ def build_requests(config: Config, tokenizer: Any,
                    missing: Sequence[tuple[Any, int]]) -> tuple[list[Any], dict[str, tuple[Any, int]]]:
     """Generation requests of the (task, sample index) pairs, shortest prompts first."""
     options = config.eval
-    from rollstream.consumers.backends.base import GenerationRequest
-    from rollstream.consumers.backends.sampling import derive_seed
-    from rollstream.consumers.generator import resolve_sampling
-    from rollstream.consumers.models import chat_prompt_ids
+    from rollstream.consumers.generator.backends.base import GenerationRequest
+    from rollstream.consumers.generator.backends.sampling import derive_seed
+    from rollstream.consumers.generator.chat import chat_prompt_ids
+    from rollstream.consumers.generator.stage import resolve_sampling
     from rollstream.schemas.events import SamplingParams
 
     requests, owners = [], {}
@@ -215,9 +215,10 @@ async def generate_and_score(config: Config, backend: Any, missing: Sequence[tup
     then holds every sample's result after ``t`` turns (passed at any of them); ``results``
     gets the last."""
     options = config.eval
-    from rollstream.consumers.backends.base import GenerationRequest
-    from rollstream.consumers.backends.sampling import derive_seed
-    from rollstream.consumers.episodes import observation, observation_ids
+    from rollstream.consumers.episodes import observation
+    from rollstream.consumers.generator.backends.base import GenerationRequest
+    from rollstream.consumers.generator.backends.sampling import derive_seed
+    from rollstream.consumers.generator.turns import observation_ids
     from rollstream.consumers.rewards import default_registry
     from rollstream.consumers.sandbox import DockerSandboxPool
     from rollstream.consumers.score import evaluate

@@ -25,11 +25,11 @@ log = logging.getLogger("rollstream")
 # stage -> (module, help). Each module exposes ``async def run(config, **options) -> None``.
 STAGES: dict[str, tuple[str, str]] = {
     "sampler": ("rollstream.producers.sampler", "publish PromptIssued events from task sources"),
-    "generator": ("rollstream.consumers.generator", "turn prompts into G completions each (transformers or SGLang)"),
+    "generator": ("rollstream.consumers.generator.stage", "turn prompts into G completions each (transformers or SGLang)"),
     "executor": ("rollstream.consumers.executor", "run completions in Docker sandboxes and score them"),
     "stream": ("rollstream.streams.advantages", "gather each group's rewards and compute advantages (Faust)"),
     "learner": ("rollstream.learner.train", "train the policy on advantages and broadcast weights"),
-    "archiver": ("rollstream.consumers.archiver", "sink every topic of a run into the run archive (Parquet)"),
+    "archiver": ("rollstream.consumers.archiver.stage", "sink every topic of a run into the run archive (Parquet)"),
 }
 
 

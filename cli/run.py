@@ -220,7 +220,7 @@ def _stop_all(children: list[Child]) -> None:
 def _check_archive(config: Config) -> None:
     """Compare the archive with the broker and say whether it holds every record of the run."""
     from rollstream.archive import ArchiveStore
-    from rollstream.consumers.archiver import check_complete
+    from rollstream.consumers.archiver.stage import check_complete
 
     store = ArchiveStore(config.archive.url)
     try:

@@ -1,6 +1,6 @@
 """The run archive: every record of every topic of a run as Parquet files that outlive the broker.
 
-The archiver stage (``consumers/archiver.py``) writes it; ``rollstream replay``, ``inspect`` and
+The archiver stage (``consumers/archiver/stage.py``) writes it; ``rollstream replay``, ``inspect`` and
 ``runs`` read it, and so can pandas, polars or DuckDB in one line (docs/archive.md).
 
 Layout under the archive root (a local directory or any fsspec URL)::

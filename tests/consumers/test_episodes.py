@@ -5,15 +5,8 @@ from __future__ import annotations
 
 import msgspec
 
-from rollstream.consumers.episodes import (
-    OBSERVATION_CHARS,
-    continuation_of,
-    continued,
-    continued_rollout,
-    ends,
-    final_reward,
-    observation,
-)
+from rollstream.consumers.episodes import OBSERVATION_CHARS, continuation_of, ends, final_reward, observation
+from rollstream.consumers.generator.turns import continued, continued_rollout
 from rollstream.schemas import PromptIssued, codec
 from rollstream.schemas.events import ExecutionRecord, RewardSpec
 from rollstream.testing import make_action

@@ -18,9 +18,9 @@ import torch
 
 from rollstream.config import Config, GeneratorConfig, RLConfig
 from rollstream.config_load import to_toml
-from rollstream.consumers.backends.base import Sampling
-from rollstream.consumers.backends.hf import TransformersBackend, score_completion
-from rollstream.consumers.generator import run
+from rollstream.consumers.generator.backends.base import Sampling
+from rollstream.consumers.generator.backends.hf import TransformersBackend, score_completion
+from rollstream.consumers.generator.stage import run
 from rollstream.kafka import EventConsumer, EventProducer, ensure_topics, topic_name
 from rollstream.redis import connect, set_policy_version
 from rollstream.schemas.events import ActionGenerated, Continuation, Message, PromptIssued, SamplingParams
@@ -188,7 +188,7 @@ async def test_refuses_when_too_stale_until_weights_arrive(config: Config, tiny_
 
 def _spawn(config_path: Path, log: Path) -> subprocess.Popen[bytes]:
     code = ("import asyncio, logging; logging.basicConfig(level='INFO'); from rollstream.config_load import load_config; "
-            f"from rollstream.consumers.generator import run; asyncio.run(run(load_config({str(config_path)!r})))")
+            f"from rollstream.consumers.generator.stage import run; asyncio.run(run(load_config({str(config_path)!r})))")
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     return subprocess.Popen([sys.executable, "-c", code], cwd=REPO, env=env, stdout=log.open("ab"),
                             stderr=subprocess.STDOUT)

@@ -146,7 +146,7 @@ async def test_poison_action_is_dead_lettered_by_the_fourth_owner_and_duplicates
 
 async def test_generator_skips_a_group_it_already_generated_unless_replayed(config: Config, tiny_model_dir) -> None:
     from rollstream.config import SimGeneratorConfig
-    from rollstream.consumers.generator import run as run_generator
+    from rollstream.consumers.generator.stage import run as run_generator
     from rollstream.schemas.events import PromptIssued
     from rollstream.testing import make_prompt
 

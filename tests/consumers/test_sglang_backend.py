@@ -19,8 +19,8 @@ import pytest
 import torch
 
 from rollstream.config import SGLangConfig
-from rollstream.consumers.backends.base import GenerationRequest, Sampling
-from rollstream.consumers.backends.sglang import SGLangBackend
+from rollstream.consumers.generator.backends.base import GenerationRequest, Sampling
+from rollstream.consumers.generator.backends.sglang import SGLangBackend
 from rollstream.errors import BackendError
 
 

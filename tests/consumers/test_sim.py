@@ -9,8 +9,8 @@ from pathlib import Path
 import msgspec
 
 from rollstream.config import Config, ExecutorConfig, SimGeneratorConfig
-from rollstream.consumers.backends.base import GenerationRequest, Sampling
-from rollstream.consumers.backends.scripted import SimBackend
+from rollstream.consumers.generator.backends.base import GenerationRequest, Sampling
+from rollstream.consumers.generator.backends.scripted import SimBackend
 from rollstream.consumers.rewards import default_registry
 from rollstream.consumers.score import evaluate
 from rollstream.consumers.sim_sandbox import SimSandbox

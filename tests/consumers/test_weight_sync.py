@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from rollstream.config import InfraConfig
-from rollstream.consumers.backends.hf import TransformersBackend
-from rollstream.consumers.weight_sync import WeightSync
+from rollstream.consumers.generator.backends.hf import TransformersBackend
+from rollstream.consumers.generator.weight_sync import WeightSync
 from rollstream.errors import WeightStoreError
 from rollstream.redis import connect
 from rollstream.weights import WeightStore

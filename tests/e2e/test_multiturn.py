@@ -15,8 +15,8 @@ import msgspec
 
 from rollstream.config import Config, ExecutorConfig
 from rollstream.consumers import executor, generator
-from rollstream.consumers.backends.scripted import LOGPROB
-from rollstream.consumers.episodes import observation_ids
+from rollstream.consumers.generator.backends.scripted import LOGPROB
+from rollstream.consumers.generator.turns import observation_ids
 from rollstream.kafka import EventProducer, ensure_topics
 from rollstream.models import load_tokenizer
 from rollstream.schemas.events import ActionGenerated, Message, PromptIssued, RewardScored

@@ -66,8 +66,8 @@ async def assert_dead_lettered(config: Config, name: str, bad: list[bytes | None
 
 
 async def test_generator_survives_poison(config: Config, tiny_model_dir: Path) -> None:
-    from rollstream.consumers.backends.hf import TransformersBackend
-    from rollstream.consumers.generator import run
+    from rollstream.consumers.generator.backends.hf import TransformersBackend
+    from rollstream.consumers.generator.stage import run
 
     config = msgspec.structs.replace(config, generator=GeneratorConfig(
         model=str(tiny_model_dir), max_new_tokens=4, max_batch_prompts=4, batch_wait_ms=10, max_new_tokens_limit=8))

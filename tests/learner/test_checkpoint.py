@@ -11,7 +11,7 @@ import torch
 from rollstream.config import CheckpointConfig, Config, LearnerConfig, LoraConfig, OptimConfig
 from rollstream.errors import CheckpointError
 from rollstream.learner import checkpoint as ckpt
-from rollstream.learner.model import merged_state_dict
+from rollstream.learner.lora import merged_state_dict
 from rollstream.learner.train import build_trainer
 from tests.helpers import group
 

@@ -153,8 +153,8 @@ def test_save_converted_is_atomic_and_keeps_a_finished_copy(tiny_dir: Path, tmp_
 @pytest.mark.slow
 def test_generator_and_learner_tokenize_a_chat_prompt_and_a_completion_alike(tmp_path: Path) -> None:
     """Each stage's own loading path, on the real SmolLM2 (the first run converts the GGUF: 60-100 s)."""
-    from rollstream.consumers.backends.hf import TransformersBackend
-    from rollstream.consumers.models import chat_prompt_ids
+    from rollstream.consumers.generator.backends.hf import TransformersBackend
+    from rollstream.consumers.generator.chat import chat_prompt_ids
     from rollstream.learner.train import build_trainer
 
     generator = TransformersBackend.load("smollm2")  # the transformers generator and eval

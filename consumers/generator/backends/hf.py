@@ -21,14 +21,14 @@ from typing import Any
 
 import torch
 
-from rollstream.consumers.backends.base import (
+from rollstream.consumers.generator.backends.base import (
     Completion,
     GenerationRequest,
     Sampling,
     error_completion,
     prompt_too_long,
 )
-from rollstream.consumers.backends.sampling import (
+from rollstream.consumers.generator.backends.sampling import (
     find_stop,
     logprob_temperature,
     processed_logprobs,
@@ -36,7 +36,7 @@ from rollstream.consumers.backends.sampling import (
     tempered_logprobs,
     truncates,
 )
-from rollstream.consumers.models import eos_token_ids, max_context
+from rollstream.consumers.generator.chat import eos_token_ids, max_context
 from rollstream.errors import BackendError
 from rollstream.models import load_policy, tied_parameter_names
 

@@ -24,7 +24,7 @@ Guarantees:
   template rejects) are dead-lettered here. A prompt longer
   than the model's context yields G ``ActionGenerated`` with ``error`` set and finish reason
   "error" (so the group still completes downstream).
-* Weights are swapped only between batches (see ``consumers/weight_sync.py``).
+* Weights are swapped only between batches (see ``consumers/generator/weight_sync.py``).
 * Poison records and duplicates (rollstream/guard.py): a prompt taken ``infra.poison_attempts``
   times without finishing is dead-lettered; a group already generated and acknowledged is skipped
   (records with the ``rollstream-replay`` header are always generated).
@@ -49,11 +49,21 @@ from typing import Any
 from jinja2 import TemplateError
 
 from rollstream.config import Config, GeneratorConfig
-from rollstream.consumers.backends.base import Completion, GenerationBackend, GenerationRequest, Sampling
-from rollstream.consumers.backends.sampling import derive_seed
-from rollstream.consumers.episodes import continued, continued_rollout, invalid_continuation, observation_ids
-from rollstream.consumers.models import chat_prompt_ids
-from rollstream.consumers.weight_sync import WeightSync
+from rollstream.consumers.generator.backends.base import (
+    Completion,
+    GenerationBackend,
+    GenerationRequest,
+    Sampling,
+)
+from rollstream.consumers.generator.backends.sampling import derive_seed
+from rollstream.consumers.generator.chat import chat_prompt_ids
+from rollstream.consumers.generator.turns import (
+    continued,
+    continued_rollout,
+    invalid_continuation,
+    observation_ids,
+)
+from rollstream.consumers.generator.weight_sync import WeightSync
 from rollstream.errors import BackendError
 from rollstream.guard import IntakeGuard
 from rollstream.kafka import Delivery, EventConsumer, EventProducer, ensure_topics
@@ -184,23 +194,23 @@ def build_backend(config: Config) -> GenerationBackend:
     """The configured backend (loads the model: slow; call it in a thread)."""
     gen = config.generator
     if gen.backend == "scripted":
-        from rollstream.consumers.backends.scripted import ScriptedBackend
+        from rollstream.consumers.generator.backends.scripted import ScriptedBackend
 
         return ScriptedBackend.load(config)
     if gen.backend == "sim":
-        from rollstream.consumers.backends.scripted import SimBackend
+        from rollstream.consumers.generator.backends.scripted import SimBackend
 
         return SimBackend.load(config)
     if gen.backend == "transformers":
         import torch
 
-        from rollstream.consumers.backends.hf import TransformersBackend
+        from rollstream.consumers.generator.backends.hf import TransformersBackend
 
         if gen.torch_threads:
             torch.set_num_threads(gen.torch_threads)  # oversubscribed OpenMP threads spin and crawl
         return TransformersBackend.load(gen.model, device=gen.device)
-    from rollstream.consumers.backends.sglang import SGLangBackend
-    from rollstream.consumers.models import max_context
+    from rollstream.consumers.generator.backends.sglang import SGLangBackend
+    from rollstream.consumers.generator.chat import max_context
     from rollstream.models import load_model_config, load_tokenizer, resolve_model
 
     files = resolve_model(gen.model, cache_dir=None)  # model_dir: a plain directory spec only

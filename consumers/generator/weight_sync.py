@@ -32,7 +32,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
-from rollstream.consumers.backends.base import GenerationBackend
+from rollstream.consumers.generator.backends.base import GenerationBackend
 from rollstream.errors import BackendError, WeightStoreError
 from rollstream.retry import Backoff, retry
 

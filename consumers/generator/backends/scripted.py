@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from rollstream.consumers.backends.base import (
+from rollstream.consumers.generator.backends.base import (
     Completion,
     GenerationRequest,
     error_completion,
@@ -78,7 +78,7 @@ class ScriptedBackend:
 
     @classmethod
     def load(cls, config: Any) -> ScriptedBackend:
-        from rollstream.consumers.models import max_context
+        from rollstream.consumers.generator.chat import max_context
         from rollstream.models import load_model_config, load_tokenizer
 
         spec = config.generator.model

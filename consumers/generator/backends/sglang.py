@@ -32,7 +32,7 @@ from typing import Any
 import httpx
 
 from rollstream.config import SGLangConfig
-from rollstream.consumers.backends.base import (
+from rollstream.consumers.generator.backends.base import (
     Completion,
     GenerationRequest,
     error_completion,

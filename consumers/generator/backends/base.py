@@ -2,7 +2,7 @@
 
 A backend turns prompt token ids into sampled completions with the behaviour log-prob of
 every sampled token, and swaps its weights when told to. It never sees Kafka; the stage
-(``consumers/generator.py``) does the I/O around it.
+(``consumers/generator/stage.py``) does the I/O around it.
 """
 
 from __future__ import annotations
