@@ -89,7 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("image", help="the images of the compose deployment: base [--offline], build [--offline]")
     _common(p)
-    from rollstream.cli.image import add_arguments as add_image_arguments  # argparse only: stays fast
+    from rollstream.cli.compose_images import add_arguments as add_image_arguments  # argparse only: stays fast
 
     add_image_arguments(p)
 
@@ -204,7 +204,7 @@ def dispatch(args: argparse.Namespace, config: Config) -> int:
         print(f"built sandbox image {tag}")
         return 0
     if command == "image":
-        from rollstream.cli.image import image_main
+        from rollstream.cli.compose_images import image_main
 
         return image_main(args)
     if command == "plot":

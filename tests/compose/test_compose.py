@@ -178,7 +178,7 @@ def stack() -> Iterator[Stack]:
         pytest.skip(f"Docker cannot build here: {why}")
     if shutil.which("docker-compose") is None:
         pytest.fail("docker-compose is not installed (apt-get install docker-compose; .ci/install does)")
-    from rollstream.cli.image import build_compose_images, host_pip_cert
+    from rollstream.cli.compose_images import build_compose_images, host_pip_cert
 
     started = time.monotonic()
     built = build_compose_images(offline=True, root=ROOT, pip_cert=host_pip_cert())

@@ -10,9 +10,6 @@
   ``compose/local/`` (never committed) with what only this host has: the CPU torch wheel the
   host's pip resolves (when the installed torch is a CPU build) and pip's CA bundle (``PIP_CERT``,
   ``SSL_CERT_FILE`` or pip's ``global.cert``), which the Dockerfile uses in its build stages only.
-
-Until the ``image`` subcommand is registered in ``rollstream.cli.main``, run it as
-``python3 -m rollstream.cli.image build --offline``.
 """
 
 from __future__ import annotations
@@ -24,11 +21,10 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
 from pathlib import Path
 
 from rollstream.consumers.image import BASE_TAG, DEFAULT_MIRROR, build_base_image
-from rollstream.errors import RollstreamError, SandboxError
+from rollstream.errors import SandboxError
 
 log = logging.getLogger(__name__)
 ROOT = Path(__file__).resolve().parents[1]  # the source checkout (compose/ is not installed)
@@ -155,19 +151,3 @@ def image_main(args: argparse.Namespace) -> int:
     for tag, took in seconds.items():
         print(f"built {tag} in {took:.0f} s")
     return 0
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="rollstream image", description=__doc__.splitlines()[0])
-    add_arguments(parser)
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    try:
-        return image_main(args)
-    except RollstreamError as exc:
-        print(f"rollstream: error: {exc}", file=sys.stderr)
-        return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())
