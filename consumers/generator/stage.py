@@ -74,7 +74,7 @@ from rollstream.schemas.events import ActionGenerated, PromptIssued, Rollout, Sa
 log = logging.getLogger(__name__)
 STAGE = "generator"
 MIN_LOGPROB = -1e4  # the schema's floor
-PROMPT_CACHE_ENTRIES = 4096  # templated prompts kept (cleared when full)
+PROMPT_CACHE_ENTRIES = 4096  # templated prompts kept (least recently used dropped first)
 TOP_K_LIMIT = 1 << 30  # larger than any vocabulary: top_k at or above a model's vocabulary is off
 
 
@@ -235,7 +235,7 @@ class GeneratorStage:
         self.generator_id = generator_id
         self.queue: asyncio.Queue[Prepared] = asyncio.Queue(maxsize=2 * self.gen.max_batch_prompts)
         self._held: Prepared | None = None
-        self._prompts: dict[tuple[tuple[str, str], ...], list[int]] = {}
+        self._templated = functools.lru_cache(maxsize=PROMPT_CACHE_ENTRIES)(self._template)
         self.tokens_out = metrics.counter("generator_completion_tokens", "Completion tokens generated")
         self.version_gauge = metrics.gauge("generator_policy_version", "Policy version of the loaded weights")
         self.errors = metrics.counter("generator_failed_samples", "Samples recorded as failures", ("reason",))
@@ -285,14 +285,10 @@ class GeneratorStage:
     def prompt_ids(self, event: PromptIssued) -> list[int]:
         """The chat-templated prompt's token ids; a task's prompt recurs every epoch, so they are
         cached by its messages (the template is slow to render)."""
-        key = tuple((m.role, m.content) for m in event.messages)
-        ids = self._prompts.get(key)
-        if ids is None:
-            ids = chat_prompt_ids(self.backend.tokenizer, [{"role": r, "content": c} for r, c in key])
-            if len(self._prompts) >= PROMPT_CACHE_ENTRIES:
-                self._prompts.clear()
-            self._prompts[key] = ids
-        return ids
+        return list(self._templated(tuple((m.role, m.content) for m in event.messages)))
+
+    def _template(self, messages: tuple[tuple[str, str], ...]) -> tuple[int, ...]:
+        return tuple(chat_prompt_ids(self.backend.tokenizer, [{"role": r, "content": c} for r, c in messages]))
 
     async def next_batch(self, stop: asyncio.Event) -> list[Prepared]:
         """Up to ``max_batch_prompts`` events: wait for one, then at most ``batch_wait_ms`` for more.

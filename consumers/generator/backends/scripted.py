@@ -13,6 +13,7 @@ accepted and only their version is kept.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -27,7 +28,7 @@ from rollstream.consumers.generator.backends.base import (
 from rollstream.errors import ConfigError
 
 LOGPROB = -0.25
-CACHE_ENTRIES = 1 << 14  # encoded answers and decoded completions kept (cleared when full)
+CACHE_ENTRIES = 1 << 14  # encoded answers and decoded completions kept (least recently used dropped first)
 
 
 def task_answers(config: Any) -> dict[str, list[str]]:
@@ -73,8 +74,8 @@ class ScriptedBackend:
         self.max_context = max_context
         self.eos_id = eos_id
         self._version = 0
-        self._encoded: dict[str, list[int]] = {}
-        self._decoded: dict[tuple[int, ...], str] = {}
+        self._encode = functools.lru_cache(maxsize=CACHE_ENTRIES)(self._encode_text)
+        self._decode = functools.lru_cache(maxsize=CACHE_ENTRIES)(self._decode_ids)
 
     @classmethod
     def load(cls, config: Any) -> ScriptedBackend:
@@ -111,24 +112,17 @@ class ScriptedBackend:
 
     def encoded(self, text: str) -> list[int]:
         """The token ids of an answer (a task has a few: each is encoded once)."""
-        ids = self._encoded.get(text)
-        if ids is None:
-            ids = list(self.tokenizer.encode(text, add_special_tokens=False)) if text else []
-            if len(self._encoded) >= CACHE_ENTRIES:
-                self._encoded.clear()
-            self._encoded[text] = ids
-        return list(ids)
+        return list(self._encode(text))
+
+    def _encode_text(self, text: str) -> tuple[int, ...]:
+        return tuple(self.tokenizer.encode(text, add_special_tokens=False)) if text else ()
 
     def decoded(self, ids: list[int]) -> str:
         """The text of ``ids`` (completions repeat: an answer cut or stretched to a few hundred lengths)."""
-        key = tuple(ids)
-        text = self._decoded.get(key)
-        if text is None:
-            text = self.tokenizer.decode(ids, skip_special_tokens=True)
-            if len(self._decoded) >= CACHE_ENTRIES:
-                self._decoded.clear()
-            self._decoded[key] = text
-        return text
+        return self._decode(tuple(ids))
+
+    def _decode_ids(self, ids: tuple[int, ...]) -> str:
+        return self.tokenizer.decode(list(ids), skip_special_tokens=True)
 
     def shape(self, request: GenerationRequest, ids: list[int]) -> tuple[list[int], str]:
         """The answer's token ids as the completion (cut to fit, or ended with EOS) and its finish reason."""
