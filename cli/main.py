@@ -89,7 +89,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("image", help="the images of the compose deployment: base [--offline], build [--offline]")
     _common(p)
-    from rollstream.cli.compose_images import add_arguments as add_image_arguments  # argparse only: stays fast
+    from rollstream.cli.compose_images import (
+        add_arguments as add_image_arguments,  # argparse only: stays fast
+    )
 
     add_image_arguments(p)
 

@@ -44,8 +44,6 @@ from rollstream.schemas.topics import DLQ_SUFFIX
 TOPICS_FILE = "_topics.json"
 COMPLETE_FILE = "_complete.json"
 _FILE_RE = re.compile(r"topic=([^/]+)/hour=(\d{10})/partition=(\d+)/(\d{20})-(\d{20})\.parquet$")
-FIELDS = ("group_id", "rollout_id", "task_id", "family", "policy_version_first", "policy_version_last",
-          "reward", "verdict")
 
 
 def schema() -> Any:

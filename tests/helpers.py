@@ -21,6 +21,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -223,3 +224,27 @@ async def remove_containers_of(owner: str) -> int:
             except aiodocker.DockerError:
                 pass
         return len(found)
+
+
+def read_counter(metrics: Any, name: str, **labels: str) -> float:
+    """Current value of a counter sample of a stage's metrics (rollstream.metrics.StageMetrics)."""
+    value = metrics.registry.get_sample_value(f"rollstream_{name}_total", labels)
+    return value or 0.0
+
+
+@torch.inference_mode()
+def score_completion(model: Any, prompt_ids: Sequence[int], completion_ids: Sequence[int],
+                     sampling: Any = None) -> list[float]:
+    """Teacher-forced log-probs of ``completion_ids`` after ``prompt_ids``, as sampling records
+    them: tempered, untruncated (one forward over the whole sequence, no cache, no padding); the
+    oracle the transformers backend's behaviour log-probs are checked against."""
+    from rollstream.consumers.generator.backends.base import Sampling
+    from rollstream.consumers.generator.backends.sampling import tempered_logprobs
+
+    sampling = sampling or Sampling()
+    ids = torch.tensor([list(prompt_ids) + list(completion_ids)], device=model.device)  # [1, P+C]
+    logits = model(input_ids=ids).logits[0, len(prompt_ids) - 1 : -1, :]  # [C, V]
+    logprobs = tempered_logprobs(logits, torch.full((logits.shape[0],), float(sampling.temperature),
+                                                    device=model.device))
+    targets = torch.tensor(list(completion_ids), device=model.device)[:, None]  # [C, 1]
+    return logprobs.gather(1, targets)[:, 0].tolist()

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from rollstream.consumers.generator.backends.base import GenerationRequest, Sampling
-from rollstream.consumers.generator.backends.hf import TransformersBackend, sample_batch, score_completion
+from rollstream.consumers.generator.backends.hf import TransformersBackend, sample_batch
 from rollstream.consumers.generator.backends.sampling import (
     derive_seed,
     find_stop,
@@ -22,6 +22,7 @@ from rollstream.consumers.generator.backends.sampling import (
 from rollstream.consumers.generator.chat import chat_prompt_ids, eos_token_ids
 from rollstream.errors import BackendError
 from rollstream.models import load_policy
+from tests.helpers import score_completion
 
 TOLERANCE = 1e-4
 

@@ -19,14 +19,14 @@ import torch
 from rollstream.config import Config, GeneratorConfig, RLConfig
 from rollstream.config_load import to_toml
 from rollstream.consumers.generator.backends.base import Sampling
-from rollstream.consumers.generator.backends.hf import TransformersBackend, score_completion
+from rollstream.consumers.generator.backends.hf import TransformersBackend
 from rollstream.consumers.generator.stage import run
 from rollstream.kafka import EventConsumer, EventProducer, ensure_topics, topic_name
 from rollstream.redis import connect, set_policy_version
 from rollstream.schemas.events import ActionGenerated, Continuation, Message, PromptIssued, SamplingParams
 from rollstream.testing import make_prompt
 from rollstream.weights import WeightStore
-from tests.helpers import read_dead_letters
+from tests.helpers import read_dead_letters, score_completion
 
 TOLERANCE = 1e-4
 REPO = Path(__file__).resolve().parents[2]

@@ -18,12 +18,12 @@ from rollstream.consumers.executor import run
 from rollstream.consumers.sim_sandbox import SimSandbox
 from rollstream.guard import DUPLICATE, NEW, POISON, REPLAY_HEADER, SUSPECT, IntakeGuard
 from rollstream.kafka import EventProducer, ensure_topics, topic_name
-from rollstream.metrics import StageMetrics, read_counter
+from rollstream.metrics import StageMetrics
 from rollstream.redis import connect
 from rollstream.schemas import DeadLetter, codec
 from rollstream.schemas.events import ActionGenerated, RewardScored, RewardSpec
 from rollstream.testing import make_action, make_rollout
-from tests.helpers import read_events
+from tests.helpers import read_counter, read_events
 
 GOOD = "def add(a, b):\n    return a + b"
 

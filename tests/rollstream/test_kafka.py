@@ -13,10 +13,10 @@ import msgspec
 
 from rollstream.config import InfraConfig
 from rollstream.kafka import BATCH_API_MIN_RECORDS, EventConsumer, EventProducer, ensure_topics, topic_name
-from rollstream.metrics import StageMetrics, read_counter
+from rollstream.metrics import StageMetrics
 from rollstream.schemas import codec
 from rollstream.testing import make_prompt, make_reward
-from tests.helpers import read_dead_letters
+from tests.helpers import read_counter, read_dead_letters
 
 
 async def _drain(consumer: EventConsumer, want: int, timeout_s: float = 20.0) -> list:

@@ -24,7 +24,6 @@ import torch
 from rollstream.consumers.generator.backends.base import (
     Completion,
     GenerationRequest,
-    Sampling,
     error_completion,
     prompt_too_long,
 )
@@ -140,20 +139,6 @@ def sample_batch(model: Any, tokenizer: Any, requests: Sequence[GenerationReques
         logits = model(input_ids=tokens[:, None], attention_mask=mask, position_ids=next_position[:, None],
                        past_key_values=cache, use_cache=True).logits[:, -1, :]  # [A, V]
     return [row.completion(tokenizer, version) for row in rows]
-
-
-@torch.inference_mode()
-def score_completion(model: Any, prompt_ids: Sequence[int], completion_ids: Sequence[int],
-                     sampling: Sampling | None = None) -> list[float]:
-    """Teacher-forced log-probs of ``completion_ids`` after ``prompt_ids``, as sampling records
-    them: tempered, untruncated (one forward over the whole sequence, no cache, no padding)."""
-    sampling = sampling or Sampling()
-    ids = torch.tensor([list(prompt_ids) + list(completion_ids)], device=model.device)  # [1, P+C]
-    logits = model(input_ids=ids).logits[0, len(prompt_ids) - 1 : -1, :]  # [C, V]
-    logprobs = tempered_logprobs(logits, torch.full((logits.shape[0],), float(sampling.temperature),
-                                                    device=model.device))
-    targets = torch.tensor(list(completion_ids), device=model.device)[:, None]  # [C, 1]
-    return logprobs.gather(1, targets)[:, 0].tolist()
 
 
 def check_state_dict(model: Any, state_dict: Mapping[str, torch.Tensor]) -> None:
