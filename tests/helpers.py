@@ -7,7 +7,10 @@ plugins by tests/conftest.py; event builders and the tiny model in rollstream.te
 * processes: stream workers started as ``rollstream stream`` in their own session and ended
   by pid (:func:`start_worker`, :func:`wait_ready`, :func:`kill`, :func:`end`);
 * the learner's hand-made advantaged groups and tiny in-memory models (:func:`group`,
-  :func:`rollout`, :func:`tiny_model`).
+  :func:`rollout`, :func:`tiny_model`);
+* oracles and probes: :func:`score_completion` (teacher-forced log-probs), :func:`read_counter`;
+* a missing service fails the test, or skips it where ROLLSTREAM_TEST_ALLOW_MISSING says so
+  (:func:`missing`).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import pytest
 import torch
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
@@ -248,3 +252,12 @@ def score_completion(model: Any, prompt_ids: Sequence[int], completion_ids: Sequ
                                                     device=model.device))
     targets = torch.tensor(list(completion_ids), device=model.device)[:, None]  # [C, 1]
     return logprobs.gather(1, targets)[:, 0].tolist()
+
+
+def missing(service: str, why: str) -> None:
+    """Fail the test for want of ``service``, or skip it when ROLLSTREAM_TEST_ALLOW_MISSING says so."""
+    allowed = {s.strip() for s in os.environ.get("ROLLSTREAM_TEST_ALLOW_MISSING", "").split(",")}
+    if service in allowed or "all" in allowed:
+        pytest.skip(f"no {service} ({why}); skipped: ROLLSTREAM_TEST_ALLOW_MISSING names it")
+    pytest.fail(f"no {service}: {why} (set ROLLSTREAM_TEST_ALLOW_MISSING={service} to skip instead)",
+                pytrace=False)

@@ -7,6 +7,7 @@ import json
 import time
 from pathlib import Path
 
+import pytest
 from prometheus_client import start_http_server
 
 from rollstream.cli.watch import (
@@ -21,6 +22,7 @@ from rollstream.cli.watch import (
 from rollstream.infra import free_port
 from rollstream.metrics import StageMetrics
 
+pytestmark = pytest.mark.unit
 
 def write_steps(path: Path, n: int, start: float) -> None:
     with open(path, "a") as fh:

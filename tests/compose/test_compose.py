@@ -31,6 +31,8 @@ import yaml
 
 from rollstream.infra import free_port
 
+pytestmark = pytest.mark.e2e
+
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "compose"
 FILES = ("docker-compose.yml", "docker-compose.local.yml", "docker-compose.sim.yml")
@@ -195,7 +197,6 @@ def stack() -> Iterator[Stack]:
         print(f"docker-compose down -v took {time.monotonic() - started:.0f} s")
 
 
-@pytest.mark.slow
 def test_stack_runs_offline_and_every_dashboard_query_finds_data(stack: Stack) -> None:
     started = time.monotonic()
     steps = "max(rollstream_learner_steps_total)"

@@ -69,6 +69,7 @@ def wait_for_files(store: ArchiveStore, at_least: int, timeout_s: float = 60) ->
         time.sleep(0.2)
 
 
+@pytest.mark.integration
 def test_archiver_exactly_once_across_sigkill_and_rebalance(config: Config, tmp_path: Path) -> None:
     root = tmp_path / "archive"
     config = msgspec.structs.replace(config, archive=ArchiveConfig(url=str(root), flush_s=0.3, flush_records=50))
@@ -127,6 +128,7 @@ def test_archiver_exactly_once_across_sigkill_and_rebalance(config: Config, tmp_
                                   + [topic_name(config.infra, n + ".dlq") for n in TOPICS]))
 
 
+@pytest.mark.unit
 def test_archive_reader_skips_overlapping_files(tmp_path: Path) -> None:
     """Two files holding some of the same offsets (a stalled archiver wrote after its partition
     moved on): each offset is read once, and counted once."""
@@ -155,6 +157,7 @@ def test_archive_reader_skips_overlapping_files(tmp_path: Path) -> None:
     assert not list(tmp_path.rglob("*.tmp"))
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("name", sorted(TOPICS))
 def test_every_topic_has_decoded_fields(name: str) -> None:
     """Each registry topic's events decode into their filterable fields; garbage into None."""

@@ -45,6 +45,7 @@ def _requests(backend: TransformersBackend, n: int, sampling: Sampling, seed: in
 # ---- pure sampling math -------------------------------------------------------------------
 
 
+@pytest.mark.unit
 def test_processed_logprobs_temperature_only_is_tempered_softmax() -> None:
     logits = torch.randn(3, 50)
     temperature = torch.tensor([1.0, 0.5, 2.0])
@@ -52,6 +53,7 @@ def test_processed_logprobs_temperature_only_is_tempered_softmax() -> None:
     assert torch.allclose(out, (logits / temperature[:, None]).log_softmax(-1), atol=1e-6)
 
 
+@pytest.mark.unit
 def test_top_k_and_top_p_keep_the_right_sets() -> None:
     logits = torch.tensor([[4.0, 3.0, 2.0, 1.0, 0.0]] * 3)
     out = processed_logprobs(logits, torch.ones(3), torch.tensor([1.0, 0.7, 0.99]), torch.tensor([2, 0, 0]))
@@ -64,6 +66,7 @@ def test_top_k_and_top_p_keep_the_right_sets() -> None:
     assert torch.allclose(out.exp().sum(-1), torch.ones(3), atol=1e-6)  # renormalised
 
 
+@pytest.mark.unit
 def test_greedy_rows_take_argmax_with_untempered_logprob() -> None:
     logits = torch.randn(2, 20)
     out = processed_logprobs(logits, torch.zeros(2), torch.tensor([0.1, 0.1]), torch.tensor([1, 1]))
@@ -74,6 +77,7 @@ def test_greedy_rows_take_argmax_with_untempered_logprob() -> None:
     assert torch.allclose(chosen, out.gather(1, tokens[:, None])[:, 0])
 
 
+@pytest.mark.unit
 def test_find_stop_and_seed_derivation() -> None:
     assert find_stop("abc```def", ["```"]) == 6
     assert find_stop("a STOP b END", ["END", "STOP"]) == 6
@@ -93,6 +97,7 @@ def _max_diff(backend: TransformersBackend, requests, completions) -> float:
     return worst
 
 
+@pytest.mark.unit
 async def test_logprobs_match_teacher_forcing_in_a_mixed_batch(backend: TransformersBackend) -> None:
     settings = [Sampling(temperature=1.0, max_new_tokens=24), Sampling(temperature=0.7, top_p=0.9, max_new_tokens=24),
                 Sampling(temperature=1.3, top_k=20, max_new_tokens=24), Sampling(temperature=0.0, max_new_tokens=24)]
@@ -125,6 +130,7 @@ async def test_logprobs_match_teacher_forcing_in_a_mixed_batch(backend: Transfor
     assert bool((cut >= tempered - 1e-6).all()) and bool((cut > tempered + 1e-4).any())  # renormalised: differs
 
 
+@pytest.mark.unit
 async def test_logprobs_match_right_after_a_weight_swap(backend: TransformersBackend) -> None:
     requests = _requests(backend, 4, Sampling(temperature=1.0, max_new_tokens=16))
     before = await backend.generate(requests)
@@ -142,6 +148,7 @@ async def test_logprobs_match_right_after_a_weight_swap(backend: TransformersBac
     assert torch.equal(backend.model.state_dict()[name], new[name].float())
 
 
+@pytest.mark.unit
 async def test_bad_weights_are_refused_and_nothing_is_loaded(backend: TransformersBackend) -> None:
     original = {k: v.clone() for k, v in backend.model.state_dict().items()}
     first_key = next(iter(original))
@@ -157,6 +164,7 @@ async def test_bad_weights_are_refused_and_nothing_is_loaded(backend: Transforme
     assert all(torch.equal(v, original[k]) for k, v in backend.model.state_dict().items())
 
 
+@pytest.mark.unit
 async def test_max_new_tokens_stop_strings_and_eos(backend: TransformersBackend) -> None:
     base = await backend.generate(_requests(backend, 3, Sampling(temperature=1.0, max_new_tokens=12)))
     assert all(c.finish_reason == "length" and len(c.token_ids) == 12 for c in base if c.finish_reason != "stop")
@@ -179,6 +187,7 @@ async def test_max_new_tokens_stop_strings_and_eos(backend: TransformersBackend)
         assert out.finish_reason == "stop" and out.token_ids == probe[:3] and len(out.logprobs) == 3
 
 
+@pytest.mark.unit
 async def test_seeded_determinism(backend: TransformersBackend) -> None:
     sampling = Sampling(temperature=1.0, top_p=0.95, max_new_tokens=16)
     requests = _requests(backend, 4, sampling)
@@ -191,6 +200,7 @@ async def test_seeded_determinism(backend: TransformersBackend) -> None:
     assert [c.token_ids for c in reseeded] != [c.token_ids for c in first]
 
 
+@pytest.mark.unit
 async def test_prompt_longer_than_context_is_a_recorded_failure(short_context_model_dir: Path) -> None:
     backend = TransformersBackend.load(str(short_context_model_dir))
     assert backend.max_context == 32
@@ -204,6 +214,7 @@ async def test_prompt_longer_than_context_is_a_recorded_failure(short_context_mo
     assert good.error is None and len(ok_prompt) + len(good.token_ids) <= 32  # cut at the context
 
 
+@pytest.mark.unit
 async def test_generate_and_swap_never_interleave(backend: TransformersBackend) -> None:
     requests = _requests(backend, 2, Sampling(max_new_tokens=16))
     new = {k: v + 0.01 for k, v in backend.model.state_dict().items()}
@@ -215,7 +226,7 @@ async def test_generate_and_swap_never_interleave(backend: TransformersBackend) 
     assert backend.policy_version == 1
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 async def test_smollm2_from_the_wheel_generates_with_faithful_logprobs(tmp_path: Path) -> None:
     """GGUF -> plain model, cached; the cached copy is the same model; sampled log-probs are faithful."""
     converted, tokenizer = load_policy("smollm2", cache_dir=tmp_path)  # converts the GGUF, writes the cache

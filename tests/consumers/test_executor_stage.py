@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import msgspec
+import pytest
 
 from rollstream.config import Config, ExecutorConfig
 from rollstream.config_load import to_toml
@@ -22,6 +23,7 @@ from rollstream.schemas.events import ActionGenerated, RewardScored, RewardSpec,
 from rollstream.testing import make_action, make_rollout
 from tests.helpers import read_events
 
+pytestmark = pytest.mark.sandbox
 ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -28,6 +28,8 @@ from rollstream.testing import make_prompt
 from rollstream.weights import WeightStore
 from tests.helpers import read_dead_letters, score_completion
 
+pytestmark = pytest.mark.integration
+
 TOLERANCE = 1e-4
 REPO = Path(__file__).resolve().parents[2]
 

@@ -36,6 +36,7 @@ class Record:
     headers: tuple = ()
 
 
+@pytest.mark.integration
 async def test_duplicates_poison_replay_and_release(infra_config: InfraConfig, redis_url: str) -> None:
     redis = connect(redis_url)
     metrics = StageMetrics("executor")
@@ -69,10 +70,11 @@ async def test_duplicates_poison_replay_and_release(infra_config: InfraConfig, r
     assert await IntakeGuard(None, off, "executor").admit([a, b], ["g/0#1", "g/1#1"]) == [NEW, NEW]  # no Redis used
 
 
-async def test_unreachable_redis_admits_everything_and_counts_it(infra_config: InfraConfig) -> None:
-    redis = connect("redis://127.0.0.1:1/0", retries=0)
+@pytest.mark.unit
+async def test_unreachable_redis_admits_everything_and_counts_it() -> None:
+    redis = connect("redis://127.0.0.1:1/0", retries=0)  # nothing listens on port 1
     metrics = StageMetrics("generator")
-    guard = IntakeGuard(redis, infra_config, "generator", metrics)
+    guard = IntakeGuard(redis, InfraConfig(key_prefix="test:unreachable:"), "generator", metrics)
     try:
         records = [Record("t", 0, i) for i in range(3)]
         assert await guard.admit(records, ["a", "b", "c"]) == [NEW] * 3
@@ -99,6 +101,7 @@ def action(group: str, index: int, code: str) -> ActionGenerated:
         reward=RewardSpec(entry_point="add", tests=["assert add(1, 2) == 3"]))
 
 
+@pytest.mark.integration
 async def test_poison_action_is_dead_lettered_by_the_fourth_owner_and_duplicates_are_skipped(
     config: Config,
 ) -> None:
@@ -144,6 +147,7 @@ async def test_poison_action_is_dead_lettered_by_the_fourth_owner_and_duplicates
     assert codec(ActionGenerated).decode(letters[0].value) == actions[0]  # its bytes, as produced
 
 
+@pytest.mark.integration
 async def test_generator_skips_a_group_it_already_generated_unless_replayed(config: Config, tiny_model_dir) -> None:
     from rollstream.config import SimGeneratorConfig
     from rollstream.consumers.generator.stage import run as run_generator

@@ -20,6 +20,8 @@ from rollstream.consumers.sandbox import DockerSandboxPool
 from rollstream.consumers.score import Evaluation, audit_record, evaluate
 from rollstream.schemas.events import RewardSpec, SandboxAudit
 
+pytestmark = pytest.mark.sandbox
+
 TIMEOUT_S = 1.0
 SPEC = RewardSpec(tests=["assert f(1) == 2"], timeout_s=TIMEOUT_S)  # for attacks that should time out
 ROOMY_S = 5.0  # for attacks that should end by themselves (the machine may be loaded)

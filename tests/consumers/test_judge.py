@@ -15,6 +15,8 @@ from hypothesis import strategies as st
 
 from rollstream.consumers import candidate, judge, plain, sandbox
 
+pytestmark = pytest.mark.unit
+
 # ---------------------------------------------------------------- the codec
 
 scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text() | st.binary()

@@ -10,6 +10,8 @@ from rollstream.consumers.score import evaluate
 from rollstream.errors import SandboxError
 from rollstream.schemas.events import RewardSpec
 
+pytestmark = pytest.mark.unit
+
 SPEC = RewardSpec(entry_point="f", tests=["assert f(1) == 2"])
 COMPLETION = "```python\ndef f(x):\n    return x + 1\n```"
 PASSED = [{"e": "compiled"}, {"e": "code_ok"}, {"e": "test", "i": 0, "ok": True}, {"e": "done"}]

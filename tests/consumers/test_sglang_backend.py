@@ -23,6 +23,8 @@ from rollstream.consumers.generator.backends.base import GenerationRequest, Samp
 from rollstream.consumers.generator.backends.sglang import SGLangBackend
 from rollstream.errors import BackendError
 
+pytestmark = pytest.mark.unit
+
 
 class FakeSGLang:
     """State and handlers of the fake server."""

@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 import msgspec
+import pytest
 
 from rollstream.config import Config, ExecutorConfig, SimGeneratorConfig
 from rollstream.consumers.generator.backends.base import GenerationRequest, Sampling
@@ -17,6 +18,7 @@ from rollstream.consumers.sim_sandbox import SimSandbox
 from rollstream.models import load_tokenizer
 from rollstream.schemas.events import RewardSpec
 
+pytestmark = pytest.mark.unit
 ANSWERS = {"t/add": ["def add(a, b):\n    return a + b\n", "def add(a, b):\n    return a - b\n"]}
 
 

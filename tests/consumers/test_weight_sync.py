@@ -51,6 +51,7 @@ def _perturbed(backend: TransformersBackend, scale: float = 0.05) -> dict[str, t
     return {k: v + scale for k, v in backend.model.state_dict().items()}
 
 
+@pytest.mark.unit
 async def test_failed_fetches_keep_serving_then_retry(tiny_model_dir: Path) -> None:
     backend = TransformersBackend.load(str(tiny_model_dir))
     store = FlakyStore(_perturbed(backend), version=1, failures=2)
@@ -65,6 +66,7 @@ async def test_failed_fetches_keep_serving_then_retry(tiny_model_dir: Path) -> N
     assert await sync.apply_pending() is None  # nothing pending any more
 
 
+@pytest.mark.unit
 async def test_a_refused_load_keeps_the_current_weights(tiny_model_dir: Path) -> None:
     backend = TransformersBackend.load(str(tiny_model_dir))
     broken = _perturbed(backend)
@@ -76,6 +78,7 @@ async def test_a_refused_load_keeps_the_current_weights(tiny_model_dir: Path) ->
     assert all(torch.equal(v, before[k]) for k, v in backend.model.state_dict().items())
 
 
+@pytest.mark.integration
 async def test_corrupt_version_in_redis_then_a_good_one(tiny_model_dir: Path, infra_config: InfraConfig) -> None:
     backend = TransformersBackend.load(str(tiny_model_dir))
     redis = connect(infra_config.redis_url)
@@ -97,6 +100,7 @@ async def test_corrupt_version_in_redis_then_a_good_one(tiny_model_dir: Path, in
         await redis.aclose()
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("learner", [0, 1, 4])
 async def test_staleness_gate(tiny_model_dir: Path, learner: int) -> None:
     """max_staleness 1: weights of the learner's own version generate; one version behind is
@@ -119,6 +123,7 @@ async def test_staleness_gate(tiny_model_dir: Path, learner: int) -> None:
     assert backend.policy_version == 4 and held > 0
 
 
+@pytest.mark.unit
 async def test_a_batch_catches_up_with_the_version_its_prompts_were_issued_at(tiny_model_dir: Path) -> None:
     """The learner publishes v3, then the sampler issues prompts at v3: before the generator has
     even heard of v3, its batch waits for it instead of sampling with v0."""
@@ -136,6 +141,7 @@ async def test_a_batch_catches_up_with_the_version_its_prompts_were_issued_at(ti
         task.cancel()
 
 
+@pytest.mark.unit
 async def test_a_batch_waits_briefly_for_a_fetch_in_progress(tiny_model_dir: Path) -> None:
     backend = TransformersBackend.load(str(tiny_model_dir))
 
@@ -177,6 +183,7 @@ class Base:
     policy_version = 0
 
 
+@pytest.mark.unit
 async def test_initial_load_gives_up_after_its_attempts_and_keeps_the_base() -> None:
     store = DownStore(failures=0)
     sync = WeightSync(store, Base(), max_backoff_s=0.01)  # type: ignore[arg-type]
@@ -184,6 +191,7 @@ async def test_initial_load_gives_up_after_its_attempts_and_keeps_the_base() -> 
     assert store.reads == 3 and sync.announced == -1
 
 
+@pytest.mark.unit
 async def test_announcements_resubscribe_after_failures() -> None:
     store = DownStore(failures=2)
     sync = WeightSync(store, Base(), poll_s=0.01, max_backoff_s=0.02)  # type: ignore[arg-type]

@@ -11,11 +11,14 @@ import random
 import time
 from pathlib import Path
 
+import pytest
+
 from rollstream.cli.chaos import STAGES, Drill, PrivateRedis, account, drill_config, wait_drained
 from rollstream.config_load import load_config
 from rollstream.infra import free_port
 from rollstream.testing import make_tiny_model_dir
 
+pytestmark = pytest.mark.e2e
 
 def test_every_stage_killed_once_loses_no_group_and_trains_none_twice(tmp_path: Path, broker: str) -> None:
     model = make_tiny_model_dir(tmp_path / "tiny", max_positions=2048)

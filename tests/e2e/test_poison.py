@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import msgspec
+import pytest
 from aiokafka import AIOKafkaProducer
 
 from rollstream.config import (
@@ -36,6 +37,7 @@ from rollstream.testing import make_action, make_prompt, make_reward
 from tests.helpers import end, group, read_dead_letters, read_events, start_worker, wait_ready, write_config
 from tests.poison import poison, tolerated
 
+pytestmark = pytest.mark.e2e
 
 async def send_raw(config: Config, name: str, records: list[tuple[bytes, bytes | None]]) -> None:
     producer = AIOKafkaProducer(bootstrap_servers=config.infra.kafka_bootstrap, acks="all")

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import msgspec
+import pytest
 
 from rollstream.cli.chaos import Drill, drill_config, wait_drained
 from rollstream.config import Config, SimGeneratorConfig
@@ -26,6 +27,7 @@ from rollstream.schemas.events import ActionGenerated, RewardScored, RewardSpec
 from rollstream.testing import make_action, make_prompt, make_rollout, make_tiny_model_dir
 from tests.helpers import end, read_events, start_worker
 
+pytestmark = pytest.mark.e2e
 BOUND_S = 10.0  # infra.stop_grace_s's default
 SLACK_S = 1.5  # the interpreter's own exit
 

@@ -15,6 +15,8 @@ from rollstream.learner.lora import merged_state_dict
 from rollstream.learner.train import build_trainer
 from tests.helpers import group
 
+pytestmark = pytest.mark.unit
+
 
 def make_config(model_dir: str, ckpt_dir: Path, *, lora: bool = False, warmup_steps: int = 0) -> Config:
     return Config(learner=LearnerConfig(model=model_dir, micro_batch=2, checkpoint=CheckpointConfig(dir=str(ckpt_dir)),

@@ -13,6 +13,7 @@ from collections import Counter
 from pathlib import Path
 
 import msgspec
+import pytest
 
 from rollstream.config import CheckpointConfig, Config, LearnerConfig, OptimConfig, RLConfig
 from rollstream.config_load import to_toml
@@ -22,6 +23,7 @@ from rollstream.redis import connect, get_policy_version, key
 from rollstream.weights import WeightStore
 from tests.helpers import group
 
+pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 GROUPS = 16
 PER_STEP = 2

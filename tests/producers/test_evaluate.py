@@ -14,6 +14,7 @@ from rollstream.config import Config, EvalConfig, ExecutorConfig, GeneratorConfi
 from rollstream.testing import make_tiny_model_dir
 
 
+@pytest.mark.unit
 def test_pass_at_k() -> None:
     assert pass_at_k(1, 1, 1) == 1.0 and pass_at_k(1, 0, 1) == 0.0
     assert pass_at_k(10, 3, 1) == pytest.approx(0.3)
@@ -23,6 +24,7 @@ def test_pass_at_k() -> None:
         pass_at_k(1, 0, 2)
 
 
+@pytest.mark.unit
 def test_summarize_per_family() -> None:
     results = [SampleResult("a/1", "a", i, i == 0, 1.0 if i == 0 else 0.0, "none", "stop", 5) for i in range(2)]
     results += [SampleResult("b/1", "b", i, False, -0.5, "syntax", "length", 9) for i in range(2)]
@@ -41,6 +43,7 @@ def _sandbox_ready() -> bool:
     return probe.returncode == 0
 
 
+@pytest.mark.sandbox
 async def test_eval_end_to_end_with_a_tiny_model(tmp_path: Path) -> None:
     if not _sandbox_ready():
         pytest.skip("sandbox image not built")
@@ -60,6 +63,7 @@ async def test_eval_end_to_end_with_a_tiny_model(tmp_path: Path) -> None:
     assert msgspec.json.decode(out.read_bytes())["sampling"]["max_new_tokens"] == 8
 
 
+@pytest.mark.sandbox
 async def test_eval_with_two_turns_reports_pass_after_each_turn_from_one_run(tmp_path: Path) -> None:
     if not _sandbox_ready():
         pytest.skip("sandbox image not built")
@@ -79,6 +83,7 @@ async def test_eval_with_two_turns_reports_pass_after_each_turn_from_one_run(tmp
     assert sorted(line["turn"] for line in lines) == [1] * 4 + [2] * 4
 
 
+@pytest.mark.sandbox
 async def test_eval_resume_generates_only_missing_samples(tmp_path: Path) -> None:
     if not _sandbox_ready():
         pytest.skip("sandbox image not built")
@@ -101,6 +106,7 @@ async def test_eval_resume_generates_only_missing_samples(tmp_path: Path) -> Non
     assert sorted(r["task_id"] for r in rows) == ["math/add", "math/square"]
 
 
+@pytest.mark.unit
 def test_the_flags_set_keys_of_the_eval_section() -> None:
     import argparse
 
@@ -121,6 +127,7 @@ def test_the_flags_set_keys_of_the_eval_section() -> None:
         load_config(None, eval_overrides(parser.parse_args(["--k", "4"])), environ={})
 
 
+@pytest.mark.unit
 def test_bootstrap_difference_over_tasks() -> None:
     from rollstream.cli.evaluate import bootstrap_difference
 

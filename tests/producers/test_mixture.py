@@ -16,6 +16,8 @@ from rollstream.producers.mixture import (
 )
 from rollstream.tasks.sources import load_tasks
 
+pytestmark = pytest.mark.unit
+
 FAMILIES = ["a"] * 10 + ["b"] * 30 + ["c"] * 60
 
 

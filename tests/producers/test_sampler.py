@@ -59,6 +59,7 @@ async def no_backpressure(config: Config) -> None:
     await redis.aclose()
 
 
+@pytest.mark.integration
 async def test_resume_issues_every_position_once(config: Config, tmp_path: Path) -> None:
     tasks_file = write_tasks(tmp_path / "tasks.jsonl")
     await no_backpressure(config)
@@ -85,6 +86,7 @@ async def test_resume_issues_every_position_once(config: Config, tmp_path: Path)
         assert sorted(issued[f"run-{epoch}-{i}"] for i in range(7)) == sorted(t.task_id for t in tasks)
 
 
+@pytest.mark.integration
 async def test_restart_after_stop_mid_run(config: Config, tmp_path: Path) -> None:
     """A sampler stopped at an arbitrary moment (SIGTERM path) resumes where it was."""
     tasks_file = write_tasks(tmp_path / "tasks.jsonl")
@@ -111,6 +113,7 @@ async def test_restart_after_stop_mid_run(config: Config, tmp_path: Path) -> Non
     assert positions == [(i // 7, i % 7) for i in range(persisted + 9)]  # no gap, no repeat
 
 
+@pytest.mark.integration
 async def test_backpressure_cap_holds_while_learner_is_slow(config: Config, tmp_path: Path) -> None:
     tasks_file = write_tasks(tmp_path / "tasks.jsonl")
     cfg = make_config(config, tasks_file, max_groups=12)
@@ -150,6 +153,7 @@ async def test_backpressure_cap_holds_while_learner_is_slow(config: Config, tmp_
     assert sorted(p.group_id for p in prompts) == sorted({p.group_id for p in prompts}) and len(prompts) == 12
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("bad", ["nope", "jsonl:/does/not/exist"])
 async def test_bad_source_is_a_config_error(bad: str) -> None:
     from rollstream.errors import ConfigError

@@ -11,6 +11,8 @@ from rollstream.errors import ConfigError
 from rollstream.schemas.tasks import encode_task
 from rollstream.tasks.sources import builtin_tasks, load_tasks, task_from_row
 
+pytestmark = pytest.mark.unit
+
 
 def run_tests_locally(code: str, tests: list[str], setup: str = "") -> bool:
     """Exec code + tests in a fresh namespace (trusted reference code only)."""

@@ -28,6 +28,7 @@ def plain_tasks() -> list[TaskSpec]:
     return [t for t in builtin_tasks() if not t.reward.subtasks]
 
 
+@pytest.mark.unit
 def test_suite_size_and_families() -> None:
     tasks = plain_tasks()
     families = Counter(t.family for t in tasks)
@@ -46,6 +47,7 @@ def test_suite_size_and_families() -> None:
     assert Counter(t.difficulty == 0 for t in tasks)[True] >= 5 * len(families)  # easy tasks in every family
 
 
+@pytest.mark.unit
 def test_every_judged_kind_has_five_tasks() -> None:
     """Classes, printed output, programs, in-place mutation, expected exceptions: each kind the
     judge supports beyond plain function asserts is in the suite at least five times."""
@@ -56,6 +58,7 @@ def test_every_judged_kind_has_five_tasks() -> None:
     assert set(kinds) == set(KINDS) and min(kinds.values()) >= 5, kinds
 
 
+@pytest.mark.unit
 def test_suite_files_are_up_to_date() -> None:
     """The JSONL files are exactly what build_suite.py makes (which also runs every reference
     and wrong solution in-process)."""
@@ -94,6 +97,7 @@ def _sandbox_available() -> str | None:
     return None if probe.returncode == 0 else f"sandbox image {ExecutorConfig().image} not built"
 
 
+@pytest.mark.sandbox
 async def test_every_task_through_the_real_sandbox() -> None:
     reason = _sandbox_available()
     if reason:
@@ -115,6 +119,7 @@ async def test_every_task_through_the_real_sandbox() -> None:
           f"{sum(r > 0 for r in wrong_rewards)} of {len(wrong_rewards)} partly right")
 
 
+@pytest.mark.unit
 def test_chains_are_up_to_date_and_well_formed() -> None:
     from rollstream.tasks.suite import chains
 
@@ -128,6 +133,7 @@ def test_chains_are_up_to_date_and_well_formed() -> None:
         assert "Step 1 of" in task.prompt and steps[0].instruction in task.prompt
 
 
+@pytest.mark.sandbox
 async def test_every_chain_step_through_the_real_sandbox_with_the_code_carried() -> None:
     """Each step's reference, run after the code of the steps before it (as an episode carries it),
     passes its step's tests in the sandbox; without the code carried, the last step fails (it uses

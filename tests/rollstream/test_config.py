@@ -11,6 +11,8 @@ from rollstream.config import Config
 from rollstream.config_load import load_config, to_toml, validate
 from rollstream.errors import ConfigError
 
+pytestmark = pytest.mark.unit
+
 
 def test_defaults_validate() -> None:
     config = load_config(environ={})

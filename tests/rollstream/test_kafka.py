@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import msgspec
+import pytest
 
 from rollstream.config import InfraConfig
 from rollstream.kafka import BATCH_API_MIN_RECORDS, EventConsumer, EventProducer, ensure_topics, topic_name
@@ -18,6 +19,7 @@ from rollstream.schemas import codec
 from rollstream.testing import make_prompt, make_reward
 from tests.helpers import read_counter, read_dead_letters
 
+pytestmark = pytest.mark.integration
 
 async def _drain(consumer: EventConsumer, want: int, timeout_s: float = 20.0) -> list:
     got: list = []

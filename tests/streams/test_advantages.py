@@ -5,17 +5,18 @@ from __future__ import annotations
 import asyncio
 
 import msgspec
+import pytest
 
 from rollstream.config import Config, InfraConfig, RLConfig, StreamConfig
 from rollstream.infra import resolve_endpoints
 from rollstream.kafka import RawRecord, ensure_topics, topic_name
-from rollstream.metrics import read_counter
 from rollstream.redis import key
 from rollstream.schemas import DeadLetter, GroupAdvantaged, codec
 from rollstream.streams.advantages import open_stage
 from rollstream.testing import make_reward
-from tests.helpers import read_all
+from tests.helpers import read_all, read_counter
 
+pytestmark = pytest.mark.integration
 ENCODE = codec(type(make_reward("g", 0, 1.0))).encode
 
 

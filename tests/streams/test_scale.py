@@ -10,6 +10,7 @@ import urllib.request
 from pathlib import Path
 
 import msgspec
+import pytest
 
 from rollstream.config import Config, RLConfig, StreamConfig
 from rollstream.infra import free_port
@@ -18,6 +19,7 @@ from rollstream.schemas import GroupAdvantaged, codec
 from rollstream.testing import make_reward
 from tests.helpers import end, kill, read_all, start_worker, wait_ready, write_config
 
+pytestmark = pytest.mark.integration
 GROUP_SIZE = 4
 PARTITIONS = 4
 
