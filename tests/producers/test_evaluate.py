@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import msgspec
@@ -38,15 +37,8 @@ def test_summarize_per_family() -> None:
     assert ["a", "1", "2", "0.500", "1.000", "1/1"] in [row[:6] for row in rows] and rows[-1][0] == "ALL"
 
 
-def _sandbox_ready() -> bool:
-    probe = subprocess.run(["docker", "image", "inspect", ExecutorConfig().image], capture_output=True)
-    return probe.returncode == 0
-
-
 @pytest.mark.sandbox
-async def test_eval_end_to_end_with_a_tiny_model(tmp_path: Path) -> None:
-    if not _sandbox_ready():
-        pytest.skip("sandbox image not built")
+async def test_eval_end_to_end_with_a_tiny_model(tmp_path: Path, sandbox_image: str) -> None:
     model = make_tiny_model_dir(tmp_path / "tiny")
     out = tmp_path / "report.json"
     completions = tmp_path / "completions.jsonl"
@@ -64,9 +56,7 @@ async def test_eval_end_to_end_with_a_tiny_model(tmp_path: Path) -> None:
 
 
 @pytest.mark.sandbox
-async def test_eval_with_two_turns_reports_pass_after_each_turn_from_one_run(tmp_path: Path) -> None:
-    if not _sandbox_ready():
-        pytest.skip("sandbox image not built")
+async def test_eval_with_two_turns_reports_pass_after_each_turn_from_one_run(tmp_path: Path, sandbox_image: str) -> None:
     model = make_tiny_model_dir(tmp_path / "tiny", max_positions=2048)
     completions = tmp_path / "completions.jsonl"
     config = Config(generator=GeneratorConfig(model=str(model), max_new_tokens=8),
@@ -84,9 +74,7 @@ async def test_eval_with_two_turns_reports_pass_after_each_turn_from_one_run(tmp
 
 
 @pytest.mark.sandbox
-async def test_eval_resume_generates_only_missing_samples(tmp_path: Path) -> None:
-    if not _sandbox_ready():
-        pytest.skip("sandbox image not built")
+async def test_eval_resume_generates_only_missing_samples(tmp_path: Path, sandbox_image: str) -> None:
     model = make_tiny_model_dir(tmp_path / "tiny")
     completions = tmp_path / "completions.jsonl"
     first = EvalConfig(sources=["builtin"], task_ids=["math/add"], batch=4, completions_out=str(completions))

@@ -90,18 +90,8 @@ async def _score_all(tasks: list[TaskSpec], wrong: dict[str, str]) -> list[tuple
         return await asyncio.gather(*(one(j) for j in jobs))
 
 
-def _sandbox_available() -> str | None:
-    import subprocess
-
-    probe = subprocess.run(["docker", "image", "inspect", ExecutorConfig().image], capture_output=True)
-    return None if probe.returncode == 0 else f"sandbox image {ExecutorConfig().image} not built"
-
-
 @pytest.mark.sandbox
-async def test_every_task_through_the_real_sandbox() -> None:
-    reason = _sandbox_available()
-    if reason:
-        pytest.skip(reason)
+async def test_every_task_through_the_real_sandbox(sandbox_image: str) -> None:
     tasks = plain_tasks()
     results = await _score_all(tasks, wrong_solutions())
     bad = []
@@ -134,13 +124,10 @@ def test_chains_are_up_to_date_and_well_formed() -> None:
 
 
 @pytest.mark.sandbox
-async def test_every_chain_step_through_the_real_sandbox_with_the_code_carried() -> None:
+async def test_every_chain_step_through_the_real_sandbox_with_the_code_carried(sandbox_image: str) -> None:
     """Each step's reference, run after the code of the steps before it (as an episode carries it),
     passes its step's tests in the sandbox; without the code carried, the last step fails (it uses
     what the earlier ones defined)."""
-    reason = _sandbox_available()
-    if reason:
-        pytest.skip(reason)
     from rollstream.consumers.episodes import subtask_turn
     from rollstream.consumers.rewards import default_registry
     from rollstream.consumers.sandbox import DockerSandboxPool
