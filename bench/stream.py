@@ -46,13 +46,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from rollstream.config import Config, InfraConfig, RLConfig, StreamConfig
 from rollstream.config_load import load_config
 from rollstream.infra import free_port, start_broker, stop_pid
 from rollstream.lifecycle import tune_gc
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def bench_config(bootstrap: str, redis_url: str, state_dir: str, group_size: int, within_s: float) -> Config:
