@@ -1,7 +1,9 @@
-"""Runs the learner stage in its own process, for the crash/resume test.
+"""Runs the learner stage in its own process, for the crash/resume tests.
 
-``python -m tests.learner.learner_proc CONFIG.toml [--resume] [--step-sleep S]``: ``--step-sleep``
-slows every optimizer step down so the test can SIGKILL the process between checkpoints.
+``python -m tests.learner.learner_proc CONFIG.toml [--resume] [--kill-after-publishing V] [--term-after-step S]``:
+the process SIGKILLs itself right after it published policy version ``V`` (a crash at a known
+point: after a step's weights went out, before the next checkpoint), or sends itself SIGTERM
+right after step ``S`` was logged (a stop request while the run goes on).
 """
 
 from __future__ import annotations
@@ -9,31 +11,41 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import time
+import os
+import signal
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("config")
     parser.add_argument("--resume", action="store_true")
-    parser.add_argument("--step-sleep", type=float, default=0.0)
+    parser.add_argument("--kill-after-publishing", type=int, default=None, metavar="VERSION")
+    parser.add_argument("--term-after-step", type=int, default=None, metavar="STEP")
     args = parser.parse_args()
     logging.basicConfig(level="INFO", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("aiokafka").setLevel(logging.WARNING)
 
     from rollstream.config_load import load_config
-    from rollstream.learner import train
-    from rollstream.learner.trainer import Trainer
+    from rollstream.learner import checkpoint, train
 
-    if args.step_sleep:
-        original = Trainer.step
+    if args.kill_after_publishing is not None:
+        publish_version = train.set_policy_version
 
-        def slow_step(self, rollouts):  # type: ignore[no-untyped-def]
-            result = original(self, rollouts)
-            time.sleep(args.step_sleep)
-            return result
+        async def publish_then_die(client, infra, version: int) -> None:  # type: ignore[no-untyped-def]
+            await publish_version(client, infra, version)
+            if version == args.kill_after_publishing:
+                os.kill(os.getpid(), signal.SIGKILL)
 
-        Trainer.step = slow_step  # type: ignore[method-assign]
+        train.set_policy_version = publish_then_die  # type: ignore[assignment]
+    if args.term_after_step is not None:
+        append = checkpoint.append_step_log
+
+        def log_then_stop(root, record):  # type: ignore[no-untyped-def]
+            append(root, record)
+            if record["step"] == args.term_after_step:
+                os.kill(os.getpid(), signal.SIGTERM)
+
+        checkpoint.append_step_log = log_then_stop  # type: ignore[assignment]
     asyncio.run(train.run(load_config(args.config, environ={}), resume=args.resume))
 
 
