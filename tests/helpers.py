@@ -9,6 +9,8 @@ plugins by tests/conftest.py; event builders and the tiny model in rollstream.te
 * the learner's hand-made advantaged groups and tiny in-memory models (:func:`group`,
   :func:`rollout`, :func:`tiny_model`);
 * oracles and probes: :func:`score_completion` (teacher-forced log-probs), :func:`read_counter`;
+* waiting for a state with a deadline, never a fixed sleep: :func:`wait_until`,
+  :func:`wait_until_sync`;
 * a missing service fails the test, or skips it where ROLLSTREAM_TEST_ALLOW_MISSING says so
   (:func:`missing`).
 """
@@ -261,3 +263,29 @@ def missing(service: str, why: str) -> None:
         pytest.skip(f"no {service} ({why}); skipped: ROLLSTREAM_TEST_ALLOW_MISSING names it")
     pytest.fail(f"no {service}: {why} (set ROLLSTREAM_TEST_ALLOW_MISSING={service} to skip instead)",
                 pytrace=False)
+
+
+async def wait_until(check: Any, what: str, timeout_s: float = 30.0, every_s: float = 0.05) -> Any:
+    """Poll ``check()`` (a function, or a coroutine function) until it returns something true,
+    and return that; fail naming ``what`` after ``timeout_s``. What a test waits for, instead of
+    sleeping for a time it hopes is enough."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        got = check()
+        if asyncio.iscoroutine(got):
+            got = await got
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout_s:g} s: {what}")
+        await asyncio.sleep(every_s)
+
+
+def wait_until_sync(check: Any, what: str, timeout_s: float = 30.0, every_s: float = 0.2) -> Any:
+    """:func:`wait_until` for a synchronous test (``check`` is a plain function)."""
+    deadline = time.monotonic() + timeout_s
+    while not (got := check()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout_s:g} s: {what}")
+        time.sleep(every_s)
+    return got

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -21,7 +20,7 @@ from rollstream.kafka import delete_topics, ensure_topics, topic_name
 from rollstream.schemas import TOPICS, codec
 from rollstream.schemas.events import RewardScored
 from rollstream.testing import make_prompt, make_reward
-from tests.helpers import end, kill, start_worker, write_config
+from tests.helpers import end, kill, start_worker, wait_until_sync, write_config
 
 
 async def produce(infra, records: list[tuple[str, bytes | None, bytes]]) -> set[tuple[str, int, int]]:
@@ -63,10 +62,7 @@ def archived(store: ArchiveStore) -> list[tuple[str, int, int]]:
 
 
 def wait_for_files(store: ArchiveStore, at_least: int, timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    while len(store.files()) < at_least:
-        assert time.monotonic() < deadline, f"the archiver wrote {len(store.files())} files in {timeout_s} s"
-        time.sleep(0.2)
+    wait_until_sync(lambda: len(store.files()) >= at_least, f"the archiver wrote {at_least} files", timeout_s)
 
 
 @pytest.mark.integration
@@ -82,23 +78,22 @@ def test_archiver_exactly_once_across_sigkill_and_rebalance(config: Config, tmp_
         first = start_worker(path, tmp_path / "a1.log", stage="archiver")
         procs.append(first)
         wait_for_files(store, 3)
+        written = len(store.files())
         produced |= asyncio.run(produce(config.infra, batch(300, 300)))
-        time.sleep(0.5)
-        assert kill(first, signal.SIGKILL) == -signal.SIGKILL  # mid-run: some written, some buffered
+        wait_for_files(store, written + 1)  # the second batch is being archived: some written, some buffered
+        assert kill(first, signal.SIGKILL) == -signal.SIGKILL
         produced |= asyncio.run(produce(config.infra, batch(300, 600)))
         second = start_worker(path, tmp_path / "a2.log", stage="archiver")
         third = start_worker(path, tmp_path / "a3.log", stage="archiver")  # the group rebalances between them
         procs += [second, third]
-        for i in range(6):
+        for i in range(6):  # records keep coming while the group rebalances, each batch once the archive grew
+            written = len(store.files())
             produced |= asyncio.run(produce(config.infra, batch(100, 900 + 100 * i)))
-            time.sleep(0.5)
+            wait_for_files(store, written + 1)
         assert kill(second, signal.SIGTERM, timeout_s=60) == 0  # drains what it holds, commits
         produced |= asyncio.run(produce(config.infra, batch(200, 1500)))
         # The survivor takes over the partitions of the one that left (after a rebalance).
-        deadline = time.monotonic() + 90
-        while not produced <= set(archived(store)):
-            assert time.monotonic() < deadline, "the remaining archiver did not take over"
-            time.sleep(0.5)
+        wait_until_sync(lambda: produced <= set(archived(store)), "the remaining archiver took over", 90, 0.5)
         assert kill(third, signal.SIGTERM, timeout_s=60) == 0
         found = archived(store)
         missing = sorted(produced - set(found))

@@ -7,6 +7,7 @@ never taken for the poison), and Redis being unreachable admits everything."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from dataclasses import dataclass
 
 import msgspec
@@ -23,7 +24,7 @@ from rollstream.redis import connect
 from rollstream.schemas import DeadLetter, codec
 from rollstream.schemas.events import ActionGenerated, RewardScored, RewardSpec
 from rollstream.testing import make_action, make_rollout
-from tests.helpers import read_counter, read_events
+from tests.helpers import read_counter, read_events, wait_until
 
 GOOD = "def add(a, b):\n    return a + b"
 
@@ -85,6 +86,11 @@ async def test_unreachable_redis_admits_everything_and_counts_it() -> None:
     assert read_counter(metrics, "intake_guard_errors", stage="generator") == 2
 
 
+def skips(caplog: pytest.LogCaptureFixture) -> int:
+    """Records the intake guard skipped as already done, as its log says."""
+    return sum("was already done" in r.getMessage() for r in caplog.records if r.name == "rollstream.guard")
+
+
 class CrashingSandbox(SimSandbox):
     """The sim sandbox, except that code mentioning CRASH takes the executor down with it (a
     stand-in for a bug that some input triggers in a stage: the guard must not care why)."""
@@ -103,8 +109,9 @@ def action(group: str, index: int, code: str) -> ActionGenerated:
 
 @pytest.mark.integration
 async def test_poison_action_is_dead_lettered_by_the_fourth_owner_and_duplicates_are_skipped(
-    config: Config,
+    config: Config, caplog: pytest.LogCaptureFixture,
 ) -> None:
+    caplog.set_level(logging.INFO, logger="rollstream.guard")
     config = msgspec.structs.replace(config, executor=ExecutorConfig(backend="sim", concurrency=1, pool_size=1))
     await ensure_topics(config.infra, ["actions", "rewards", "audit"])
     # one group: one partition, the poison first, the valid actions behind it
@@ -126,6 +133,7 @@ async def test_poison_action_is_dead_lettered_by_the_fourth_owner_and_duplicates
         assert not stage.done()
         # a duplicate of an acknowledged action is skipped; the same with the replay header is run again
         duplicate = codec(ActionGenerated).encode(actions[1])
+        skipped = skips(caplog)
         raw = AIOKafkaProducer(bootstrap_servers=config.infra.kafka_bootstrap)
         await raw.start()
         try:
@@ -134,9 +142,8 @@ async def test_poison_action_is_dead_lettered_by_the_fourth_owner_and_duplicates
             await raw.send_and_wait(full, duplicate, key=b"p", headers=[(REPLAY_HEADER, b"1")])
         finally:
             await raw.stop()
-        await read_events(config.infra, "rewards", RewardScored, lambda got: len(got) > len(before), 60)
-        await asyncio.sleep(2)  # a fourth reward, if the duplicate were run, would be there by now
-        rewards = await read_events(config.infra, "rewards", RewardScored, lambda got: False, 3)
+        await wait_until(lambda: skips(caplog) > skipped, "the duplicate skipped (the guard logs it)", 60)
+        rewards = await read_events(config.infra, "rewards", RewardScored, lambda got: len(got) > len(before), 60)
     finally:
         stop.set()
         await asyncio.wait_for(stage, 60)
@@ -148,7 +155,10 @@ async def test_poison_action_is_dead_lettered_by_the_fourth_owner_and_duplicates
 
 
 @pytest.mark.integration
-async def test_generator_skips_a_group_it_already_generated_unless_replayed(config: Config, tiny_model_dir) -> None:
+async def test_generator_skips_a_group_it_already_generated_unless_replayed(
+    config: Config, tiny_model_dir, caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="rollstream.guard")
     from rollstream.config import SimGeneratorConfig
     from rollstream.consumers.generator.stage import run as run_generator
     from rollstream.schemas.events import PromptIssued
@@ -164,6 +174,7 @@ async def test_generator_skips_a_group_it_already_generated_unless_replayed(conf
         async with EventProducer(config.infra, client_id="test") as producer:
             await producer.send("prompts", prompt)
             first = await read_events(config.infra, "actions", ActionGenerated, lambda got: len(got) >= 2, 60)
+            skipped = skips(caplog)
             await producer.send("prompts", prompt)  # a redelivery of the same group (a sampler's retry, say)
         raw = AIOKafkaProducer(bootstrap_servers=config.infra.kafka_bootstrap)
         await raw.start()
@@ -172,9 +183,8 @@ async def test_generator_skips_a_group_it_already_generated_unless_replayed(conf
                                     key=b"dup", headers=[(REPLAY_HEADER, b"1")])
         finally:
             await raw.stop()
-        await read_events(config.infra, "actions", ActionGenerated, lambda got: len(got) >= 4, 60)
-        await asyncio.sleep(2)
-        actions = await read_events(config.infra, "actions", ActionGenerated, lambda got: False, 3)
+        await wait_until(lambda: skips(caplog) > skipped, "the redelivered group skipped (the guard logs it)", 60)
+        actions = await read_events(config.infra, "actions", ActionGenerated, lambda got: len(got) >= 4, 60)
     finally:
         stop.set()
         await asyncio.wait_for(stage, 60)

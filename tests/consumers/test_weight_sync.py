@@ -145,9 +145,11 @@ async def test_a_batch_catches_up_with_the_version_its_prompts_were_issued_at(ti
 async def test_a_batch_waits_briefly_for_a_fetch_in_progress(tiny_model_dir: Path) -> None:
     backend = TransformersBackend.load(str(tiny_model_dir))
 
+    fetched = asyncio.Event()  # set by the test: the fetch in progress ends only then
+
     class SlowStore(FlakyStore):
         async def fetch(self, version: int | None = None) -> tuple[int, dict[str, Any]]:
-            await asyncio.sleep(0.5)
+            await fetched.wait()
             return await super().fetch(version)
 
     sync = WeightSync(SlowStore(_perturbed(backend), version=1, failures=0), backend, poll_s=0.05)
@@ -155,6 +157,7 @@ async def test_a_batch_waits_briefly_for_a_fetch_in_progress(tiny_model_dir: Pat
     try:
         await _until(lambda: not sync._fetched.is_set())  # the fetch has started
         assert await sync.apply_pending(wait_s=0.0) is None  # no waiting: old weights
+        asyncio.get_running_loop().call_soon(fetched.set)  # the fetch ends while the batch waits
         assert await sync.apply_pending(wait_s=10.0) == 1  # waits for the fetch, then swaps
     finally:
         task.cancel()

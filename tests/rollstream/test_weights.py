@@ -11,6 +11,7 @@ from rollstream.config import InfraConfig
 from rollstream.errors import WeightStoreError
 from rollstream.redis import connect
 from rollstream.weights import ChunkEntry, Manifest, WeightStore, pack, unpack
+from tests.helpers import wait_until
 
 
 def _random_state(seed: int = 0) -> dict[str, torch.Tensor]:
@@ -111,10 +112,13 @@ async def test_updates_announce_new_versions(store: WeightStore) -> None:
             if version == 2:
                 return
 
+    async def subscribed() -> bool:
+        return (await store.client.pubsub_numsub(store.channel))[0][1] >= 1
+
     task = asyncio.create_task(follow())
-    await asyncio.sleep(0.3)
+    await wait_until(subscribed, "the follower subscribed")
     await store.publish(1, _random_state(), step=1)
-    await asyncio.sleep(0.3)
+    await wait_until(lambda: seen == [1] or task.done(), "version 1 announced")
     await store.publish(2, _random_state(), step=2)
     await asyncio.wait_for(task, 10)
     assert seen == [1, 2]
