@@ -19,6 +19,7 @@ from rollstream.consumers.rewards import RewardRegistry
 from rollstream.consumers.sandbox import DockerSandboxPool
 from rollstream.consumers.score import Evaluation, audit_record, evaluate
 from rollstream.schemas.events import RewardSpec, SandboxAudit
+from tests.helpers import wait_until
 
 pytestmark = pytest.mark.sandbox
 
@@ -71,6 +72,26 @@ async def assert_clean(pool: DockerSandboxPool, registry: RewardRegistry, after:
         assert probe.result.sandbox_id == after.result.sandbox_id  # the runner itself cleaned up
     else:
         assert probe.result.sandbox_id != after.result.sandbox_id
+
+
+async def processes(container_id: str) -> int:
+    """How many processes run in the container (``docker top``)."""
+    top = await asyncio.create_subprocess_exec("docker", "top", container_id, "-o", "pid",
+                                               stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL)
+    out, _ = await top.communicate()
+    return max(len(out.split()) - 1, 0)
+
+
+async def ended(container_id: str) -> bool:
+    """Whether the container is gone or no longer running."""
+    import aiodocker
+
+    async with aiodocker.Docker() as docker:
+        try:
+            info = await docker.containers.container(container_id).show()
+        except aiodocker.DockerError:
+            return True
+    return not info["State"]["Running"]
 
 
 def expect(evaluation: Evaluation, kind: str, reward: float) -> None:
@@ -156,7 +177,8 @@ async def test_child_outlives_parent(pool, registry):
     expect(evaluation, "violation", SPEC.crash_reward)
     assert any(v.startswith("stray_processes") for v in audit.violations)
     assert audit.recycled
-    await asyncio.sleep(0.7)  # the orphan would have written by now, had it survived
+    # the orphan cannot write anywhere once its container has ended: wait for that, not for a time
+    await wait_until(lambda: ended(evaluation.result.container_id), "the attacked container ended", 30)
     await assert_clean(pool, registry, evaluation)
 
 
@@ -423,13 +445,20 @@ async def test_runner_killed_from_outside_mid_execution(pool, registry):
     killed while the job runs) the verdict is a violation and the pool replaces the container."""
     import aiodocker
 
-    async def kill_soon() -> None:
-        await asyncio.sleep(0.3)
-        async with aiodocker.Docker() as docker:
-            for warm in list(pool._all):
-                await docker.containers.container(warm.container.id).kill()
+    warm = list(pool._all)
+    idle = [await processes(w.container.id) for w in warm]  # the runner and its zygote
 
-    killer = asyncio.create_task(kill_soon())
+    async def kill_while_the_job_runs() -> None:
+        async def running() -> bool:  # the job's process has joined them
+            counts = [await processes(w.container.id) for w in warm]
+            return any(now > before for now, before in zip(counts, idle))
+
+        await wait_until(running, "the job runs in its sandbox", 30, 0.02)
+        async with aiodocker.Docker() as docker:
+            for w in warm:
+                await docker.containers.container(w.container.id).kill()
+
+    killer = asyncio.create_task(kill_while_the_job_runs())
     evaluation, audit = await attack(
         pool, registry, "import time\ntime.sleep(3)\ndef f(x):\n    return x + 1", ROOMY
     )

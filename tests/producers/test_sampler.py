@@ -6,18 +6,21 @@ import asyncio
 import uuid
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import pytest
 
 from rollstream.config import Config, RLConfig, SamplerConfig
 from rollstream.kafka import EventConsumer, EventProducer
+from rollstream.producers import sampler as sampler_stage
 from rollstream.producers.mixture import epoch_plan, family_probabilities
 from rollstream.producers.sampler import max_in_flight, run, state_key
 from rollstream.redis import connect, set_groups_consumed
 from rollstream.schemas.events import PromptIssued, RewardSpec
 from rollstream.schemas.tasks import TaskSpec, encode_task
 from rollstream.tasks.sources import load_tasks
+from tests.helpers import wait_until
 
 
 def write_tasks(path: Path, n_a: int = 4, n_b: int = 3) -> Path:
@@ -95,10 +98,10 @@ async def test_restart_after_stop_mid_run(config: Config, tmp_path: Path) -> Non
     first = asyncio.create_task(run(make_config(config, tasks_file, max_groups=400), stop=stop))
     redis = connect(config.infra.redis_url)
     try:
-        for _ in range(400):  # stop somewhere after the first few batches
-            if int((await redis.hget(state_key(make_config(config, tasks_file)), "position")) or 0) >= 4:
-                break
-            await asyncio.sleep(0.01)
+        async def position() -> int:
+            return int((await redis.hget(state_key(make_config(config, tasks_file)), "position")) or 0)
+
+        await wait_until(lambda: at_least(position, 4), "the first few batches issued")  # then stop, mid-run
         stop.set()
         await asyncio.wait_for(first, 30)
         persisted = int(await redis.get(f"{config.infra.key_prefix}sampler:issued"))
@@ -114,7 +117,7 @@ async def test_restart_after_stop_mid_run(config: Config, tmp_path: Path) -> Non
 
 
 @pytest.mark.integration
-async def test_backpressure_cap_holds_while_learner_is_slow(config: Config, tmp_path: Path) -> None:
+async def test_backpressure_cap_holds_while_learner_is_slow(config: Config, tmp_path: Path, monkeypatch) -> None:
     tasks_file = write_tasks(tmp_path / "tasks.jsonl")
     cfg = make_config(config, tasks_file, max_groups=12)
     cfg = msgspec.structs.replace(cfg, sampler=msgspec.structs.replace(cfg.sampler, adaptive=True))
@@ -126,12 +129,21 @@ async def test_backpressure_cap_holds_while_learner_is_slow(config: Config, tmp_
     async def issued() -> int:
         return int(await redis.get(issued_key) or 0)
 
+    looked: list[int] = []  # the in-flight count the sampler computed, each time it looked
+    resolved = sampler_stage.groups_resolved
+
+    async def counted(*args: Any) -> int:
+        looked.append(await resolved(*args))
+        return looked[-1]
+
+    monkeypatch.setattr(sampler_stage, "groups_resolved", counted)
+
     async def settle(expect: int) -> None:
-        for _ in range(200):
-            if await issued() >= expect:
-                break
-            await asyncio.sleep(0.05)
-        await asyncio.sleep(1.0)  # the sampler polls every 50 ms: give it time to overshoot if it would
+        await wait_until(lambda: at_least(issued, expect), f"{expect} groups issued")
+        seen = len(looked)
+        # two more looks at the learner's progress: a whole turn of its loop saw this state, so
+        # had there been room it would have issued (and persisted) more by now
+        await wait_until(lambda: len(looked) >= seen + 2, "the sampler looked at the learner's progress again")
 
     task = asyncio.create_task(run(cfg, stop=asyncio.Event()))
     try:
@@ -160,3 +172,7 @@ async def test_bad_source_is_a_config_error(bad: str) -> None:
 
     with pytest.raises(ConfigError):
         load_tasks([bad])
+
+
+async def at_least(count: Any, expect: int) -> bool:
+    return await count() >= expect

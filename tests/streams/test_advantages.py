@@ -35,7 +35,7 @@ async def test_stage_deadline_emits_partial_drops_small_and_dead_letters_bad_rec
         await stage.handle(records)
         await stage.sweep([1])
         assert read_counter(stage.metrics, "stream_groups_emitted", complete="false") == 0  # not yet due
-        await asyncio.sleep(0.6)
+        await asyncio.sleep(0.6)  # past the group deadline (0.5 s): here time itself is the event
         await stage.sweep([0, 2, 3])  # other partitions: not this worker's groups
         assert read_counter(stage.metrics, "stream_groups_emitted", complete="false") == 0
         await stage.sweep([1])
