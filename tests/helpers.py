@@ -1,7 +1,9 @@
 """The tests' shared helpers, in one module (fixtures are in tests/fixtures/, registered as
 plugins by tests/conftest.py; event builders and the tiny model in rollstream.testing).
 
-* sandbox containers of an owner label: :func:`containers_of`, :func:`remove_containers_of`;
+* sandbox containers of an owner label: :func:`containers_of`, :func:`remove_containers_of`; what
+  runs in one (:func:`container_processes`, :func:`container_ended`); a process's metrics
+  (:func:`scrape_metrics`);
 * topics: :func:`read_events` (decoded, from the start, no consumer group),
   :func:`read_dead_letters`, :func:`read_all` (raw records, every partition);
 * processes: stream workers started as ``rollstream stream`` in their own session and ended
@@ -24,6 +26,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -213,6 +216,39 @@ async def containers_of(owner: str) -> list[dict]:
             all=True, filters=json.dumps({"label": [f"{LABEL}=1", f"{OWNER_LABEL}={owner}"]})
         )
         return [c._container for c in found]
+
+
+async def container_processes(container_id: str) -> int:
+    """How many processes run in the container (``docker top``; 0 when it is gone). An idle sandbox
+    runs two (the runner and its zygote); more while a job runs."""
+    top = await asyncio.create_subprocess_exec("docker", "top", container_id, "-o", "pid",
+                                               stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL)
+    out, _ = await top.communicate()
+    return max(len(out.split()) - 1, 0)
+
+
+async def container_ended(container_id: str) -> bool:
+    """Whether the container is gone or no longer running."""
+    import aiodocker
+
+    async with aiodocker.Docker() as docker:
+        try:
+            info = await docker.containers.container(container_id).show()
+        except aiodocker.DockerError:
+            return True
+    return not info["State"]["Running"]
+
+
+def scrape_metrics(port: int) -> dict[str, float]:
+    """The rollstream_ samples a process serves on ``port`` (name with labels -> value)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    samples = {}
+    for line in text.splitlines():
+        if line.startswith("rollstream_") and " " in line:
+            name, value = line.rsplit(" ", 1)
+            samples[name] = float(value)
+    return samples
 
 
 async def remove_containers_of(owner: str) -> int:

@@ -240,6 +240,7 @@ class GeneratorStage:
         self.version_gauge = metrics.gauge("generator_policy_version", "Policy version of the loaded weights")
         self.errors = metrics.counter("generator_failed_samples", "Samples recorded as failures", ("reason",))
         self.batch_seconds = metrics.histogram("generator_batch_seconds", "Wall time of one generate call")
+        self.generating = metrics.gauge("generator_generating", "1 while a generate call runs, else 0")
 
     async def intake(self, stop: asyncio.Event) -> None:
         """Poll ``prompts``, validate, tokenize, queue (bounded: backpressure on the poll)."""
@@ -347,7 +348,11 @@ class GeneratorStage:
         for item in batch:
             requests += group_requests(item.delivery.event, item.prompt_ids, self.gen, self.config.rl.seed)
         started = time.time()
-        completions = await self._generate_with_retry(requests)
+        self.generating.set(1)
+        try:
+            completions = await self._generate_with_retry(requests)
+        finally:
+            self.generating.set(0)
         generate_s = time.time() - started
         self.batch_seconds.observe(generate_s)
         actions = []

@@ -19,7 +19,7 @@ from rollstream.consumers.rewards import RewardRegistry
 from rollstream.consumers.sandbox import DockerSandboxPool
 from rollstream.consumers.score import Evaluation, audit_record, evaluate
 from rollstream.schemas.events import RewardSpec, SandboxAudit
-from tests.helpers import wait_until
+from tests.helpers import container_ended, container_processes, wait_until
 
 pytestmark = pytest.mark.sandbox
 
@@ -72,26 +72,6 @@ async def assert_clean(pool: DockerSandboxPool, registry: RewardRegistry, after:
         assert probe.result.sandbox_id == after.result.sandbox_id  # the runner itself cleaned up
     else:
         assert probe.result.sandbox_id != after.result.sandbox_id
-
-
-async def processes(container_id: str) -> int:
-    """How many processes run in the container (``docker top``)."""
-    top = await asyncio.create_subprocess_exec("docker", "top", container_id, "-o", "pid",
-                                               stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL)
-    out, _ = await top.communicate()
-    return max(len(out.split()) - 1, 0)
-
-
-async def ended(container_id: str) -> bool:
-    """Whether the container is gone or no longer running."""
-    import aiodocker
-
-    async with aiodocker.Docker() as docker:
-        try:
-            info = await docker.containers.container(container_id).show()
-        except aiodocker.DockerError:
-            return True
-    return not info["State"]["Running"]
 
 
 def expect(evaluation: Evaluation, kind: str, reward: float) -> None:
@@ -178,7 +158,7 @@ async def test_child_outlives_parent(pool, registry):
     assert any(v.startswith("stray_processes") for v in audit.violations)
     assert audit.recycled
     # the orphan cannot write anywhere once its container has ended: wait for that, not for a time
-    await wait_until(lambda: ended(evaluation.result.container_id), "the attacked container ended", 30)
+    await wait_until(lambda: container_ended(evaluation.result.container_id), "the attacked container ended", 30)
     await assert_clean(pool, registry, evaluation)
 
 
@@ -446,11 +426,11 @@ async def test_runner_killed_from_outside_mid_execution(pool, registry):
     import aiodocker
 
     warm = list(pool._all)
-    idle = [await processes(w.container.id) for w in warm]  # the runner and its zygote
+    idle = [await container_processes(w.container.id) for w in warm]  # the runner and its zygote
 
     async def kill_while_the_job_runs() -> None:
         async def running() -> bool:  # the job's process has joined them
-            counts = [await processes(w.container.id) for w in warm]
+            counts = [await container_processes(w.container.id) for w in warm]
             return any(now > before for now, before in zip(counts, idle))
 
         await wait_until(running, "the job runs in its sandbox", 30, 0.02)
