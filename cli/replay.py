@@ -25,13 +25,14 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rollstream.config import Config
 from rollstream.errors import ConfigError
-from rollstream.replay import Item, Outcome, Selection, SpecSource, parse_time
-from rollstream.schemas import codec
-from rollstream.schemas.events import ActionGenerated, RewardScored
+
+if TYPE_CHECKING:  # the parser is built for every command: what replay runs is imported when it runs
+    from rollstream.replay import Item, Outcome, Selection, SpecSource
+    from rollstream.schemas.events import ActionGenerated, RewardScored
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -67,6 +68,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def selection_of(args: argparse.Namespace) -> Selection:
+    from rollstream.replay import Selection, parse_time
+
     return Selection(groups=set(args.group), rollouts=set(args.rollout), tasks=set(args.task),
                      families=set(args.family), partitions=set(args.partition) or None,
                      from_offset=args.from_offset, to_offset=args.to_offset, since=parse_time(args.since),
@@ -117,6 +120,8 @@ async def write_topic(config: Config, name: str, outcomes: list[Outcome]) -> int
     from aiokafka import AIOKafkaProducer
 
     from rollstream.kafka import create_topic
+    from rollstream.schemas import codec
+    from rollstream.schemas.events import RewardScored
 
     partitions = config.infra.partitions or 8
     await create_topic(config.infra, name, partitions)
@@ -135,7 +140,7 @@ async def write_topic(config: Config, name: str, outcomes: list[Outcome]) -> int
 async def replay_main(config: Config, args: argparse.Namespace) -> int:
     """`rollstream replay`: 0 when every selected action was re-scored, 1 when some could not be."""
     from rollstream.cli.records import archive_of, run_paths
-    from rollstream.replay import load_from_archive, load_from_broker, outcome_json, summarise
+    from rollstream.replay import SpecSource, load_from_archive, load_from_broker, outcome_json, summarise
 
     specs = SpecSource(args.tasks, args.spec)
     selection = selection_of(args)
