@@ -8,7 +8,7 @@ that the wrong solution fails at least one visible test, and writes one TaskSpec
 printed output, programs, in-place mutation, expected exceptions) come with literal tests;
 the suite check runs their references and wrong solutions through the real sandbox. The wrong solutions go to
 ``_wrong_solutions.jsonl`` (``{"task_id", "wrong_solution"}``), which the suite check
-(tests/producers/test_suite.py) uses; files starting with ``_`` are not task files.
+(tests/rollstream/tasks/test_suite.py) uses; files starting with ``_`` are not task files.
 
 ``--check`` verifies that the files on disk equal what would be written.
 """

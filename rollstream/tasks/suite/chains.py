@@ -257,7 +257,7 @@ def build(name: str, topic: str, steps: list[tuple[str, str, list[str]]]) -> Tas
 
 def check(task: TaskSpec) -> None:
     """Run each step's reference after the steps before it and its tests, in-process (a suite
-    bug, not a sandbox check: tests/producers/test_suite.py does that through the sandbox)."""
+    bug, not a sandbox check: tests/rollstream/tasks/test_suite.py does that through the sandbox)."""
     namespace: dict[str, object] = {"__name__": "solution"}
     for subtask in task.reward.subtasks:
         exec(subtask.reference or "", namespace)  # noqa: S102 - the suite's own references

@@ -8,7 +8,7 @@ executor's judge supports beyond plain function calls (docs/executor.md).
 * ``exception``: a function that must raise; the tests use ``raises`` (pytest.raises-style)
   or try/except.
 
-Tests are written out with literal expected values; ``tests/producers/test_suite.py`` checks,
+Tests are written out with literal expected values; ``tests/rollstream/tasks/test_suite.py`` checks,
 through the real sandbox, that every reference passes and every wrong solution fails.
 """
 

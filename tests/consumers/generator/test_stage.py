@@ -31,7 +31,7 @@ from tests.helpers import read_dead_letters, score_completion
 pytestmark = pytest.mark.integration
 
 TOLERANCE = 1e-4
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def _config(config: Config, model_dir: Path, **generator: Any) -> Config:
