@@ -34,10 +34,18 @@ def write_config(config: Config, path: Path) -> Path:
     return path
 
 
-def spawn(config_path: Path, tmp: Path, name: str, *extra: str) -> subprocess.Popen[bytes]:
-    with open(tmp / f"{name}.log", "wb") as log:  # the child keeps its own copy of the descriptor
-        return subprocess.Popen([sys.executable, "-m", "tests.learner.learner_proc", str(config_path), *extra],
-                                cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+def run_learner(config_path: Path, tmp: Path, name: str, *extra: str, expect: int) -> None:
+    """The learner in a process of its own (tests/learner/learner_proc.py) until it exits with ``expect``."""
+    log = tmp / f"{name}.log"
+    with open(log, "wb") as out:  # the child keeps its own copy of the descriptor
+        proc = subprocess.Popen([sys.executable, "-m", "tests.learner.learner_proc", str(config_path), *extra],
+                                cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        assert proc.wait(240) == expect, log.read_text()[-3000:]
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(10)
 
 
 async def test_sigkill_then_resume_trains_every_group_exactly_once(config: Config, learner_model_dir: str,
@@ -59,13 +67,7 @@ async def test_sigkill_then_resume_trains_every_group_exactly_once(config: Confi
     config_path = write_config(config, tmp_path / "learner.toml")
     # The crash lands at a known point: right after step 5's weights were published as version 5,
     # before the next checkpoint (steps 2 and 4 were checkpointed).
-    first = spawn(config_path, tmp_path, "first", "--kill-after-publishing", str(KILLED_AFTER))
-    try:
-        assert first.wait(240) == -signal.SIGKILL, (tmp_path / "first.log").read_text()[-3000:]
-    finally:
-        if first.poll() is None:
-            os.kill(first.pid, signal.SIGKILL)
-            first.wait(10)
+    run_learner(config_path, tmp_path, "first", "--kill-after-publishing", str(KILLED_AFTER), expect=-signal.SIGKILL)
     resumed_from = latest_checkpoint(ckpt_dir)
     assert resumed_from is not None
     state = load_state(resumed_from)
@@ -79,12 +81,7 @@ async def test_sigkill_then_resume_trains_every_group_exactly_once(config: Confi
         await redis.aclose()
     assert dead_version == KILLED_AFTER and state.policy_version == 4
 
-    second = spawn(config_path, tmp_path, "second", "--resume")
-    try:
-        assert second.wait(240) == 0, (tmp_path / "second.log").read_text()[-3000:]
-    finally:
-        if second.poll() is None:
-            os.kill(second.pid, signal.SIGKILL)
+    run_learner(config_path, tmp_path, "second", "--resume", expect=0)
     log = read_step_log(ckpt_dir)
     first_id = dead_run[0]["run_id"]
     second_id = next(r["run_id"] for r in log if r["run_id"] != first_id)
@@ -124,20 +121,10 @@ async def test_sigterm_checkpoints_the_current_step_and_exits_cleanly(config: Co
     async with EventProducer(config.infra, client_id="test") as producer:
         await producer.send_many([("advantages", g) for g in groups])
     config_path = write_config(config, tmp_path / "learner.toml")
-    proc = spawn(config_path, tmp_path, "first", "--term-after-step", "2")  # SIGTERM right after step 2
-    try:
-        assert proc.wait(240) == 0, (tmp_path / "first.log").read_text()[-3000:]
-    finally:
-        if proc.poll() is None:
-            os.kill(proc.pid, signal.SIGKILL)
+    run_learner(config_path, tmp_path, "first", "--term-after-step", "2", expect=0)  # SIGTERM right after step 2
     done = read_step_log(ckpt_dir)
     state = load_state(latest_checkpoint(ckpt_dir))
     assert state.step == done[-1]["step"] == 2  # nothing trained is lost on a graceful stop
-    second = spawn(config_path, tmp_path, "second", "--resume")
-    try:
-        assert second.wait(240) == 0
-    finally:
-        if second.poll() is None:
-            os.kill(second.pid, signal.SIGKILL)
+    run_learner(config_path, tmp_path, "second", "--resume", expect=0)
     counts = Counter(g for r in read_step_log(ckpt_dir) for g in r["groups"])
     assert counts == Counter({g.group_id: 1 for g in groups})
