@@ -15,7 +15,7 @@ from rollstream.config import Config, RLConfig, SamplerConfig
 from rollstream.kafka import EventConsumer, EventProducer
 from rollstream.producers import sampler as sampler_stage
 from rollstream.producers.mixture import epoch_plan, family_probabilities
-from rollstream.producers.sampler import max_in_flight, run, state_key
+from rollstream.producers.sampler import max_in_flight, run
 from rollstream.redis import connect, set_groups_consumed
 from rollstream.schemas.events import PromptIssued, RewardSpec
 from rollstream.schemas.tasks import TaskSpec, encode_task
@@ -90,20 +90,25 @@ async def test_resume_issues_every_position_once(config: Config, tmp_path: Path)
 
 
 @pytest.mark.integration
-async def test_restart_after_stop_mid_run(config: Config, tmp_path: Path) -> None:
-    """A sampler stopped at an arbitrary moment (SIGTERM path) resumes where it was."""
+async def test_restart_after_stop_mid_run(config: Config, tmp_path: Path, monkeypatch) -> None:
+    """A sampler stopped mid-run (the SIGTERM path: its stop event is set between two batches)
+    resumes where it was."""
     tasks_file = write_tasks(tmp_path / "tasks.jsonl")
     await no_backpressure(config)
     stop = asyncio.Event()
+    persist = sampler_stage.Sampler.persist
+
+    async def persist_then_stop(self: sampler_stage.Sampler, count: int) -> None:
+        await persist(self, count)
+        if await self.issued() >= 4:  # the first few batches are out (mid-epoch: 7 tasks, batches of 3)
+            stop.set()
+
+    monkeypatch.setattr(sampler_stage.Sampler, "persist", persist_then_stop)
     first = asyncio.create_task(run(make_config(config, tasks_file, max_groups=400), stop=stop))
     redis = connect(config.infra.redis_url)
     try:
-        async def position() -> int:
-            return int((await redis.hget(state_key(make_config(config, tasks_file)), "position")) or 0)
-
-        await wait_until(lambda: at_least(position, 4), "the first few batches issued")  # then stop, mid-run
-        stop.set()
         await asyncio.wait_for(first, 30)
+        monkeypatch.setattr(sampler_stage.Sampler, "persist", persist)
         persisted = int(await redis.get(f"{config.infra.key_prefix}sampler:issued"))
         assert 0 < persisted < 400
         await asyncio.wait_for(run(make_config(config, tasks_file, max_groups=persisted + 9), stop=asyncio.Event()), 60)
