@@ -1,9 +1,7 @@
-"""Runs the learner stage in its own process, for the crash/resume tests.
+"""Runs the learner stage in its own process, for the crash/resume test.
 
-``python -m tests.learner.learner_proc CONFIG.toml [--resume] [--kill-after-publishing V] [--term-after-step S]``:
-the process SIGKILLs itself right after it published policy version ``V`` (a crash at a known
-point: after a step's weights went out, before the next checkpoint), or sends itself SIGTERM
-right after step ``S`` was logged (a stop request while the run goes on).
+``python -m tests.learner.learner_proc CONFIG.toml [--resume] [--step-sleep S]``: ``--step-sleep``
+slows every optimizer step down so the test can SIGKILL the process between checkpoints.
 """
 
 from __future__ import annotations
@@ -11,21 +9,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import os
-import signal
+import time
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("config")
-    parser.add_argument("--resume", action="store_true")
-    parser.add_argument("--kill-after-publishing", type=int, default=None, metavar="VERSION")
-    parser.add_argument("--term-after-step", type=int, default=None, metavar="STEP")
-    args = parser.parse_args()
-    logging.basicConfig(level="INFO", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("aiokafka").setLevel(logging.WARNING)
+def crash_points(args: argparse.Namespace) -> None:
+    """``--kill-after-publishing V``: the process SIGKILLs itself right after it published policy
+    version V (a crash at a known point: after a step's weights went out, before the next
+    checkpoint). ``--term-after-step S``: it sends itself SIGTERM right after step S was logged
+    (a stop request while the run goes on)."""
+    import os
+    import signal
 
-    from rollstream.config_load import load_config
     from rollstream.learner import checkpoint, train
 
     if args.kill_after_publishing is not None:
@@ -46,6 +40,33 @@ def main() -> None:
                 os.kill(os.getpid(), signal.SIGTERM)
 
         checkpoint.append_step_log = log_then_stop  # type: ignore[assignment]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("config")
+    parser.add_argument("--resume", action="store_true")
+    parser.add_argument("--kill-after-publishing", type=int, default=None, metavar="VERSION")
+    parser.add_argument("--term-after-step", type=int, default=None, metavar="STEP")
+    parser.add_argument("--step-sleep", type=float, default=0.0)
+    args = parser.parse_args()
+    crash_points(args)
+    logging.basicConfig(level="INFO", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("aiokafka").setLevel(logging.WARNING)
+
+    from rollstream.config_load import load_config
+    from rollstream.learner import train
+    from rollstream.learner.trainer import Trainer
+
+    if args.step_sleep:
+        original = Trainer.step
+
+        def slow_step(self, rollouts):  # type: ignore[no-untyped-def]
+            result = original(self, rollouts)
+            time.sleep(args.step_sleep)
+            return result
+
+        Trainer.step = slow_step  # type: ignore[method-assign]
     asyncio.run(train.run(load_config(args.config, environ={}), resume=args.resume))
 
 
