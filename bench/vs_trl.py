@@ -55,7 +55,7 @@ LR = 2e-6
 
 def bench_tasks(n: int) -> list[Any]:
     """The ``n`` easiest tasks of the built-in suite (difficulty, then id: a fixed choice)."""
-    from rollstream.producers.sources import builtin_tasks
+    from rollstream.tasks.sources import builtin_tasks
 
     tasks = [t for t in builtin_tasks() if not t.reward.program]
     return sorted(tasks, key=lambda t: (t.difficulty, t.task_id))[:n]

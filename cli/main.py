@@ -16,7 +16,8 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from rollstream.config import Config, load_config, profile_path, to_toml
+from rollstream.config import Config
+from rollstream.config_load import load_config, profile_path, to_toml
 from rollstream.errors import ConfigError, RollstreamError
 
 log = logging.getLogger("rollstream")
@@ -24,11 +25,11 @@ log = logging.getLogger("rollstream")
 # stage -> (module, help). Each module exposes ``async def run(config, **options) -> None``.
 STAGES: dict[str, tuple[str, str]] = {
     "sampler": ("rollstream.producers.sampler", "publish PromptIssued events from task sources"),
-    "generator": ("rollstream.consumers.generator", "turn prompts into G completions each (transformers or SGLang)"),
+    "generator": ("rollstream.consumers.generator.stage", "turn prompts into G completions each (transformers or SGLang)"),
     "executor": ("rollstream.consumers.executor", "run completions in Docker sandboxes and score them"),
     "stream": ("rollstream.streams.advantages", "gather each group's rewards and compute advantages (Faust)"),
     "learner": ("rollstream.learner.train", "train the policy on advantages and broadcast weights"),
-    "archiver": ("rollstream.consumers.archiver", "sink every topic of a run into the run archive (Parquet)"),
+    "archiver": ("rollstream.consumers.archiver.stage", "sink every topic of a run into the run archive (Parquet)"),
 }
 
 
@@ -88,7 +89,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("image", help="the images of the compose deployment: base [--offline], build [--offline]")
     _common(p)
-    from rollstream.cli.image import add_arguments as add_image_arguments  # argparse only: stays fast
+    from rollstream.cli.compose_images import (
+        add_arguments as add_image_arguments,  # argparse only: stays fast
+    )
 
     add_image_arguments(p)
 
@@ -203,7 +206,7 @@ def dispatch(args: argparse.Namespace, config: Config) -> int:
         print(f"built sandbox image {tag}")
         return 0
     if command == "image":
-        from rollstream.cli.image import image_main
+        from rollstream.cli.compose_images import image_main
 
         return image_main(args)
     if command == "plot":

@@ -10,6 +10,7 @@ components, audit records) is the real one. Never use it to train a model: nothi
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 import uuid
 from collections.abc import Iterable
@@ -19,7 +20,7 @@ from rollstream.config import Config
 from rollstream.consumers.sandbox import Job, RunResult, limits_from_config
 from rollstream.schemas.events import SandboxLimits
 
-CACHE_ENTRIES = 1 << 14  # verdicts kept by code (cleared when full)
+CACHE_ENTRIES = 1 << 14  # verdicts kept by code (least recently used dropped first)
 
 
 def normalised(code: str) -> str:
@@ -31,11 +32,11 @@ class SimSandbox:
         self.seconds = config.executor.sim_seconds
         self.references = {normalised(code) for code in references if code}
         self._limits = limits_from_config(config.executor)
-        self._judged: dict[str, tuple[dict[str, Any] | None, bool]] = {}
+        self._judge = functools.lru_cache(maxsize=CACHE_ENTRIES)(self._verdict)
 
     @classmethod
     def from_config(cls, config: Config) -> SimSandbox:
-        from rollstream.producers.sources import load_tasks
+        from rollstream.tasks.sources import load_tasks
 
         references = []
         for task in load_tasks(config.sampler.sources):
@@ -51,20 +52,16 @@ class SimSandbox:
 
     def judged(self, code: str) -> tuple[dict[str, Any] | None, bool]:
         """(the syntax error event or None, whether it is a reference), cached: completions repeat."""
-        verdict = self._judged.get(code)
-        if verdict is None:
-            try:
-                compile(code, "<completion>", "exec")
-            except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError) as exc:
-                line = getattr(exc, "lineno", None)
-                verdict = ({"e": "syntax", "type": type(exc).__name__, "line": line, "msg": str(exc)[:300]}, False)
-            else:
-                verdict = (None, normalised(code) in self.references)
-            if len(self._judged) >= CACHE_ENTRIES:
-                self._judged.clear()
-            self._judged[code] = verdict
-        syntax, ok = verdict
+        syntax, ok = self._judge(code)
         return (dict(syntax) if syntax is not None else None), ok
+
+    def _verdict(self, code: str) -> tuple[dict[str, Any] | None, bool]:
+        try:
+            compile(code, "<completion>", "exec")
+        except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError) as exc:
+            line = getattr(exc, "lineno", None)
+            return {"e": "syntax", "type": type(exc).__name__, "line": line, "msg": str(exc)[:300]}, False
+        return None, normalised(code) in self.references
 
     async def execute(self, job: Job) -> RunResult:
         started = time.perf_counter()

@@ -45,8 +45,8 @@ from rollstream.infra import resolve_endpoints
 from rollstream.kafka import Delivery, EventConsumer, EventProducer, ensure_topics
 from rollstream.learner import checkpoint as ckpt
 from rollstream.learner.batch import select_rollouts
+from rollstream.learner.lora import add_lora, merged_state_dict, pad_id_of
 from rollstream.learner.metrics import LearnerMetrics
-from rollstream.learner.model import add_lora, merged_state_dict, pad_id_of
 from rollstream.learner.trainer import SimTrainer, Trainer
 from rollstream.lifecycle import stop_event
 from rollstream.metrics import StageMetrics, serve_metrics

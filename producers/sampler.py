@@ -40,10 +40,10 @@ from rollstream.config import Config
 from rollstream.kafka import EventConsumer, EventProducer, ensure_topics
 from rollstream.metrics import StageMetrics, serve_metrics
 from rollstream.producers.mixture import AdaptiveStats, epoch_plan, family_probabilities, informative
-from rollstream.producers.sources import load_tasks, split_tasks
 from rollstream.redis import connect, get_policy_version, groups_resolved, key
 from rollstream.schemas.events import GroupAdvantaged, Message, PromptIssued, RewardSpec, SamplingParams
 from rollstream.schemas.tasks import TaskSpec
+from rollstream.tasks.sources import load_tasks, split_tasks
 
 log = logging.getLogger(__name__)
 PENDING_LIMIT = 100_000  # issued groups remembered for the adaptive "dropped by the stream" check

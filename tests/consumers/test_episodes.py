@@ -4,20 +4,15 @@ says, what a continuation carries, and the rollout the next turn makes of it."""
 from __future__ import annotations
 
 import msgspec
+import pytest
 
-from rollstream.consumers.episodes import (
-    OBSERVATION_CHARS,
-    continuation_of,
-    continued,
-    continued_rollout,
-    ends,
-    final_reward,
-    observation,
-)
+from rollstream.consumers.episodes import OBSERVATION_CHARS, continuation_of, ends, final_reward, observation
+from rollstream.consumers.generator.turns import continued, continued_rollout
 from rollstream.schemas import PromptIssued, codec
 from rollstream.schemas.events import ExecutionRecord, RewardSpec
 from rollstream.testing import make_action
 
+pytestmark = pytest.mark.unit
 SPEC = RewardSpec(entry_point="f", tests=["assert f(1) == 2", "assert f(2) == 3", "assert f(0) == 1"],
                   turn_penalty=0.25)
 FAIL = ExecutionRecord(sandbox_id="s", exit_code=0, duration_s=0.1, error_kind="none", tests_passed=1, tests_total=3)

@@ -12,8 +12,10 @@ import sys
 from pathlib import Path
 
 import msgspec
+import pytest
 
-from rollstream.config import Config, ExecutorConfig, to_toml
+from rollstream.config import Config, ExecutorConfig
+from rollstream.config_load import to_toml
 from rollstream.consumers.executor import run
 from rollstream.kafka import EventProducer, ensure_topics
 from rollstream.schemas import DeadLetter, codec
@@ -21,6 +23,7 @@ from rollstream.schemas.events import ActionGenerated, RewardScored, RewardSpec,
 from rollstream.testing import make_action, make_rollout
 from tests.helpers import read_events
 
+pytestmark = pytest.mark.sandbox
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -120,7 +123,7 @@ async def test_sigkill_mid_batch_then_restart_loses_no_action(
     path = tmp_path / "executor.toml"
     path.write_text(to_toml(config))
     script = (
-        "import asyncio, sys\nfrom rollstream.config import load_config\nfrom rollstream.consumers.executor import run\n"
+        "import asyncio, sys\nfrom rollstream.config_load import load_config\nfrom rollstream.consumers.executor import run\n"
         "asyncio.run(run(load_config(sys.argv[1], environ={})))\n"
     )
 

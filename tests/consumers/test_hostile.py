@@ -19,6 +19,9 @@ from rollstream.consumers.rewards import RewardRegistry
 from rollstream.consumers.sandbox import DockerSandboxPool
 from rollstream.consumers.score import Evaluation, audit_record, evaluate
 from rollstream.schemas.events import RewardSpec, SandboxAudit
+from tests.helpers import container_ended, container_processes, wait_until
+
+pytestmark = pytest.mark.sandbox
 
 TIMEOUT_S = 1.0
 SPEC = RewardSpec(tests=["assert f(1) == 2"], timeout_s=TIMEOUT_S)  # for attacks that should time out
@@ -159,7 +162,8 @@ async def test_child_outlives_parent(pool, registry):
     expect(evaluation, "violation", SPEC.crash_reward)
     assert any(v.startswith("stray_processes") for v in audit.violations)
     assert audit.recycled
-    await asyncio.sleep(0.7)  # the orphan would have written by now, had it survived
+    # the orphan cannot write anywhere once its container has ended: wait for that, not for a time
+    await wait_until(lambda: container_ended(evaluation.result.container_id), "the attacked container ended", 30)
     await assert_clean(pool, registry, evaluation)
 
 
@@ -428,13 +432,20 @@ async def test_runner_killed_from_outside_mid_execution(pool, registry):
     killed while the job runs) the verdict is a violation and the pool replaces the container."""
     import aiodocker
 
-    async def kill_soon() -> None:
-        await asyncio.sleep(0.3)
-        async with aiodocker.Docker() as docker:
-            for warm in list(pool._all):
-                await docker.containers.container(warm.container.id).kill()
+    warm = list(pool._all)
+    idle = [await container_processes(w.container.id) for w in warm]  # the runner and its zygote
 
-    killer = asyncio.create_task(kill_soon())
+    async def kill_while_the_job_runs() -> None:
+        async def running() -> bool:  # the job's process has joined them
+            counts = [await container_processes(w.container.id) for w in warm]
+            return any(now > before for now, before in zip(counts, idle))
+
+        await wait_until(running, "the job runs in its sandbox", 30, 0.02)
+        async with aiodocker.Docker() as docker:
+            for w in warm:
+                await docker.containers.container(w.container.id).kill()
+
+    killer = asyncio.create_task(kill_while_the_job_runs())
     evaluation, audit = await attack(
         pool, registry, "import time\ntime.sleep(3)\ndef f(x):\n    return x + 1", ROOMY
     )

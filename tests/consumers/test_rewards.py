@@ -18,6 +18,8 @@ from rollstream.consumers.rewards import (
 from rollstream.consumers.sandbox import Job, RunResult
 from rollstream.schemas.events import RewardSpec
 
+pytestmark = pytest.mark.unit
+
 SPEC = RewardSpec(entry_point="f", tests=["assert f(1) == 2", "assert f(2) == 3", "assert f(3) == 5"])
 
 

@@ -31,6 +31,8 @@ from rollstream.errors import SandboxError
 from rollstream.schemas.events import RewardSpec
 from tests.helpers import containers_of
 
+pytestmark = pytest.mark.sandbox
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

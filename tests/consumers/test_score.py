@@ -10,6 +10,8 @@ from rollstream.consumers.score import evaluate
 from rollstream.errors import SandboxError
 from rollstream.schemas.events import RewardSpec
 
+pytestmark = pytest.mark.unit
+
 SPEC = RewardSpec(entry_point="f", tests=["assert f(1) == 2"])
 COMPLETION = "```python\ndef f(x):\n    return x + 1\n```"
 PASSED = [{"e": "compiled"}, {"e": "code_ok"}, {"e": "test", "i": 0, "ok": True}, {"e": "done"}]
@@ -70,7 +72,7 @@ async def test_an_event_may_lower_the_timeout_but_never_raise_it_above_the_stage
 
 
 def test_the_stage_ceilings_must_admit_their_defaults() -> None:
-    from rollstream.config import load_config
+    from rollstream.config_load import load_config
     from rollstream.errors import ConfigError
 
     with pytest.raises(ConfigError, match="max_timeout_s"):

@@ -7,16 +7,18 @@ import time
 from pathlib import Path
 
 import msgspec
+import pytest
 
 from rollstream.config import Config, ExecutorConfig, SimGeneratorConfig
-from rollstream.consumers.backends.base import GenerationRequest, Sampling
-from rollstream.consumers.backends.scripted import SimBackend
+from rollstream.consumers.generator.backends.base import GenerationRequest, Sampling
+from rollstream.consumers.generator.backends.scripted import SimBackend
 from rollstream.consumers.rewards import default_registry
 from rollstream.consumers.score import evaluate
 from rollstream.consumers.sim_sandbox import SimSandbox
 from rollstream.models import load_tokenizer
 from rollstream.schemas.events import RewardSpec
 
+pytestmark = pytest.mark.unit
 ANSWERS = {"t/add": ["def add(a, b):\n    return a + b\n", "def add(a, b):\n    return a - b\n"]}
 
 

@@ -19,6 +19,8 @@ from rollstream.consumers.sandbox import DockerSandboxPool
 from rollstream.consumers.score import Evaluation, evaluate
 from rollstream.schemas.events import RewardSpec
 
+pytestmark = pytest.mark.sandbox
+
 ADD = RewardSpec(
     entry_point="add",
     tests=["assert add(1, 2) == 3", "assert add(2, 2) == 4", "assert add(-1, 1) == 0"],

@@ -5,8 +5,11 @@ the files."""
 
 from __future__ import annotations
 
+import pytest
+
 from rollstream.consumers.sandbox import WORKSPACE_BYTES, DockerSandboxPool, Job
 
+pytestmark = pytest.mark.sandbox
 LEAVE = (
     "import os\n"
     "os.makedirs('/work/notes/deep', exist_ok=True)\n"
