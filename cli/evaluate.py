@@ -217,13 +217,13 @@ async def generate_and_score(config: Config, backend: Any, missing: Sequence[tup
     then holds every sample's result after ``t`` turns (passed at any of them); ``results``
     gets the last."""
     options = config.eval
-    from rollstream.consumers.episodes import observation
+    from rollstream.consumers.executor.episodes import observation
+    from rollstream.consumers.executor.rewards import default_registry
+    from rollstream.consumers.executor.sandbox import DockerSandboxPool
+    from rollstream.consumers.executor.score import evaluate
     from rollstream.consumers.generator.backends.base import GenerationRequest
     from rollstream.consumers.generator.backends.sampling import derive_seed
     from rollstream.consumers.generator.turns import observation_ids
-    from rollstream.consumers.rewards import default_registry
-    from rollstream.consumers.sandbox import DockerSandboxPool
-    from rollstream.consumers.score import evaluate
 
     requests, owners = build_requests(config, backend.tokenizer, missing)
     contexts = {r.request_id: list(r.prompt_token_ids) for r in requests}

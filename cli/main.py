@@ -26,7 +26,7 @@ log = logging.getLogger("rollstream")
 STAGES: dict[str, tuple[str, str]] = {
     "sampler": ("rollstream.producers.sampler", "publish PromptIssued events from task sources"),
     "generator": ("rollstream.consumers.generator.stage", "turn prompts into G completions each (transformers or SGLang)"),
-    "executor": ("rollstream.consumers.executor", "run completions in Docker sandboxes and score them"),
+    "executor": ("rollstream.consumers.executor.stage", "run completions in Docker sandboxes and score them"),
     "stream": ("rollstream.streams.advantages", "gather each group's rewards and compute advantages (Faust)"),
     "learner": ("rollstream.learner.train", "train the policy on advantages and broadcast weights"),
     "archiver": ("rollstream.consumers.archiver.stage", "sink every topic of a run into the run archive (Parquet)"),
@@ -195,11 +195,11 @@ def dispatch(args: argparse.Namespace, config: Config) -> int:
 
         return run_pipeline(config, args)
     if command == "score":
-        from rollstream.consumers.score import score_main
+        from rollstream.consumers.executor.score import score_main
 
         return asyncio.run(score_main(config, args.inputs, args.output))
     if command == "sandbox":
-        from rollstream.consumers.image import build_image
+        from rollstream.consumers.executor.image import build_image
 
         tag = args.tag or config.executor.image
         build_image(tag=tag, offline=args.offline)

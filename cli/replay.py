@@ -81,8 +81,8 @@ async def rescore_in_sandbox(config: Config, items: list[Item], specs: SpecSourc
     """Score every item again as the executor does (``backend``, else a Docker sandbox pool of
     ``config.executor``), at most ``executor.concurrency`` at once, with a progress bar."""
     from rollstream.cli.tables import progress
-    from rollstream.consumers.executor import score_action
-    from rollstream.consumers.rewards import default_registry
+    from rollstream.consumers.executor.rewards import default_registry
+    from rollstream.consumers.executor.stage import score_action
     from rollstream.replay import rescore
 
     registry = default_registry()
@@ -97,7 +97,7 @@ async def rescore_in_sandbox(config: Config, items: list[Item], specs: SpecSourc
 
     if backend is not None:
         return await all_of(backend)
-    from rollstream.consumers.sandbox import DockerSandboxPool
+    from rollstream.consumers.executor.sandbox import DockerSandboxPool
 
     async with DockerSandboxPool(config.executor) as pool:
         return await all_of(pool)

@@ -366,7 +366,7 @@ class EvalConfig(Section):
     samples: PositiveInt = 1
     """Samples per task (n)."""
     turns: Annotated[int, Meta(ge=1, le=8)] = 1
-    """Turns per sample: a sample that fails gets the executor's observation (consumers/episodes.py)
+    """Turns per sample: a sample that fails gets the executor's observation (consumers/executor/episodes.py)
     and tries again, up to this many turns; the report gives pass@k after each number of turns."""
     ks: list[PositiveInt] = msgspec.field(default_factory=lambda: [1])
     """The k values of pass@k (each at most samples)."""

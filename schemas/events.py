@@ -116,7 +116,7 @@ class SamplingParams(msgspec.Struct, frozen=True, kw_only=True):
 
 class Subtask(msgspec.Struct, frozen=True, kw_only=True):
     """One step of a task that is worked through in order, one or more turns each
-    (consumers/episodes.py). The code of the steps passed stays with the episode."""
+    (consumers/executor/episodes.py). The code of the steps passed stays with the episode."""
 
     instruction: Text
     tests: Annotated[list[Text], Meta(max_length=1000)]
@@ -155,7 +155,7 @@ class RewardSpec(msgspec.Struct, frozen=True, kw_only=True):
     trust: TaskTrust = "judge"
     program: bool = False
     # The task's reference solution, put here by the sampler when it issues a prompt: the
-    # executor runs it once per task (consumers/reference.py). Never shown to the model.
+    # executor runs it once per task (consumers/executor/reference.py). Never shown to the model.
     reference: Text = ""
 
 
@@ -170,7 +170,7 @@ Workspace = Annotated[list[WorkspaceFile], Meta(max_length=256)]
 
 
 class Continuation(msgspec.Struct, frozen=True, kw_only=True):
-    """A later turn of one sample of a multi-turn episode (consumers/episodes.py).
+    """A later turn of one sample of a multi-turn episode (consumers/executor/episodes.py).
 
     The transcript so far travels as tokens: ``generated_mask[i]`` is 1 where
     ``completion_token_ids[i]`` was produced by the model (and has a behaviour

@@ -15,7 +15,7 @@ Guarantees:
 * Prompts of several events are batched into one generate call (at most
   ``max_batch_prompts`` events, waiting at most ``batch_wait_ms`` for more after the first).
   Sending a batch's actions overlaps with generating the next one.
-* Multi-turn episodes (consumers/episodes.py): a ``PromptIssued`` with a continuation asks for the
+* Multi-turn episodes (consumers/executor/episodes.py): a ``PromptIssued`` with a continuation asks for the
   next turn of one sample. Its observation is rendered as a user turn of the chat template and
   appended to the transcript; the action's rollout spans every turn, with the mask of the
   model's tokens.

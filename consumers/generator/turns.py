@@ -1,5 +1,5 @@
 """Multi-turn episodes, the generator's side: how a ``PromptIssued`` with a continuation becomes the
-next turn of one sample (consumers/episodes.py says what an episode is and what the executor
+next turn of one sample (consumers/executor/episodes.py says what an episode is and what the executor
 decides after each turn).
 
 The observation is rendered as the next user turn in the model's chat template and appended to

@@ -7,7 +7,7 @@ import msgspec
 import pytest
 
 from rollstream.cli.records import gather, render
-from rollstream.consumers.episodes import continuation_of
+from rollstream.consumers.executor.episodes import continuation_of
 from rollstream.schemas.events import ExecutionRecord, RewardScored
 from rollstream.testing import make_action, make_prompt
 

@@ -97,7 +97,7 @@ async def test_generator_survives_poison(config: Config, tiny_model_dir: Path) -
 
 
 async def test_executor_survives_poison(config: Config, sandbox_image: str, owner: str) -> None:
-    from rollstream.consumers.executor import run
+    from rollstream.consumers.executor.stage import run
 
     config = msgspec.structs.replace(config, executor=ExecutorConfig(image=sandbox_image, owner=owner, pool_size=1,
                                                                      concurrency=2))

@@ -15,8 +15,8 @@ import pytest
 from aiokafka import AIOKafkaProducer
 
 from rollstream.config import Config, ExecutorConfig, InfraConfig
-from rollstream.consumers.executor import run
-from rollstream.consumers.sim_sandbox import SimSandbox
+from rollstream.consumers.executor.sim_sandbox import SimSandbox
+from rollstream.consumers.executor.stage import run
 from rollstream.guard import DUPLICATE, NEW, POISON, REPLAY_HEADER, SUSPECT, IntakeGuard
 from rollstream.kafka import EventProducer, ensure_topics, topic_name
 from rollstream.metrics import StageMetrics

@@ -1,7 +1,7 @@
 # ruff: noqa: ISC004 (the chains are data: long strings split over lines)
 """The built-in subtask chains: ``python -m rollstream.tasks.suite.chains`` rewrites ``chains.jsonl``.
 
-Each chain builds a small module one step at a time (consumers/episodes.py): a step is an
+Each chain builds a small module one step at a time (consumers/executor/episodes.py): a step is an
 instruction, its tests and a reference solution; the code of the steps passed is kept and runs
 before the next step's, so later steps may call what earlier ones defined. A chain's top-level
 ``reward.tests`` are all its steps' tests (a one-shot answer that writes the whole module

@@ -68,10 +68,10 @@ def test_suite_files_are_up_to_date() -> None:
 
 
 async def _score_all(tasks: list[TaskSpec], wrong: dict[str, str]) -> list[tuple[str, str, float, object]]:
-    from rollstream.consumers.rewards import default_registry
-    from rollstream.consumers.reference import ReferenceChecks
-    from rollstream.consumers.sandbox import DockerSandboxPool
-    from rollstream.consumers.score import evaluate
+    from rollstream.consumers.executor.reference import ReferenceChecks
+    from rollstream.consumers.executor.rewards import default_registry
+    from rollstream.consumers.executor.sandbox import DockerSandboxPool
+    from rollstream.consumers.executor.score import evaluate
 
     registry = default_registry()
     config = ExecutorConfig(pool_size=2, concurrency=4, owner="rollstream-test-suite")
@@ -133,10 +133,10 @@ async def test_every_chain_step_through_the_real_sandbox_with_the_code_carried(s
     """Each step's reference, run after the code of the steps before it (as an episode carries it),
     passes its step's tests in the sandbox; without the code carried, the last step fails (it uses
     what the earlier ones defined)."""
-    from rollstream.consumers.episodes import subtask_turn
-    from rollstream.consumers.rewards import default_registry
-    from rollstream.consumers.sandbox import DockerSandboxPool
-    from rollstream.consumers.score import evaluate
+    from rollstream.consumers.executor.episodes import subtask_turn
+    from rollstream.consumers.executor.rewards import default_registry
+    from rollstream.consumers.executor.sandbox import DockerSandboxPool
+    from rollstream.consumers.executor.score import evaluate
     from rollstream.testing import make_action
 
     registry = default_registry()

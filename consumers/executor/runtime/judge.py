@@ -5,7 +5,7 @@ Runs INSIDE the sandbox after ``codec.py``, ``channel.py``, ``proxies.py`` and `
 
 The zygote forks a fresh judge per job next to the job's candidate; both die with the job, so
 nothing a judge did reaches a later job. The judge runs the task's ``setup`` and tests with the
-names the tests read bound as the candidate reported them (consumers/proxies.py), and reports
+names the tests read bound as the candidate reported them (consumers/executor/runtime/proxies.py), and reports
 events to the runner (PID 1, which only supervises) on a pipe only the judge holds:
 ``compiled``, ``syntax``, ``setup_error``, ``code_error``, ``code_ok``, ``test`` (i, ok, type,
 msg), ``gone`` (i), ``tamper`` (kind, msg), ``paths`` (with ``record``: which calls gave plain
@@ -26,7 +26,7 @@ completion's reach:
   links the completion left in ``/work``;
 * **the tests' overrides reach the completion**: builtins the tests patched, ``sys.stdin``,
   ``sys.argv``, and ``mock.patch`` of standard-library attributes apply in the candidate for the
-  length of each request (consumers/candidate.py);
+  length of each request (consumers/executor/runtime/candidate.py);
 * ``unittest``: a TestCase run inside a test (``unittest.main()`` or a runner) that fails or
   errors fails that test; ``unittest.main()``'s successful ``SystemExit`` passes it.
 """
@@ -39,17 +39,12 @@ import sys
 import types
 
 if __name__ != "__main__":  # on the host; in the sandbox these names come from the files above
-    from rollstream.consumers.channel import LinkDown
-    from rollstream.consumers.codec import MAX_MESSAGE_BYTES, ProtocolError, _text
-    from rollstream.consumers.proxies import (
+    from rollstream.consumers.executor.runtime.channel import LinkDown
+    from rollstream.consumers.executor.runtime.codec import ProtocolError, _text
+    from rollstream.consumers.executor.runtime.proxies import (
         NEVER_IMPORT,
-        CandidateGone,
-        FailedCall,
         Judge,
-        MirrorMeta,
-        Remote,
         RemoteBase,
-        TypeMismatch,
         _NeedsCandidate,
         _State,
         raises,

@@ -10,8 +10,8 @@ import json
 
 import pytest
 
-from rollstream.consumers import sandbox
-from tests.consumers.judged import failures, judged, verdicts
+from rollstream.consumers.executor import sandbox
+from tests.consumers.executor.judged import failures, judged, verdicts
 
 pytestmark = pytest.mark.unit
 
@@ -33,7 +33,7 @@ def test_the_runtime_defines_each_name_once() -> None:
     for name in sandbox.RUNTIME:
         from importlib import resources
 
-        tree = ast.parse(resources.files("rollstream.consumers").joinpath(name).read_text())
+        tree = ast.parse(resources.files("rollstream.consumers.executor.runtime").joinpath(name).read_text())
         for node in tree.body:
             names = []
             if isinstance(node, (ast.FunctionDef, ast.ClassDef)):

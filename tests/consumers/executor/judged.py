@@ -10,7 +10,8 @@ import select
 import signal
 import time
 
-from rollstream.consumers import candidate, judge, sandbox
+from rollstream.consumers.executor import sandbox
+from rollstream.consumers.executor.runtime import candidate, judge
 
 
 def judged(code: str, tests: list[str], *, setup: str = "", entry_point: str = "", program: bool = False,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rollstream.consumers.rewards import (
+from rollstream.consumers.executor.rewards import (
     PythonTests,
     RewardRegistry,
     Scored,
@@ -15,7 +15,7 @@ from rollstream.consumers.rewards import (
     pass_component,
     weighted_reward,
 )
-from rollstream.consumers.sandbox import Job, RunResult
+from rollstream.consumers.executor.sandbox import Job, RunResult
 from rollstream.schemas.events import RewardSpec
 
 pytestmark = pytest.mark.unit

@@ -12,7 +12,7 @@ by adding to the registry passed to the executor.
   completion has no fence at all; nothing (``no_code``) when it only has fences of other
   languages or is blank. An unclosed fence (a truncated completion) runs to the end of the text.
 * the tests run in a judge the completion cannot reach (``trust = "judge"``: the sandbox's
-  runner, see consumers/judge.py): they see the completion only through plain-data calls.
+  runner, see consumers/executor/runtime/judge.py): they see the completion only through plain-data calls.
 * no code -> ``no_code_reward``; code that does not compile -> ``syntax_error_reward`` (the
   record carries the error kind, line within the extracted code, and message); timeout ->
   ``timeout_reward``; killed by a signal before the judge finished, out of memory, output over
@@ -35,7 +35,7 @@ from typing import Protocol
 
 import msgspec
 
-from rollstream.consumers.sandbox import Job, RunResult
+from rollstream.consumers.executor.sandbox import Job, RunResult
 from rollstream.schemas.events import ExecutionRecord, RewardSpec
 
 PYTHON_TAGS = frozenset({"", "python", "py", "python3", "py3"})

@@ -8,7 +8,7 @@ judge.py for the other side). Everything here is honest serving code; the comple
 any of it in its own process, and the judge believes only what it can decode.
 
 What the tests hand over comes as it is in Python: their lists, dicts and the task's own class
-instances as replicas whose changes go back (consumers/codec.py); their functions, mocks and
+instances as replicas whose changes go back (consumers/executor/runtime/codec.py); their functions, mocks and
 streams as :class:`JudgeProxy` s, which the completion calls like the originals (the judge runs
 them). For the length of a request the judge's overrides apply here too: a builtin the tests
 patched (``input``), ``sys.stdin``/``sys.argv`` they replaced, ``mock.patch`` of a
@@ -17,22 +17,19 @@ so ``input()``, ``sys.stdin.buffer`` and ``open(0)`` all read it.
 """
 
 import builtins
-import collections
-import io
 import os
 import sys
 
 if __name__ != "__main__":  # on the host; in the sandbox these names come from the files above
-    from rollstream.consumers.channel import Channel, items
-    from rollstream.consumers.codec import (
-        IMMUTABLE,
+    from rollstream.consumers.executor.runtime.channel import Channel, items
+    from rollstream.consumers.executor.runtime.codec import (
         MUTABLE,
         ProtocolError,
         Table,
         _text,
         std_name,
     )
-    from rollstream.consumers.proxies import (
+    from rollstream.consumers.executor.runtime.proxies import (
         CANDIDATE_PARITY,
         JUDGE_PARITY,
         STD_VALUE_CLASSES,
@@ -448,7 +445,7 @@ def run_program_here(code, stdin, out_cap):
     saved = sys.stdin, sys.stdout, sys.argv
     os.dup2(source, 0)
     os.dup2(sink, 1)
-    sys.stdin = open(0, "r", closefd=False, encoding="utf-8", errors="surrogateescape")
+    sys.stdin = open(0, closefd=False, encoding="utf-8", errors="surrogateescape")
     sys.stdout = open(1, "w", closefd=False, encoding="utf-8")
     sys.stdout.reconfigure(write_through=True)  # print() and sys.stdout.buffer.write() keep their order
     sys.argv = ["solution"]

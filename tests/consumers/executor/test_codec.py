@@ -1,4 +1,4 @@
-"""The codec between judge and candidate (consumers/codec.py): values keep their types, identity,
+"""The codec between judge and candidate (consumers/executor/runtime/codec.py): values keep their types, identity,
 aliasing and cycles across the boundary; changes travel back in place; the strict decoder refuses
 what the encoder never writes, and floods of equal hashes."""
 
@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rollstream.consumers import codec
+from rollstream.consumers.executor.runtime import codec
 
 pytestmark = pytest.mark.unit
 

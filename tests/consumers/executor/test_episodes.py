@@ -1,4 +1,4 @@
-"""Multi-turn episode logic (consumers/episodes.py), pure: when an episode ends, what the observation
+"""Multi-turn episode logic (consumers/executor/episodes.py), pure: when an episode ends, what the observation
 says, what a continuation carries, and the rollout the next turn makes of it."""
 
 from __future__ import annotations
@@ -6,7 +6,13 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from rollstream.consumers.episodes import OBSERVATION_CHARS, continuation_of, ends, final_reward, observation
+from rollstream.consumers.executor.episodes import (
+    OBSERVATION_CHARS,
+    continuation_of,
+    ends,
+    final_reward,
+    observation,
+)
 from rollstream.consumers.generator.turns import continued, continued_rollout
 from rollstream.schemas import PromptIssued, codec
 from rollstream.schemas.events import ExecutionRecord, RewardSpec
@@ -67,7 +73,7 @@ def test_a_continuation_carries_the_transcript_and_the_next_turn_extends_it() ->
 
 
 def test_a_chain_moves_step_by_step_carrying_the_code_and_rewards_progress() -> None:
-    from rollstream.consumers.episodes import after_turn, subtask_turn
+    from rollstream.consumers.executor.episodes import after_turn, subtask_turn
     from rollstream.schemas.events import RewardScored, Subtask
 
     chain = RewardSpec(tests=["assert f() == 1", "assert g() == 2", "assert h() == 3", "assert h() != 0"],

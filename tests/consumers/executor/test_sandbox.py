@@ -16,8 +16,8 @@ import msgspec
 import pytest
 
 from rollstream.config import Config, ExecutorConfig
-from rollstream.consumers.rewards import RewardRegistry
-from rollstream.consumers.sandbox import (
+from rollstream.consumers.executor.rewards import RewardRegistry
+from rollstream.consumers.executor.sandbox import (
     HOST_LABEL,
     LABEL,
     OWNER_LABEL,
@@ -26,7 +26,7 @@ from rollstream.consumers.sandbox import (
     Job,
     remove_orphans,
 )
-from rollstream.consumers.score import evaluate, score_file
+from rollstream.consumers.executor.score import evaluate, score_file
 from rollstream.errors import SandboxError
 from rollstream.schemas.events import RewardSpec
 from tests.helpers import containers_of
@@ -197,7 +197,7 @@ async def test_orphans_of_dead_executors_are_removed_live_ones_kept(sandbox_imag
 async def test_crashed_executor_leaves_no_container(sandbox_image: str, owner: str):
     script = (
         "import asyncio, sys\n"
-        "from rollstream.consumers.sandbox import DockerSandboxPool\n"
+        "from rollstream.consumers.executor.sandbox import DockerSandboxPool\n"
         "from rollstream.config import ExecutorConfig\n"
         "async def main():\n"
         f"    config = ExecutorConfig(image={sandbox_image!r}, owner={owner!r}, pool_size=2)\n"

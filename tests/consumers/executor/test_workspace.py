@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from rollstream.consumers.sandbox import WORKSPACE_BYTES, DockerSandboxPool, Job
+from rollstream.consumers.executor.sandbox import WORKSPACE_BYTES, DockerSandboxPool, Job
 
 pytestmark = pytest.mark.sandbox
 LEAVE = (

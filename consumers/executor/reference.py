@@ -3,7 +3,7 @@
 Consumes a RewardSpec that carries its task's ``reference`` (the sampler puts it there when it
 issues a prompt); produces a :class:`ReferenceCheck`: whether the reference passes every test
 under the judge and in its own process, the first test it fails under the judge, and which
-calls of the tests gave plain data (``plain_paths``, consumers/proxies.py). Two sandbox runs per
+calls of the tests gave plain data (``plain_paths``, consumers/executor/runtime/proxies.py). Two sandbox runs per
 task, the first time an executor (or ``rollstream score``) meets it; keyed by a digest of what
 decides the outcome (setup, tests, entry point, reference, limits), so a changed task is checked
 again.
@@ -31,7 +31,7 @@ from collections.abc import Callable
 
 import msgspec
 
-from rollstream.consumers.sandbox import Job, RunResult, SandboxBackend
+from rollstream.consumers.executor.sandbox import Job, RunResult, SandboxBackend
 from rollstream.schemas.events import RewardSpec
 
 log = logging.getLogger(__name__)

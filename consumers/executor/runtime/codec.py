@@ -1,6 +1,6 @@
 """Values between a sandbox job's judge and its candidate: an identity-keeping codec and framing.
 
-Runs INSIDE the sandbox as the first part of the runtime's source (``consumers/sandbox.py:
+Runs INSIDE the sandbox as the first part of the runtime's source (``consumers/executor/sandbox.py:
 runner_source`` concatenates the runtime modules in order); standard library only. On the host
 it is an ordinary module, unit-tested there.
 
@@ -414,7 +414,7 @@ class Decoder:
                 raise ProtocolError(f"an unknown kind {str(kind)[:20]!r}")
         for ref in list(self.defs):
             self.ref(ref)
-        for obj, kind, payload, ref in shells:
+        for obj, kind, payload, _ in shells:
             self.fill(obj, kind, payload)
         changed = []
         new = {ref for ref, _ in self.new}

@@ -2,7 +2,7 @@
 and the requests that use them.
 
 Runs INSIDE the sandbox after ``codec.py`` and ``channel.py`` (standard library only; on the
-host, an ordinary module). The judge process (consumers/judge.py) holds one :class:`Judge`:
+host, an ordinary module). The judge process (consumers/executor/runtime/judge.py) holds one :class:`Judge`:
 
 * the completion's functions, instances, generators and modules are *proxies*: every use is a
   request the candidate answers (:class:`Remote`; generators and built-in iterators are lazy
@@ -29,8 +29,8 @@ import sys
 import types
 
 if __name__ != "__main__":  # on the host; in the sandbox these names come from the files above
-    from rollstream.consumers.channel import Channel, LinkDown, items
-    from rollstream.consumers.codec import (
+    from rollstream.consumers.executor.runtime.channel import Channel, LinkDown, items
+    from rollstream.consumers.executor.runtime.codec import (
         SIMPLE,
         NotTransferable,
         ProtocolError,

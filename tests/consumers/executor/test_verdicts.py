@@ -22,10 +22,10 @@ import msgspec
 import pytest
 
 from rollstream.config import Config, ExecutorConfig
-from rollstream.consumers.reference import ReferenceChecks
-from rollstream.consumers.rewards import RewardRegistry
-from rollstream.consumers.sandbox import DockerSandboxPool, Job
-from rollstream.consumers.score import Evaluation, evaluate, score_file
+from rollstream.consumers.executor.reference import ReferenceChecks
+from rollstream.consumers.executor.rewards import RewardRegistry
+from rollstream.consumers.executor.sandbox import DockerSandboxPool, Job
+from rollstream.consumers.executor.score import Evaluation, evaluate, score_file
 from rollstream.schemas.events import RewardSpec
 from rollstream.schemas.tasks import TaskSpec
 
@@ -537,7 +537,7 @@ async def test_rollstream_score_reports_the_failing_test_of_such_a_task(pool, tm
 
 async def test_humaneval_canonical_solutions_score_full_and_return_none_never(sandbox_image: str, owner: str,
                                                                              registry: RewardRegistry):
-    from rollstream.producers.sources import humaneval_tasks
+    from rollstream.tasks.sources import humaneval_tasks
 
     tasks = humaneval_tasks()
     config = ExecutorConfig(image=sandbox_image, owner=owner, pool_size=2, concurrency=2, recycle_after=5000)

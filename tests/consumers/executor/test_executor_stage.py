@@ -16,7 +16,7 @@ import pytest
 
 from rollstream.config import Config, ExecutorConfig
 from rollstream.config_load import to_toml
-from rollstream.consumers.executor import run
+from rollstream.consumers.executor.stage import run
 from rollstream.kafka import EventProducer, ensure_topics
 from rollstream.schemas import DeadLetter, codec
 from rollstream.schemas.events import ActionGenerated, RewardScored, RewardSpec, SandboxAudit
@@ -123,7 +123,7 @@ async def test_sigkill_mid_batch_then_restart_loses_no_action(
     path = tmp_path / "executor.toml"
     path.write_text(to_toml(config))
     script = (
-        "import asyncio, sys\nfrom rollstream.config_load import load_config\nfrom rollstream.consumers.executor import run\n"
+        "import asyncio, sys\nfrom rollstream.config_load import load_config\nfrom rollstream.consumers.executor.stage import run\n"
         "asyncio.run(run(load_config(sys.argv[1], environ={})))\n"
     )
 

@@ -7,7 +7,7 @@ happened, with the violations seen). Guarantees:
   size-capped tmpfs ``/work`` (noexec), all capabilities dropped, no-new-privileges, uid 65534,
   pids/memory/CPU limits, no IPC namespace sharing and no ``/dev/shm``, no mounts of the host,
   no Docker socket, logging off (output only travels over the attach stream, capped).
-* Each execution is a fresh fork of the in-container runner (``consumers/supervisor.py``) with a hard
+* Each execution is a fresh fork of the in-container runner (``consumers/executor/runtime/supervisor.py``) with a hard
   wall-clock limit enforced twice: by the runner (SIGKILL of every process in the container) and
   by this host side (the container is killed when the runner does not answer in time).
 * A container is reused only while the runner reports it clean (no process left, empty
@@ -68,8 +68,8 @@ class Job(msgspec.Struct, frozen=True, kw_only=True):
     may define; ``entry_point`` always among them); ``modules`` are the standard-library modules
     the tests read by name without importing them (the judge imports them itself, before the
     completion runs); ``plain_paths`` the calls whose reference results are plain data
-    (consumers/proxies.py); ``record`` makes the judge report which calls gave plain data (run on
-    a task's reference). See consumers/judge.py. With ``program`` the code is a whole program:
+    (consumers/executor/runtime/proxies.py); ``record`` makes the judge report which calls gave plain data (run on
+    a task's reference). See consumers/executor/runtime/judge.py. With ``program`` the code is a whole program:
     tests call ``run_program(stdin)`` for its standard output."""
 
     job_id: str
@@ -178,7 +178,7 @@ BOOTSTRAP = "import sys;exec(compile(sys.stdin.buffer.read(int(sys.stdin.buffer.
 @functools.lru_cache(maxsize=1)
 def runner_source() -> str:
     """What the container runs: the sandbox's runtime modules as one source, in order."""
-    package = resources.files("rollstream.consumers")
+    package = resources.files("rollstream.consumers.executor.runtime")
     return "\n\n".join(package.joinpath(name).read_text() for name in RUNTIME)
 
 

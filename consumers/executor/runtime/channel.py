@@ -6,7 +6,7 @@ the candidate to call the completion; the completion calls a key function the te
 which the judge runs), so both run the same loop: send a request, then serve what arrives
 until the reply to *that* request does.
 
-A message is ``[kind, id, what, items, defs, sync, env, out, err]`` (consumers/codec.py for
+A message is ``[kind, id, what, items, defs, sync, env, out, err]`` (consumers/executor/runtime/codec.py for
 items, definitions and changes): ``kind`` ``"q"`` (a request: ``what`` is the operation) or
 ``"a"`` (a reply: ``what`` is ``ok``, ``exc``, ``fail`` or ``m``); ``env`` carries the judge's
 overrides for the call (patched builtins, ``sys.stdin``, mock patches); ``out``/``err`` what
@@ -18,7 +18,7 @@ that answers anything but the question the judge is waiting for is a protocol er
 import os
 
 if __name__ != "__main__":  # on the host; in the sandbox these names come from codec.py above
-    from rollstream.consumers.codec import (
+    from rollstream.consumers.executor.runtime.codec import (
         Decoder,
         Encoder,
         NotTransferable,

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from rollstream.consumers.rewards import default_registry
-from rollstream.consumers.sandbox import Job, RunResult
-from rollstream.consumers.score import evaluate
+from rollstream.consumers.executor.rewards import default_registry
+from rollstream.consumers.executor.sandbox import Job, RunResult
+from rollstream.consumers.executor.score import evaluate
 from rollstream.errors import SandboxError
 from rollstream.schemas.events import RewardSpec
 

@@ -14,9 +14,9 @@ import uuid
 import msgspec
 import pytest
 
-from rollstream.consumers.rewards import RewardRegistry
-from rollstream.consumers.sandbox import DockerSandboxPool
-from rollstream.consumers.score import Evaluation, evaluate
+from rollstream.consumers.executor.rewards import RewardRegistry
+from rollstream.consumers.executor.sandbox import DockerSandboxPool
+from rollstream.consumers.executor.score import Evaluation, evaluate
 from rollstream.schemas.events import RewardSpec
 
 pytestmark = pytest.mark.sandbox
@@ -202,7 +202,7 @@ async def test_no_expected_value_reaches_a_later_candidate(pool, registry):
 
 
 async def test_an_honest_solution_still_passes_after_every_attack(pool, registry):
-    for _, code, verdict, _, spec, _ in ATTACKS:
+    for _, code, _, _, spec, _ in ATTACKS:
         await score(pool, registry, code, spec)
     honest = await score(pool, registry, "def add(a, b):\n    return a + b\n", ADD)
     assert honest.scored.reward == 1.0, honest.scored.execution

@@ -1,8 +1,8 @@
 """The executor stage: ``actions`` -> ``rewards`` + ``audit``.
 
 Consumes ``ActionGenerated`` (consumer group ``<topic prefix>executors``). For each, extracts the completion's
-code, runs it with its task's tests in a hardened sandbox (consumers/sandbox.py), scores it
-(consumers/rewards.py) and produces one ``RewardScored`` (the action's Rollout carried through
+code, runs it with its task's tests in a hardened sandbox (consumers/executor/sandbox.py), scores it
+(consumers/executor/rewards.py) and produces one ``RewardScored`` (the action's Rollout carried through
 unchanged, the reward, its components and the execution record) to ``rewards`` and one
 ``SandboxAudit`` per execution to ``audit``.
 
@@ -29,7 +29,7 @@ Guarantees:
   are left uncommitted), send, commit, exit 0; within ``infra.stop_grace_s`` (default 10 s):
   executions still running 3 s before it are abandoned uncommitted (rollstream/lifecycle.py).
 
-Multi-turn episodes (``max_turns > 1``, consumers/episodes.py): a turn that fails and has turns
+Multi-turn episodes (``max_turns > 1``, consumers/executor/episodes.py): a turn that fails and has turns
 left is not rewarded; a ``PromptIssued`` continuation for that one sample goes back to ``prompts``
 with the transcript and an observation of what went wrong (its offset is done once that is
 acknowledged). The last turn's ``RewardScored`` carries the whole trajectory.
@@ -46,11 +46,11 @@ from collections import Counter as Tally
 from contextlib import AsyncExitStack
 
 from rollstream.config import Config
-from rollstream.consumers.episodes import after_turn, subtask_turn
-from rollstream.consumers.reference import ReferenceCheck, ReferenceChecks, log_check
-from rollstream.consumers.rewards import RewardRegistry, default_registry
-from rollstream.consumers.sandbox import DockerSandboxPool, RunResult, SandboxBackend
-from rollstream.consumers.score import audit_record, evaluate
+from rollstream.consumers.executor.episodes import after_turn, subtask_turn
+from rollstream.consumers.executor.reference import ReferenceCheck, ReferenceChecks, log_check
+from rollstream.consumers.executor.rewards import RewardRegistry, default_registry
+from rollstream.consumers.executor.sandbox import DockerSandboxPool, RunResult, SandboxBackend
+from rollstream.consumers.executor.score import audit_record, evaluate
 from rollstream.guard import IntakeGuard
 from rollstream.kafka import Delivery, EventConsumer, EventProducer, ensure_topics
 from rollstream.metrics import StageMetrics, serve_metrics
@@ -328,7 +328,7 @@ async def run(
     await ensure_topics(infra, ["actions", "rewards", "audit", "prompts"])
     async with AsyncExitStack() as stack:
         if backend is None and config.executor.backend == "sim":
-            from rollstream.consumers.sim_sandbox import SimSandbox
+            from rollstream.consumers.executor.sim_sandbox import SimSandbox
 
             backend = SimSandbox.from_config(config)
         elif backend is None:

@@ -1,7 +1,7 @@
 """The in-container runner: PID 1 of every sandbox container. It supervises; it runs no test.
 
 This is the last part of the runtime's source, executed INSIDE the sandbox (``python3 -I -S``,
-the source being the runtime modules in the order ``consumers/sandbox.py:RUNTIME`` gives: it uses
+the source being the runtime modules in the order ``consumers/executor/sandbox.py:RUNTIME`` gives: it uses
 their names); standard library only, it must not import rollstream.
 
 Protocol (over the container's attach stream, one JSON object per line):
@@ -11,7 +11,7 @@ Protocol (over the container's attach stream, one JSON object per line):
 * host -> runner: a job ``{"id", "nonce", "setup", "code", "tests", "names", "modules",
   "entry_point", "program", "trust", "plain_paths", "record", "timeout_s", "memory_mb",
   "output_bytes", "tail_bytes", "file_bytes"}``, and for a turn of a multi-turn episode
-  ``"files"``, ``"workspace_bytes"``, ``"collect_files"`` (consumers/workspace.py)
+  ``"files"``, ``"workspace_bytes"``, ``"collect_files"`` (consumers/executor/runtime/workspace.py)
 * runner -> host: ``{"id", "nonce", "exit_code", "signal", "duration_s", "timed_out",
   "output_limit", "oom_killed", "output_bytes", "stdout_tail", "stderr_tail", "events",
   "violations", "clean"}`` (+ ``"files"``, ``"workspace_truncated"``, ``"workspace_problem"``)
@@ -19,15 +19,15 @@ Protocol (over the container's attach stream, one JSON object per line):
 Processes. PID 1 warms up (imports, one made-up exchange of each side, so that what every job
 runs is built and specialised once and shared copy-on-write), then forks, once, two *zygotes*
 that have never loaded a job and never will: the judge zygote (which installs the judge's
-guards, consumers/judge.py) and the candidate zygote. Per judged job (``trust`` ``judge``) each
-forks one fresh process: a *judge* and a *candidate* (consumers/candidate.py); they talk over
+guards, consumers/executor/runtime/judge.py) and the candidate zygote. Per judged job (``trust`` ``judge``) each
+forks one fresh process: a *judge* and a *candidate* (consumers/executor/runtime/candidate.py); they talk over
 two pipes and PID 1 never reads a word of it. Each reads only its own part of the job from its
 own in-memory file, written by PID 1 before the fork, so the candidate's memory holds no test
 and no expected value. When the judge exits PID 1 ends the candidate (its exit status means
 nothing once every test has a verdict). The events are the judge's, and count only if it
 exited by itself with status 0 after ``done``: a judge killed, stopped or failing fails the job
 (``judge_killed``, ``judge_stopped``, ``judge_failed``). ``trust`` ``in_process``: one child of
-the candidate zygote runs setup, code and tests together (consumers/inprocess.py), its reports
+the candidate zygote runs setup, code and tests together (consumers/executor/runtime/inprocess.py), its reports
 keyed per job. PID 1 enforces the deadline and the output cap, then cleans ``/work`` and
 replies.
 
@@ -60,11 +60,22 @@ import time
 from json.encoder import encode_basestring_ascii as _json_string  # json.dumps' own quoting
 
 if __name__ != "__main__":  # on the host (linters, readers): what the sandbox gets from the files above
-    from rollstream.consumers.candidate import _ERR, _OUT, candidate_main, print_exception
-    from rollstream.consumers.inprocess import harness
-    from rollstream.consumers.judge import Guards, _allowed_devices, _stdlib_dirs, install_guards, judge_main
-    from rollstream.consumers.proxies import _State
-    from rollstream.consumers.workspace import WORK, _wipe, collect_workspace, restore_workspace
+    from rollstream.consumers.executor.runtime.candidate import _ERR, _OUT, candidate_main, print_exception
+    from rollstream.consumers.executor.runtime.inprocess import harness
+    from rollstream.consumers.executor.runtime.judge import (
+        Guards,
+        _allowed_devices,
+        _stdlib_dirs,
+        install_guards,
+        judge_main,
+    )
+    from rollstream.consumers.executor.runtime.proxies import _State
+    from rollstream.consumers.executor.runtime.workspace import (
+        WORK,
+        _wipe,
+        collect_workspace,
+        restore_workspace,
+    )
 
 MQUEUE = "/dev/mqueue"
 CHILD_ENV = {

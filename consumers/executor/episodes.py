@@ -41,7 +41,7 @@ from typing import Any
 
 import msgspec
 
-from rollstream.consumers.rewards import extract_code
+from rollstream.consumers.executor.rewards import extract_code
 from rollstream.schemas.events import (
     ActionGenerated,
     Continuation,

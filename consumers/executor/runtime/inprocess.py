@@ -13,9 +13,9 @@ import builtins
 import sys
 
 if __name__ != "__main__":  # on the host; in the sandbox these names come from the files above
-    from rollstream.consumers.candidate import _line_of, print_exception, run_program_here
-    from rollstream.consumers.codec import _text
-    from rollstream.consumers.proxies import raises
+    from rollstream.consumers.executor.runtime.candidate import _line_of, print_exception, run_program_here
+    from rollstream.consumers.executor.runtime.codec import _text
+    from rollstream.consumers.executor.runtime.proxies import raises
 
 
 def harness(code, setup, tests, report, program=False, out_cap=1 << 16):

@@ -10,11 +10,11 @@ import msgspec
 import pytest
 
 from rollstream.config import Config, ExecutorConfig, SimGeneratorConfig
+from rollstream.consumers.executor.rewards import default_registry
+from rollstream.consumers.executor.score import evaluate
+from rollstream.consumers.executor.sim_sandbox import SimSandbox
 from rollstream.consumers.generator.backends.base import GenerationRequest, Sampling
 from rollstream.consumers.generator.backends.scripted import SimBackend
-from rollstream.consumers.rewards import default_registry
-from rollstream.consumers.score import evaluate
-from rollstream.consumers.sim_sandbox import SimSandbox
 from rollstream.models import load_tokenizer
 from rollstream.schemas.events import RewardSpec
 

@@ -32,9 +32,9 @@ from typing import IO, Any
 import msgspec
 
 from rollstream.config import Config
-from rollstream.consumers.reference import ReferenceCheck, ReferenceChecks, log_check
-from rollstream.consumers.rewards import RewardRegistry, Scored, default_registry
-from rollstream.consumers.sandbox import Job, RunResult, SandboxBackend
+from rollstream.consumers.executor.reference import ReferenceCheck, ReferenceChecks, log_check
+from rollstream.consumers.executor.rewards import RewardRegistry, Scored, default_registry
+from rollstream.consumers.executor.sandbox import Job, RunResult, SandboxBackend
 from rollstream.errors import ConfigError, SandboxError
 from rollstream.retry import retry
 from rollstream.schemas.events import RewardSpec, SandboxAudit, SandboxLimits
@@ -66,7 +66,7 @@ async def evaluate(
 ) -> Evaluation:
     """Score ``completion`` against ``spec`` in ``backend``, with at most ``max_timeout_s`` of
     wall-clock time whatever the spec asks for (the executor's ``max_timeout_s``). With
-    ``references``, a task that carries its reference is checked once (consumers/reference.py):
+    ``references``, a task that carries its reference is checked once (consumers/executor/reference.py):
     its plain calls go with the job, and ``trust = "auto"`` is decided.
 
     Raises ValueError for a spec the registry rejects (the caller dead-letters it) and
@@ -230,7 +230,7 @@ async def score_file(
     registry = registry or default_registry()
     items = list(read_inputs(paths))
     if backend is None:
-        from rollstream.consumers.sandbox import DockerSandboxPool
+        from rollstream.consumers.executor.sandbox import DockerSandboxPool
 
         async with DockerSandboxPool(config.executor) as pool:
             return await _score_items(items, out, pool, registry, config.executor.concurrency,
