@@ -164,7 +164,8 @@ class Host:
         for fd in (self.out_r, self.err_r, self.jout_r, self.jerr_r, self.status_r):
             self.poller.register(fd, select.POLLIN)
         self.zygotes = {}  # pid -> pidfd of each live zygote
-        self.link = ()  # in a zygote: the pipe ends of the child it forks next
+        self.own = None  # in a zygote and its children: the zygote's command socket
+        self.ahead = set()  # roles whose zygote has a child forked ahead, waiting for its job
         self.zygotes_started = False
         self.test_hooks = False
 
@@ -202,6 +203,7 @@ class Host:
             self.poller.unregister(fd)
             os.close(fd)
         self.zygotes = {}
+        self.ahead.clear()
 
 
 def _high(fd):
@@ -235,12 +237,27 @@ def start_zygotes(host):
         fd = os.pidfd_open(pid)
         host.zygotes[pid] = fd
         host.poller.register(fd, select.POLLIN)
+    prefork(host, (b"C", b"J"))
+
+
+def prefork(host, roles):
+    """Ask these zygotes to fork their next child now, while the container waits for work (a
+    zygote that is gone is found when the next job needs it)."""
+    for role in roles:
+        try:
+            socket.send_fds(host.judge_cmd if role == b"J" else host.candidate_cmd, [b"p"], [])
+        except OSError:
+            continue
+        host.ahead.add(role)
 
 
 def zygote_main(host, role):
-    """Per command on its own pipe ("j": a judge; "c": a candidate; "i": an in-process child):
-    fork it, report its pid, wait for it (a stop is reported at once), report its status.
-    Never returns."""
+    """Forks this zygote's children, one at a time. Commands on its socket: "p" forks the next
+    child ahead of its job (the runner sends it once the last job is cleaned up, so the fork and
+    the child's setup happen while the container waits for work); the child itself then takes
+    the job's command ("j": a judge; "c": a candidate; "i": an in-process child) and the job's pipe
+    ends from the same socket. A job command that reaches the zygote (no child was waiting) is
+    forked for at once. Reports each child's stop at once and its end. Never returns."""
     try:
         for fd in (0, 1, 2):  # never hold the runner's channel to the host
             os.dup2(host.null, fd)
@@ -254,31 +271,39 @@ def zygote_main(host, role):
             _ignore_signals()
             install_guards(out_fds=(host.jout_w, host.jerr_w))
             gc.freeze()
-        mains = {b"j": judge_child, b"c": candidate_child, b"i": child_main}
         sys.stdin = host.stdin  # what every child has (an empty stdin, its argv): set once, here
         sys.argv = ["solution"]
+        host.own = own
         while True:
             command, fds, _, _ = socket.recv_fds(own, 1, 2)
-            main = mains.get(command)
-            if main is None:
+            if command != b"p" and command not in JOB_MAINS:
                 break
-            fds = [_high(fd) for fd in fds]
-            host.link = fds  # the job's pipe ends for this child: (read, write)
             pid = os.fork()
             if pid == 0:
-                main(host)  # never returns
+                _job_process(host, role, command, fds)  # never returns
             for fd in fds:
                 os.close(fd)
-            os.write(host.pid_w, b"%s %d\n" % (role, pid))
             while True:
                 _, status = os.waitpid(pid, os.WUNTRACED)
                 if not os.WIFSTOPPED(status):
                     break
-                os.write(host.status_w, b"%s S\n" % role)
-            os.write(host.status_w, b"%s E %d\n" % (role, status))
+                os.write(host.status_w, b"%s S %d\n" % (role, pid))
+            os.write(host.status_w, b"%s E %d %d\n" % (role, pid, status))
     except BaseException:
         pass
     os._exit(0)
+
+
+def _job_process(host, role, command, fds):
+    """A zygote's child: its own process group; forked ahead of its job ("p"), it waits for the
+    job's command on the zygote's socket; it reports its pid and runs the job. Never returns."""
+    os.setpgid(0, 0)  # its own process group (killed as one)
+    if command == b"p":
+        command, fds, _, _ = socket.recv_fds(host.own, 1, 2)
+        if command not in JOB_MAINS:  # the runner went away
+            os._exit(0)
+    os.write(host.pid_w, b"%s %d\n" % (role, os.getpid()))
+    JOB_MAINS[command](host, [_high(fd) for fd in fds])
 
 
 def _ignore_signals():
@@ -293,16 +318,15 @@ def _ignore_signals():
             continue
 
 
-def candidate_child(host):
+def candidate_child(host, link):
     """The candidate: the completion and its answers to the judge. Never returns.
 
     Everything here runs in a fresh fork, where each page written is first copied: the less
     distinct code and data a child touches, the cheaper a job (docs/executor.md, Throughput)."""
     status = 70
     try:
-        os.setpgid(0, 0)  # its own process group (killed as one)
         code, setup, names, program, out_cap, limits = load_part(host.candidate_part)
-        _enter(host, limits, host.out_w, host.err_w, host.link[0], host.link[1])
+        _enter(host, limits, host.out_w, host.err_w, link[0], link[1])
         host.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)  # the completion's own process may see itself
         status = candidate_main(code, setup, names, program, 3, 4, out_cap)
         sys.stdout.flush()
@@ -315,15 +339,14 @@ def candidate_child(host):
     os._exit(status)
 
 
-def judge_child(host):
+def judge_child(host, link):
     """The judge: this job's setup and tests, against the candidate. Never returns; exits 0 only
     after reporting ``done``. It stays non-dumpable (no ptrace, no /proc/<pid>/{mem,fd} for
     same-uid code), as fork leaves it."""
     status = 73
     try:
-        os.setpgid(0, 0)
         part, limits, hook = load_part(host.judge_part)
-        _enter(host, limits, host.jout_w, host.jerr_w, host.link[0], host.link[1], host.rep_w)
+        _enter(host, limits, host.jout_w, host.jerr_w, link[0], link[1], host.rep_w)
         report = Reporter(5)
         if hook is not None and host.test_hooks:  # tests only: a judge compromised on purpose
             exec(hook, {"__name__": "hook", "report": report})
@@ -381,11 +404,10 @@ class Reporter:
             view = view[os.write(self.fd, view):]
 
 
-def child_main(host):
+def child_main(host, link):
     """``trust: "in_process"``: setup, code and tests in this one forked process. Never returns."""
     status = 70
     try:
-        os.setpgid(0, 0)
         code, setup, tests, key, report_fd, limits, program, out_cap = load_part(host.candidate_part)
         # The report channel sits on a random descriptor and every event carries a per-job key:
         # code that just writes to fd 3 cannot fake test results.
@@ -406,6 +428,9 @@ def child_main(host):
         status = 72
         _say(exc)
     os._exit(status)
+
+
+JOB_MAINS = {b"j": judge_child, b"c": candidate_child, b"i": child_main}
 
 
 def _say(exc):
@@ -499,6 +524,7 @@ def run_job(host, job):
         report_fd = 64 + os.urandom(1)[0] % 128  # a random descriptor above the runner's own
         _write_part(host.candidate_part, (code, setup, tests, key, report_fd, limits, program, cap))
         socket.send_fds(host.candidate_cmd, [b"i"], [])
+        host.ahead.discard(b"C")
         supervisor.expect(b"C")
     else:
         names = [str(n) for n in job.get("names", [])]
@@ -513,6 +539,7 @@ def run_job(host, job):
         try:
             socket.send_fds(host.candidate_cmd, [b"c"], [req_r, resp_w])
             socket.send_fds(host.judge_cmd, [b"j"], [resp_r, req_w])
+            host.ahead.clear()
         finally:
             for fd in (req_r, req_w, resp_r, resp_w):
                 os.close(fd)
@@ -648,20 +675,26 @@ class Supervisor:
         while b"\n" in self.pids:
             line, self.pids = self.pids.split(b"\n", 1)
             role, pid = line.split()
-            self.processes[role] = int(pid)
+            if role in self.waiting:
+                self.processes[role] = int(pid)
 
     def _status(self):
         try:
             self.status += os.read(self.host.status_r, 256)
         except BlockingIOError:
             return
+        self._pids()
         while b"\n" in self.status:
             line, self.status = self.status.split(b"\n", 1)
             fields = line.split()
-            if fields == [b"J", b"S"]:
+            # "R S pid" / "R E pid status"; a line about another process (a child forked ahead
+            # that never got this job) is not this job's
+            if len(fields) < 3 or self.processes.get(fields[0]) != int(fields[2]):
+                continue
+            if fields[:2] == [b"J", b"S"]:
                 self.problem = self.problem or "judge_stopped"
-            elif len(fields) == 3 and fields[1] == b"E":
-                role, status = fields[0], int(fields[2])
+            elif len(fields) == 4 and fields[1] == b"E":
+                role, status = fields[0], int(fields[3])
                 self.waiting.discard(role)
                 self.statuses[role] = status
                 if role == b"J" and b"C" in self.waiting:  # the verdicts are in: end the candidate
@@ -755,7 +788,7 @@ def cleanup(host, collect=None):
     (the container is then replaced)."""
     problems = []
     survivors = 0
-    expected = 1 + len(host.zygotes)
+    expected = 1 + len(host.zygotes) + len(host.ahead)  # a child forked ahead waits for the next job
     if not host.zygotes or host.tasks() != expected:
         _reap()  # zombies of the job's orphans, reparented to init, keep the count up
         spare = {str(pid) for pid in host.zygotes}
@@ -975,6 +1008,8 @@ def main():
             continue
         try:
             _reply(run_job(host, job))
+            if host.zygotes:  # the next job's processes, forked while the host prepares it
+                prefork(host, (b"C",) if job.get("trust") == "in_process" else (b"C", b"J"))
         except Exception as exc:  # a runner bug must not leave the host waiting
             _reply({"id": job.get("id"), "nonce": job.get("nonce"), "error": f"runner: {type(exc).__name__}: {exc}",
                     "clean": False})

@@ -433,10 +433,10 @@ async def test_runner_killed_from_outside_mid_execution(pool, registry):
     import aiodocker
 
     warm = list(pool._all)
-    idle = [await container_processes(w.container.id) for w in warm]  # the runner and its zygote
+    idle = [await container_processes(w.container.id) for w in warm]  # the runner, zygotes, children forked ahead
 
     async def kill_while_the_job_runs() -> None:
-        async def running() -> bool:  # the job's process has joined them
+        async def running() -> bool:  # the job's own child has joined them
             counts = [await container_processes(w.container.id) for w in warm]
             return any(now > before for now, before in zip(counts, idle))
 
@@ -447,7 +447,8 @@ async def test_runner_killed_from_outside_mid_execution(pool, registry):
 
     killer = asyncio.create_task(kill_while_the_job_runs())
     evaluation, audit = await attack(
-        pool, registry, "import time\ntime.sleep(3)\ndef f(x):\n    return x + 1", ROOMY
+        pool, registry, "import os, time\nif os.fork() == 0:\n    time.sleep(3)\n    os._exit(0)\ntime.sleep(3)\n"
+        "def f(x):\n    return x + 1", ROOMY
     )
     await killer
     expect(evaluation, "violation", SPEC.crash_reward)
