@@ -166,7 +166,7 @@ class Host:
             self.poller.register(fd, select.POLLIN)
         self.zygotes = {}  # pid -> pidfd of each live zygote
         self.own = None  # in a zygote and its children: the zygote's command socket
-        self.ahead = set()  # roles whose zygote has a child forked ahead, waiting for its job
+        self.ahead = {}  # role -> pid of its zygote's child forked ahead, waiting for its job
         self.zygotes_started = False
         self.test_hooks = False
 
@@ -242,14 +242,30 @@ def start_zygotes(host):
 
 
 def prefork(host, roles):
-    """Ask these zygotes to fork their next child now, while the container waits for work (a
-    zygote that is gone is found when the next job needs it)."""
+    """Ask these zygotes to fork their next child now, while the container waits for work, and
+    wait until they say they did: the runner knows every process the container should hold
+    (a child that is not one of them outlived its job)."""
+    asked = set()
     for role in roles:
         try:
             socket.send_fds(host.judge_cmd if role == b"J" else host.candidate_cmd, [b"p"], [])
         except OSError:
             continue
-        host.ahead.add(role)
+        asked.add(role)
+    pending, deadline = b"", time.monotonic() + ZYGOTE_GRACE_S
+    while asked and time.monotonic() < deadline:
+        if not select.select([host.status_r], [], [], max(0.0, deadline - time.monotonic()))[0]:
+            break
+        try:
+            pending += os.read(host.status_r, 256)
+        except BlockingIOError:
+            continue
+        while b"\n" in pending:
+            line, pending = pending.split(b"\n", 1)
+            fields = line.split()
+            if len(fields) == 3 and fields[1] == b"F" and fields[0] in asked:
+                host.ahead[fields[0]] = fields[2].decode()
+                asked.discard(fields[0])
 
 
 def zygote_main(host, role):
@@ -284,6 +300,8 @@ def zygote_main(host, role):
                 _job_process(host, role, command, fds)  # never returns
             for fd in fds:
                 os.close(fd)
+            if command == b"p":  # the runner counts it as this zygote's until a job takes it
+                os.write(host.status_w, b"%s F %d\n" % (role, pid))
             while True:
                 _, status = os.waitpid(pid, os.WUNTRACED)
                 if not os.WIFSTOPPED(status):
@@ -538,7 +556,7 @@ def run_job(host, job):
         report_fd = 64 + os.urandom(1)[0] % 128  # a random descriptor above the runner's own
         _write_part(host.candidate_part, (code, setup, tests, key, report_fd, limits, program, cap))
         socket.send_fds(host.candidate_cmd, [b"i"], [])
-        host.ahead.discard(b"C")
+        host.ahead.pop(b"C", None)
         supervisor.expect(b"C")
     else:
         names = [str(n) for n in job.get("names", [])]
@@ -637,6 +655,8 @@ class Supervisor:
         self.streams = {host.out_r: out, host.err_r: err, host.jout_r: out, host.jerr_r: err}
 
     def expect(self, *roles):
+        """The roles whose processes take this job: each says its pid when it takes it (a child
+        forked ahead that died before has no say: its zygote forks anew)."""
         self.waiting.update(roles)
 
     def finish(self):
@@ -805,9 +825,13 @@ def cleanup(host, collect=None):
     expected = 1 + len(host.zygotes) + len(host.ahead)  # a child forked ahead waits for the next job
     if not host.zygotes or host.tasks() != expected:
         _reap()  # zombies of the job's orphans, reparented to init, keep the count up
-        spare = {str(pid) for pid in host.zygotes}
-        survivors = len(_live_pids(spare))
-        if survivors or host.tasks() not in (None, expected):
+        live = set(_live_pids(()))
+        for role, pid in list(host.ahead.items()):
+            if pid not in live:  # a child forked ahead that died before its job: its zygote forks anew
+                del host.ahead[role]
+        survivors = len(live - {str(pid) for pid in host.zygotes} - set(host.ahead.values()))
+        count = host.tasks()
+        if survivors or (count is not None and count > 1 + len(host.zygotes) + len(host.ahead)):
             host.drop_zygotes()
             problems += _kill_all()
     if collect is not None:
