@@ -19,7 +19,7 @@ import pytest
 from rollstream.config import Config, InfraConfig
 from rollstream.infra import free_port, start_broker, stop_pid
 
-pytest_plugins = ["tests.fixtures.models", "tests.fixtures.sandbox"]
+pytest_plugins = ["tests.fixtures.models", "tests.fixtures.sandbox", "tests.fixtures.s3"]
 
 
 @pytest.fixture(scope="session")
