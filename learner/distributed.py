@@ -59,9 +59,9 @@ class Ranks:
         return self.rank == 0
 
     def reduce_step(self, loss: float, tokens: int, weighted: dict[str, float], is_max: float,
-                    seconds: float) -> tuple[float, int, dict[str, float], float, list[tuple[float, float]]]:
-        """Every rank's step figures together (sums; the max of ``is_max``), and each rank's
-        (step seconds, all-reduce seconds) gathered on all ranks."""
+                    seconds: float) -> tuple[float, int, dict[str, float], float, list[dict[str, float]]]:
+        """Every rank's step figures together (sums; the max of ``is_max``), and each rank's own
+        (``RANK_FIGURES``: step and all-reduce seconds, device memory and state) on every rank."""
         started = time.perf_counter()
         keys = sorted(weighted)
         sums = torch.tensor([loss, float(tokens), *(weighted[k] for k in keys)], dtype=torch.float64)
@@ -70,14 +70,36 @@ class Ranks:
         dist.all_reduce(top, op=dist.ReduceOp.MAX, group=self.control)
         # FSDP's reduce-scatters overlap the backward and are not timed apart: its figure is the
         # wait here, for the slowest rank (DDP's adds its gradient all-reduces, timed by its hook).
-        comm = self.allreduce_seconds + time.perf_counter() - started
+        figures = {"step_seconds": seconds,
+                   "allreduce_seconds": self.allreduce_seconds + time.perf_counter() - started,
+                   **device_figures(self.device)}
         self.allreduce_seconds = 0.0
-        mine = torch.tensor([seconds, comm], dtype=torch.float64)
-        every = [torch.zeros(2, dtype=torch.float64) for _ in range(self.world)]
+        mine = torch.tensor([figures.get(k, float("nan")) for k in RANK_FIGURES], dtype=torch.float64)
+        every = [torch.zeros(len(RANK_FIGURES), dtype=torch.float64) for _ in range(self.world)]
         dist.all_gather(every, mine, group=self.control)
         values = sums.tolist()
-        return (values[0], int(round(values[1])), dict(zip(keys, values[2:])), float(top[0]),
-                [(float(t[0]), float(t[1])) for t in every])
+        report = [{k: float(v) for k, v in zip(RANK_FIGURES, t.tolist()) if v == v} for t in every]  # NaN: none
+        return values[0], int(round(values[1])), dict(zip(keys, values[2:])), float(top[0]), report
+
+
+RANK_FIGURES = ("step_seconds", "allreduce_seconds", "device_memory_allocated_bytes", "device_memory_peak_bytes",
+                "device_memory_reserved_bytes", "device_utilization_percent", "device_temperature_celsius")
+
+
+def device_figures(device: torch.device) -> dict[str, float]:
+    """Memory, utilisation and temperature of a CUDA ``device`` (the last two need NVML, through
+    pynvml); nothing on a CPU."""
+    if device.type != "cuda" or not torch.cuda.is_available():
+        return {}
+    figures = {"device_memory_allocated_bytes": float(torch.cuda.memory_allocated(device)),
+               "device_memory_peak_bytes": float(torch.cuda.max_memory_allocated(device)),
+               "device_memory_reserved_bytes": float(torch.cuda.memory_reserved(device))}
+    try:
+        figures["device_utilization_percent"] = float(torch.cuda.utilization(device))
+        figures["device_temperature_celsius"] = float(torch.cuda.temperature(device))
+    except (ModuleNotFoundError, RuntimeError, AttributeError) as exc:  # no NVML here
+        log.debug("no CUDA utilisation/temperature: %s", exc)
+    return figures
 
 
 def launched_world() -> int:
@@ -174,11 +196,10 @@ def parallelize(model: torch.nn.Module, ranks: Ranks, mode: str,
 class Command(msgspec.Struct, frozen=True, kw_only=True):
     """What rank 0 asks every rank to do next."""
 
-    op: Literal["step", "weights", "save", "stop"]
+    op: Literal["resume", "step", "weights", "save", "stop"]
     updates: list[UpdatePlan] = []  # step: the plan
     dtype: str = ""  # weights: the dtype to gather them in ("" = as trained)
-    path: str = ""  # save: the checkpoint directory (URL)
-    rng_seed: int = 0
+    path: str = ""  # save: the checkpoint directory (URL); resume: the checkpoint every rank loads
 
 
 _encoder = msgspec.msgpack.Encoder(enc_hook=enc_hook)

@@ -46,7 +46,7 @@ class StepResult:
     seconds: float
     lr: float
     stats: dict[str, float]
-    rank_seconds: list[tuple[float, float]] | None = None  # several ranks: (step, all-reduce) seconds of each
+    ranks: list[dict[str, float]] | None = None  # several ranks: each one's figures (distributed.RANK_FIGURES)
 
 
 def build_optimizer(model: torch.nn.Module, optim: OptimConfig) -> tuple[torch.optim.Optimizer, object]:
@@ -122,9 +122,9 @@ class Trainer:
             self.optimizer.zero_grad(set_to_none=True)
         lr = self.scheduler.get_last_lr()[0]
         self.scheduler.step()
-        rank_seconds = None
+        rank_report = None
         if self.ranks is not None:  # the step's figures are every rank's together
-            total_loss, tokens, weighted, is_max, rank_seconds = self.ranks.reduce_step(
+            total_loss, tokens, weighted, is_max, rank_report = self.ranks.reduce_step(
                 total_loss, tokens, weighted, is_max, time.perf_counter() - started)
         stats = {k: v / max(tokens, 1) for k, v in weighted.items()}
         stats["is_max"] = is_max
@@ -136,12 +136,18 @@ class Trainer:
             seconds=time.perf_counter() - started,
             lr=lr,
             stats=stats,
-            rank_seconds=rank_seconds,
+            ranks=rank_report,
         )
 
     def named_weights(self, dtype: torch.dtype | None) -> Iterator[tuple[str, torch.Tensor]]:
         """The weights to publish (LoRA merged), one tensor at a time (learner/model.py)."""
         return iter_merged_weights(self.model, dtype)
+
+    def save_sharded(self, location: str) -> None:
+        """This rank's shards of model and optimizer (learner/sharded_checkpoint.py)."""
+        from rollstream.learner.sharded_checkpoint import save_shards
+
+        save_shards(location, self, self.ranks)
 
     def _gradient_sync(self, last: bool) -> Any:
         """DDP all-reduces the gradients once per update, at its last micro-batch."""

@@ -136,6 +136,54 @@ class VersionFiles(Mapping[str, torch.Tensor]):
         return directory
 
 
+class DirectoryWriter:
+    """Writes tensors that arrive one at a time as a safetensors directory: ``model.safetensors``,
+    or ``model-00001.safetensors``, ... of at most ``file_bytes`` each and the index that maps
+    every tensor to its file. Holds at most one file's tensors."""
+
+    def __init__(self, fs: Any, where: str, file_bytes: int) -> None:
+        self.fs, self.where, self.file_bytes = fs, where, file_bytes
+        self.fs.makedirs(where, exist_ok=True)
+        self.entries: list[FileEntry] = []
+        self.placed: list[FileTensor] = []
+        self._shard: dict[str, torch.Tensor] = {}
+        self._held = 0
+
+    def add(self, name: str, tensor: torch.Tensor) -> None:
+        if tensor.dtype not in DTYPE_NAMES:
+            raise WeightStoreError(f"tensor {name!r} has unsupported dtype {tensor.dtype}")
+        nbytes = tensor.numel() * tensor.element_size()
+        if self._shard and self._held + nbytes > self.file_bytes:
+            self._flush(len(self.entries) + 1)
+        self._shard[name] = tensor.detach().to("cpu").contiguous()
+        self._held += nbytes
+
+    def close(self, files: Mapping[str, bytes]) -> list[FileEntry]:
+        """Write what is left and ``files`` (config.json, ...); returns every file written."""
+        single = not self.entries
+        if self._shard or single:
+            self._flush(0 if single else len(self.entries) + 1)
+        extra = dict(files)
+        if not single:
+            extra[INDEX] = json.dumps({"metadata": {"total_size": sum(e.nbytes for e in self.entries)},
+                                       "weight_map": {t.name: t.file for t in self.placed}}, indent=1).encode()
+        for name, data in extra.items():
+            self.fs.pipe_file(f"{self.where}/{name}", data)
+            self.entries.append(FileEntry(name=name, nbytes=len(data), digest=xxhash.xxh3_128_hexdigest(data)))
+        return self.entries
+
+    def _flush(self, index: int) -> None:
+        from safetensors.torch import save
+
+        name = "model.safetensors" if index == 0 else f"model-{index:05d}.safetensors"
+        data = save(self._shard, metadata={"format": "pt"})
+        self.fs.pipe_file(f"{self.where}/{name}", data)
+        self.entries.append(FileEntry(name=name, nbytes=len(data), digest=xxhash.xxh3_128_hexdigest(data)))
+        self.placed += [FileTensor(name=n, dtype=DTYPE_NAMES[t.dtype], shape=list(t.shape), file=name)
+                        for n, t in self._shard.items()]
+        self._shard, self._held = {}, 0
+
+
 class FileWeightStore(WeightStore):
     """:class:`WeightStore` with the tensors in files under ``url`` (see the module docstring)."""
 
@@ -155,38 +203,17 @@ class FileWeightStore(WeightStore):
     async def publish_stream(self, version: int, tensors: AsyncIterator[tuple[str, torch.Tensor]], *, step: int,
                              files: Mapping[str, bytes] | None = None) -> WeightsPublished:
         where = self.version_url(version)
-        entries: list[FileEntry] = []
-        placed: list[FileTensor] = []
-        shard: dict[str, torch.Tensor] = {}
-        held = 0
         with converted(f"publishing weights version {version} to {self.url}", into=WeightStoreError):
             await asyncio.to_thread(self._clear, where)
+            writer = DirectoryWriter(self.fs, where, self.file_bytes)
             async for name, tensor in tensors:
-                nbytes = tensor.numel() * tensor.element_size()
-                if shard and held + nbytes > self.file_bytes:
-                    entries.append(await asyncio.to_thread(self._write_shard, where, len(entries) + 1, shard))
-                    placed += self._placed(shard, entries[-1].name)
-                    shard, held = {}, 0
-                if tensor.dtype not in DTYPE_NAMES:
-                    raise WeightStoreError(f"tensor {name!r} has unsupported dtype {tensor.dtype}")
-                shard[name] = tensor.detach().to("cpu").contiguous()
-                held += nbytes
-            single = not entries
-            if shard or single:
-                entries.append(await asyncio.to_thread(self._write_shard, where, 0 if single else len(entries) + 1,
-                                                       shard))
-                placed += self._placed(shard, entries[-1].name)
-            extra = dict(files or {})
-            if not single:
-                extra[INDEX] = json.dumps({"metadata": {"total_size": sum(e.nbytes for e in entries)},
-                                           "weight_map": {t.name: t.file for t in placed}}, indent=1).encode()
-            for name, data in extra.items():
-                await asyncio.to_thread(self.fs.pipe_file, f"{where}/{name}", data)
-                entries.append(FileEntry(name=name, nbytes=len(data), digest=xxhash.xxh3_128_hexdigest(data)))
-            dtypes = {t.dtype for t in placed}
+                await asyncio.to_thread(writer.add, name, tensor)
+            entries = await asyncio.to_thread(writer.close, files or {})
+            dtypes = {t.dtype for t in writer.placed}
             manifest = FileManifest(
                 version=version, step=step, url=where, dtype=dtypes.pop() if len(dtypes) == 1 else "mixed",
-                total_bytes=sum(e.nbytes for e in entries), files=entries, tensors=placed, created_at=time.time())
+                total_bytes=sum(e.nbytes for e in entries), files=entries, tensors=writer.placed,
+                created_at=time.time())
             raw = _codec[0].encode(manifest)
             async with self.client.pipeline(transaction=True) as pipe:
                 pipe.set(self._manifest_key(version), raw)
@@ -198,19 +225,6 @@ class FileWeightStore(WeightStore):
         return WeightsPublished(version=version, step=step, manifest_key=self._manifest_key(version),
                                 checksum=checksum(raw), num_bytes=manifest.total_bytes, dtype=manifest.dtype,
                                 published_at=time.time())
-
-    @staticmethod
-    def _placed(shard: Mapping[str, torch.Tensor], file: str) -> list[FileTensor]:
-        return [FileTensor(name=n, dtype=DTYPE_NAMES[t.dtype], shape=list(t.shape), file=file)
-                for n, t in shard.items()]
-
-    def _write_shard(self, where: str, index: int, shard: Mapping[str, torch.Tensor]) -> FileEntry:
-        from safetensors.torch import save
-
-        name = "model.safetensors" if index == 0 else f"model-{index:05d}.safetensors"
-        data = save(dict(shard), metadata={"format": "pt"})
-        self.fs.pipe_file(f"{where}/{name}", data)
-        return FileEntry(name=name, nbytes=len(data), digest=xxhash.xxh3_128_hexdigest(data))
 
     def _clear(self, where: str) -> None:
         """A directory left by a publish that died before its manifest (it is no version yet)."""
