@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import sys
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -115,6 +116,7 @@ def init_ranks(settings: LearnerConfig) -> Ranks | None:
     if settings.parallel == "none":
         raise ConfigError(f"started as {world} ranks but learner.parallel = 'none': set 'ddp' or 'fsdp'")
     rank, local_rank = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
+    die_with_launcher()
     cuda = settings.device.startswith("cuda")
     device = torch.device(f"cuda:{local_rank}") if cuda else torch.device(settings.device)
     backend = settings.dist_backend if settings.dist_backend != "auto" else ("nccl" if cuda else "gloo")
@@ -124,6 +126,19 @@ def init_ranks(settings: LearnerConfig) -> Ranks | None:
     control = dist.new_group(backend="gloo") if backend != "gloo" else dist.group.WORLD
     log.info("rank %d of %d (%s, %s, parallel %s)", rank, world, backend, device, settings.parallel)
     return Ranks(rank=rank, world=world, local_rank=local_rank, device=device, backend=backend, control=control)
+
+
+def die_with_launcher() -> None:
+    """Under torchrun: end this rank when its launcher dies, even by SIGKILL (which it cannot pass
+    on), so that a restarted learner never meets a rank 0 of the dead one still consuming."""
+    if "TORCHELASTIC_RUN_ID" not in os.environ or not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    launcher = os.getppid()
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    if os.getppid() != launcher:  # it died before the request took effect
+        os._exit(1)
 
 
 def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:

@@ -237,7 +237,7 @@ async def run(config: Config, resume: bool = False) -> None:
             log.warning("--resume: no checkpoint in %s; starting a new lineage", c.checkpoint.dir)
         trainer, tokenizer, lineage, offsets = await asyncio.to_thread(build_trainer, config, resume_from, ranks)
         if ranks is not None and not ranks.leader:
-            await asyncio.to_thread(serve, trainer, ranks)
+            serve(trainer, ranks)  # blocking, in the main thread (it sets signal handlers): nothing else runs here
             return
         leader = Leader(trainer, ranks) if ranks is not None else trainer
         try:
