@@ -117,6 +117,7 @@ def init_ranks(settings: LearnerConfig) -> Ranks | None:
         raise ConfigError(f"started as {world} ranks but learner.parallel = 'none': set 'ddp' or 'fsdp'")
     rank, local_rank = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
     die_with_launcher()
+    bound_heap()
     cuda = settings.device.startswith("cuda")
     device = torch.device(f"cuda:{local_rank}") if cuda else torch.device(settings.device)
     backend = settings.dist_backend if settings.dist_backend != "auto" else ("nccl" if cuda else "gloo")
@@ -139,6 +140,21 @@ def die_with_launcher() -> None:
     ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     if os.getppid() != launcher:  # it died before the request took effect
         os._exit(1)
+
+
+def bound_heap(threshold: int = 128 << 10) -> None:
+    """Return freed large blocks to the system at once (glibc: a fixed mmap threshold). By default
+    glibc raises the threshold after each large free, so FSDP's per-layer gather and reduce buffers
+    end up in a heap it never shrinks: 1.2 GB more resident memory per rank after two steps of a
+    135M model here, most of what sharding saves."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    try:
+        ctypes.CDLL("libc.so.6").mallopt(-3, threshold)  # M_MMAP_THRESHOLD
+    except (OSError, AttributeError):  # not glibc
+        pass
 
 
 def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
@@ -172,7 +188,7 @@ def replicate(model: torch.nn.Module, ranks: Ranks) -> torch.nn.Module:
     from torch.nn.parallel import DistributedDataParallel
 
     device_ids = [ranks.device.index] if ranks.device.type == "cuda" else None
-    wrapper = DistributedDataParallel(model, device_ids=device_ids)
+    wrapper = DistributedDataParallel(model, device_ids=device_ids, gradient_as_bucket_view=True)
 
     def summed(state, bucket):  # type: ignore[no-untyped-def]  # DDP checks real annotations, if any
         started = time.perf_counter()

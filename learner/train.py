@@ -444,7 +444,8 @@ class LearnerLoop:
             self.metrics.observe_step(result.loss, result.grad_norm, result.tokens, result.seconds, result.lr,
                                       result.stats, self.lineage.version)
             self.metrics.observe_ranks(result.ranks if result.ranks is not None else [
-                {"step_seconds": result.seconds, **device_figures(torch.device(self.config.learner.device))}])
+                {"step_seconds": result.seconds, "allreduce_seconds": 0.0,
+                 **device_figures(torch.device(self.config.learner.device))}])
         self.lineage.groups_consumed += len(groups)
         self.lineage.recent.extend(g.group_id for g in groups)
         for group in groups:
