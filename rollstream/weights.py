@@ -29,7 +29,6 @@ Chunking and assembly are pure functions (:func:`pack`, :func:`unpack`).
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import time
 import warnings

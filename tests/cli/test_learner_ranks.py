@@ -3,15 +3,15 @@ launcher started, runs in process; the config refuses ranks without a parallel m
 
 from __future__ import annotations
 
+import importlib
 import sys
 
 import pytest
 
-import importlib
-
-cli = importlib.import_module("rollstream.cli.main")  # the package exports its main() under the same name
 from rollstream.config import load_config
 from rollstream.errors import ConfigError
+
+cli = importlib.import_module("rollstream.cli.main")  # the package exports its main() under the same name
 
 pytestmark = pytest.mark.unit
 

@@ -13,7 +13,7 @@ import sys
 
 import torch
 
-from rollstream.config import LearnerConfig, LoraConfig, LossConfig, OptimConfig
+from rollstream.config import LearnerConfig, LossConfig, OptimConfig
 from rollstream.learner.distributed import init_ranks, parallelize, shutdown
 from rollstream.learner.model import add_lora, iter_merged_weights
 from rollstream.learner.trainer import Trainer

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from rollstream.config import InfraConfig, SGLangConfig, WeightsConfig
+from rollstream.config import InfraConfig, WeightsConfig
 from rollstream.consumers.backends.hf import TransformersBackend
 from rollstream.errors import WeightStoreError
 from rollstream.redis import connect
