@@ -134,10 +134,7 @@ def save_shards(location: str, trainer: Any, ranks: Any) -> None:
     several ranks). An optimizer that never stepped is left out (taking its state dict would
     create it, and a resumed AdamW would count a step that never happened)."""
     import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import (
-        get_model_state_dict,
-        get_state_dict,
-    )
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_state_dict
 
     if _has_optimizer_state(trainer.optimizer):
         model_state, optim_state = get_state_dict(trainer.model, trainer.optimizer)
@@ -241,10 +238,7 @@ def load_single_process_optimizer(location: str, trainer: Any) -> None:
     sharded or replicated trainer: the indices become parameter names (the trainable
     parameters in order, as the single process built its optimizer), then every rank takes its
     part of the full state."""
-    from torch.distributed.checkpoint.state_dict import (
-        StateDictOptions,
-        set_optimizer_state_dict,
-    )
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
 
     saved = torch.load(Path(location) / "trainer.pt", map_location="cpu", weights_only=False)
     names = [n for n, p in trainer.model.named_parameters() if p.requires_grad]

@@ -18,13 +18,7 @@ import msgspec
 import pytest
 
 from rollstream.chaos import rank_pids
-from rollstream.config import (
-    CheckpointConfig,
-    Config,
-    LearnerConfig,
-    OptimConfig,
-    RLConfig,
-)
+from rollstream.config import CheckpointConfig, Config, LearnerConfig, OptimConfig, RLConfig
 from rollstream.kafka import EventProducer, ensure_topics
 from rollstream.learner import sharded_checkpoint as sharded_ckpt
 from rollstream.learner.checkpoint import read_step_log

@@ -12,14 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from rollstream.config import (
-    CheckpointConfig,
-    Config,
-    LearnerConfig,
-    LoraConfig,
-    OptimConfig,
-    to_toml,
-)
+from rollstream.config import CheckpointConfig, Config, LearnerConfig, LoraConfig, OptimConfig, to_toml
 from rollstream.learner import sharded_checkpoint as sharded_ckpt
 from rollstream.weight_files import filesystem
 from tests.learner.test_distributed import ROOT, torchrun
