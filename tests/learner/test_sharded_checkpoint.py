@@ -99,3 +99,15 @@ def test_object_storage_ddp_to_fsdp_with_commit_marker(tmp_path: Path, learner_m
     exported = AutoModelForCausalLM.from_pretrained(tmp_path / "export")
     for name, tensor in exported.state_dict().items():
         assert torch.equal(tensor, saved["model"][name]), name
+
+
+def test_one_rank_on_object_storage_writes_the_sharded_format(tmp_path: Path, learner_model_dir: str,
+                                                              s3_url: str) -> None:
+    """One process cannot rename on object storage either: with a URL it writes the sharded format
+    too (without torch.distributed), which two ranks resume."""
+    root = f"{s3_url}/one/ckpt"
+    saved = launch(1, "save", write_config(tmp_path, "one", learner_model_dir, root), tmp_path / "saved.pt")
+    location = sharded_ckpt.latest_checkpoint(root)
+    assert location is not None and location.startswith("s3://") and sharded_ckpt.is_sharded(location)
+    resumed = launch(2, "resume", write_config(tmp_path, "two", learner_model_dir, root), tmp_path / "resumed.pt")
+    assert_same_state(saved, resumed)
