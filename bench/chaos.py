@@ -16,6 +16,10 @@ the stream's set of dropped groups (rollstream/chaos.py):
 * ``kills``, ``restarts``, ``groups_trained``, and ``trained_fraction`` = groups trained while the
   kills went on ÷ groups trained in the same time by the same pipeline without kills (>= 0.5).
 
+With ``--learner-ranks N`` the learner trains on N ranks (ddp, the tiny model, under torchrun)
+and a quarter of the kills SIGKILL one learner rank instead (``Drill.kill_rank``): torchrun ends
+the learner and starts it again, resuming from its checkpoint, without the drill's help.
+
 Usage: ``python bench/chaos.py --quick --json OUT`` (about 5 minutes). The last line printed
 holds the figures.
 """
