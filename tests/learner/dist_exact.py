@@ -44,6 +44,7 @@ def rollouts() -> list:
 
 def build(mode: str, lora: bool, ranks, settings: LearnerConfig) -> Trainer:
     model = tiny_model(seed=0)
+    ref_model = tiny_model(seed=7).requires_grad_(False) if settings.loss.kl_beta > 0 else None
     if lora:
         model = add_lora(model, 4)
         gen = torch.Generator().manual_seed(1)
@@ -53,8 +54,8 @@ def build(mode: str, lora: bool, ranks, settings: LearnerConfig) -> Trainer:
     model.train()
     runner = model
     if ranks is not None:
-        model, runner, _ = parallelize(model, ranks, mode, None)
-    trainer = Trainer(model, settings, pad_id=0, runner=runner, ranks=ranks)
+        model, runner, ref_model = parallelize(model, ranks, mode, ref_model)
+    trainer = Trainer(model, settings, ref_model=ref_model, pad_id=0, runner=runner, ranks=ranks)
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     trainer.optimizer = RecordingSGD(named, lr=settings.optim.lr)
     return trainer
@@ -83,10 +84,15 @@ def main() -> None:
     ranks = init_ranks(LearnerConfig(parallel="ddp"))
     assert ranks is not None and ranks.world == 2
     report = {}
-    for agg in ("token_mean", "sequence_mean"):
-        settings = LearnerConfig(micro_batch=2, parallel="ddp", loss=LossConfig(loss_agg=agg),
-                                 optim=OptimConfig(lr=0.5, grad_clip=1e9))
-        for lora in (False, True):
+    cases = [(agg, LearnerConfig(micro_batch=2, parallel="ddp", loss=LossConfig(loss_agg=agg),
+                                 optim=OptimConfig(lr=0.5, grad_clip=1e9)), (False, True))
+             for agg in ("token_mean", "sequence_mean")]
+    # A frozen reference (KL, sharded like the policy) and PPO mini-batches (pi_prox recomputed)
+    cases.append(("kl-ppo", LearnerConfig(micro_batch=2, parallel="ddp", updates_per_step=2,
+                                          loss=LossConfig(kl_beta=0.1), optim=OptimConfig(lr=0.5, grad_clip=1e9)),
+                  (False,)))
+    for agg, settings, loras in cases:
+        for lora in loras:
             reference = one_step(build("none", lora, None, settings)) if ranks.rank == 0 else None
             for mode in ("ddp", "fsdp"):
                 torch.manual_seed(0)

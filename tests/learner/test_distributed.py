@@ -78,7 +78,8 @@ def test_two_gloo_ranks_match_one_rank(tmp_path: Path) -> None:
     proc = torchrun("tests.learner.dist_exact", str(out))
     assert proc.returncode == 0, proc.stderr[-4000:]
     report = json.loads(out.read_text())
-    assert len(report) == 8  # {ddp, fsdp} x {full, lora} x {token_mean, sequence_mean}
+    # {ddp, fsdp} x {full, lora} x {token_mean, sequence_mean}, and {ddp, fsdp} with KL and 2 updates
+    assert len(report) == 10
     for case, diff in report.items():
         assert diff["tokens"][0] == diff["tokens"][1], case
         for key in ("loss", "grad_norm", "grads", "weights"):
