@@ -22,7 +22,7 @@ learner wraps it, on a fixed batch; the ranks use the allocator setting the lear
   gloo), a random-init model of SmolLM2-135M's shape, 8 rollouts x 128 tokens; the first step a
   warm-up. Target >= 0.9 on an idle 2-core machine.
 * ``fsdp_rss_ratio``: the larger peak RSS (VmHWM) of 2 FSDP ranks / the peak RSS of 1 rank, each
-  building a random-init 321M-parameter Llama and taking 2 AdamW steps (4 rollouts x 64 tokens),
+  building a random-init 321M-parameter Llama and taking an AdamW step (4 rollouts x 64 tokens),
   so that the fp32 state (16 bytes a parameter) dominates. Target <= 0.65.
   ``fsdp_rss_ratio_135m``: the same at SmolLM2-135M's shape.
 * ``publish_peak_extra_gb``: the resident memory the publish adds to rank 0 of the 2 FSDP ranks

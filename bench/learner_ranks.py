@@ -124,7 +124,7 @@ def rank_figures(quick: bool, redis_url: str, work: Path) -> dict:
                "dp_allreduce_seconds": round(statistics.median(two["allreduce_seconds"][1:] or two["allreduce_seconds"]), 2)}
     for size in ("300m", "135m"):
         rss = ["--model", f"random:{size}", "--parallel", "fsdp", "--rollouts", "4", "--prompt", "32",
-               "--completion", "32", "--steps", "2", "--redis", redis_url]
+               "--completion", "32", "--steps", "1", "--redis", redis_url]  # AdamW's state exists after one
         single = side(1, work, f"rss-{size}-1", *rss)
         sharded = side(2, work, f"rss-{size}-2", *rss)
         suffix = "" if size == "300m" else f"_{size}"
