@@ -123,10 +123,26 @@ def init_ranks(settings: LearnerConfig) -> Ranks | None:
     backend = settings.dist_backend if settings.dist_backend != "auto" else ("nccl" if cuda else "gloo")
     if cuda:
         torch.cuda.set_device(device)
-    dist.init_process_group(backend)
+    dist.init_process_group(backend, **_attempt_store(world))
     control = dist.new_group(backend="gloo") if backend != "gloo" else dist.group.WORLD
     log.info("rank %d of %d (%s, %s, parallel %s)", rank, world, backend, device, settings.parallel)
     return Ranks(rank=rank, world=world, local_rank=local_rank, device=device, backend=backend, control=control)
+
+
+def _attempt_store(world: int) -> dict[str, Any]:
+    """Under torchrun's agent store: the process group's keys under a prefix of this restart
+    attempt. torchrun (2.13, --standalone) keeps its store across restarts, and gloo's rendezvous
+    would read the dead ranks' addresses left in it (connection refused until the restart fails).
+    Other launchers: torch's env:// as it is."""
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        return {}
+    from datetime import timedelta
+
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world_size=world,
+                          is_master=False, timeout=timedelta(minutes=10))
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    prefixed = dist.PrefixStore(f"/rollstream/attempt_{attempt}/", store)
+    return {"store": prefixed, "rank": int(os.environ["RANK"]), "world_size": world}
 
 
 def die_with_launcher() -> None:
