@@ -2,7 +2,7 @@
 
 Measures, in one run, on a local broker started for it:
 
-* ``archive_records_per_s``: records/s the archiver stage (consumers/archiver.py) makes durable
+* ``archive_records_per_s``: records/s the archiver stage (consumers/archiver/stage.py) makes durable
   in the archive (decoded fields extracted, Parquet written, fsynced, renamed, offsets committed),
   from its first record received to its last one committed, on a topic of realistic
   ``ActionGenerated`` records (8 partitions);
@@ -27,7 +27,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -76,7 +75,7 @@ async def bare_read(infra: InfraConfig, full: str, n: int) -> float:
 
 
 async def archive_read(config: Config, n: int) -> float:
-    from rollstream.consumers.archiver import open_archiver
+    from rollstream.consumers.archiver.stage import open_archiver
 
     stop = asyncio.Event()
     async with open_archiver(config) as archiver:
@@ -92,13 +91,12 @@ async def archive_read(config: Config, n: int) -> float:
 
 
 async def replay(config: Config, root: str, n: int) -> tuple[float, int, int]:
-    from rollstream.cli.replay import Selection, SpecSource, load_from_archive, rescore
+    from rollstream.cli.replay import rescore_in_sandbox
+    from rollstream.replay import Selection, SpecSource, load_from_archive
 
-    args = SimpleNamespace(group=[], rollout=[], task=[], family=[], partition=[], from_offset=None, to_offset=None,
-                           since=None, until=None, limit=n)
     started = time.perf_counter()
-    items = await asyncio.to_thread(load_from_archive, root, Selection(args))
-    outcomes = await rescore(config, items, SpecSource(None, []))
+    items = await asyncio.to_thread(load_from_archive, root, Selection(limit=n))
+    outcomes = await rescore_in_sandbox(config, items, SpecSource(None, []))
     seconds = time.perf_counter() - started
     return len(outcomes) / seconds, sum(o.changed for o in outcomes), sum(o.error is not None for o in outcomes)
 
@@ -106,9 +104,9 @@ async def replay(config: Config, root: str, n: int) -> tuple[float, int, int]:
 async def score_once(actions: list[ActionGenerated]) -> dict[str, RewardScored]:
     """completion text -> the RewardScored the executor gives it (one sandbox run each)."""
     from rollstream.config import ExecutorConfig
-    from rollstream.consumers.executor import score_action
-    from rollstream.consumers.rewards import default_registry
-    from rollstream.consumers.sandbox import DockerSandboxPool
+    from rollstream.consumers.executor.rewards import default_registry
+    from rollstream.consumers.executor.sandbox import DockerSandboxPool
+    from rollstream.consumers.executor.stage import score_action
 
     async with DockerSandboxPool(ExecutorConfig(pool_size=1)) as pool:
         return {a.completion_text: (await score_action(pool, default_registry(), a, "bench"))[0] for a in actions}

@@ -6,7 +6,7 @@ stage allows it (generators, executors, stream workers; one sampler, one learner
 process is SIGKILLed every 15-30 s and started again (the learner with ``--resume``: each kill
 costs a consumer-group rebalance), and Redis is killed and restarted once. Then the sampler is
 stopped, the pipeline drains, and the accounting reads the topics (``prompts``, ``fates``) and
-the stream's set of dropped groups (rollstream/chaos.py):
+the stream's set of dropped groups (cli/chaos.py):
 
 * ``lost_groups``: issued, and after the drain neither trained, filtered, dropped as stale nor
   dropped by the stream with a reason. Must be 0.
@@ -39,76 +39,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import report
-from rollstream.chaos import Drill, PrivateRedis, surviving_fates, wait_drained
-from rollstream.config import load_config
+from rollstream.cli.chaos import Drill, PrivateRedis, drill_config, surviving_fates, wait_drained
+from rollstream.config_load import load_config
 from rollstream.infra import free_port, start_broker, stop_pid
-
-
-def drill_config(work: Path, name: str, bootstrap: str, redis_url: str, model: Path, *, max_turns: int = 1,
-                 learner_ranks: int = 1) -> Path:
-    path = work / f"{name}.toml"
-    path.write_text(f"""
-[infra]
-kafka_bootstrap = "{bootstrap}"
-redis_url = "{redis_url}"
-topic_prefix = "{name}."
-key_prefix = "{name}:"
-state_dir = "{work / name}"
-partitions = 4
-session_timeout_s = 6  # a SIGKILLed member's partitions move after 6 s (docs/resilience.md)
-
-[rl]
-group_size = 4
-groups_per_step = 1
-max_staleness = 2
-
-[sampler]
-poll_s = 0.1
-max_turns = {max_turns}
-turn_penalty = 0.1
-
-[generator]
-backend = "sim"
-model = "{model}"
-max_new_tokens = 256
-max_batch_prompts = 2
-batch_wait_ms = 10
-
-[generator.sim]
-base_s = 0.05
-per_token_s = 0.002
-mean_tokens = 48
-sigma = 0.6
-
-[executor]
-backend = "sim"
-sim_seconds = 0.01
-concurrency = 8
-pool_size = 8
-
-[stream]
-sweep_interval_s = 0.5
-
-[learner]
-{LEARNER_BACKEND if learner_ranks == 1 else LEARNER_RANKS.format(ranks=learner_ranks)}
-model = "{model}"
-broadcast_dtype = "float32"
-
-[learner.checkpoint]
-dir = "{work / name / 'checkpoints'}"
-every = 2
-""")
-    return path
-
-
-LEARNER_BACKEND = """backend = "sim"
-sim_per_token_s = 0.002"""
-# Several ranks train for real (the simulated learner trains nothing, so it has one rank); the
-# tiny model's steps take about as long as the simulated ones.
-LEARNER_RANKS = """parallel = "ddp"
-ranks = {ranks}
-micro_batch = 4
-torch_threads = 1"""
 
 
 def trained_by(fates: list[Any], until: float) -> int:

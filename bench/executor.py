@@ -3,7 +3,7 @@
 Measures, in one run, with the same image, limits and hardening:
 
 * ``executions_per_s``: a small function checked by 3 asserts, run through the warm pool
-  (consumers/sandbox.py: one fork of the in-container runner per execution, fed over the attach
+  (consumers/executor/sandbox.py: one fork of the in-container runner per execution, fed over the attach
   stream), ``--concurrency`` executions in flight over ``--pool-size`` containers;
 * ``baseline_executions_per_s``: the same program (code + the 3 asserts) in a fresh container per
   execution (create, attach, start, wait, remove: what ``docker run --rm`` does), same concurrency;
@@ -27,7 +27,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from rollstream.config import ExecutorConfig
-from rollstream.consumers.sandbox import (
+from rollstream.consumers.executor.sandbox import (
     LABEL,
     OWNER_LABEL,
     DockerSandboxPool,

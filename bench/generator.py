@@ -41,9 +41,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import report, with_local_broker
 from rollstream.config import Config, GeneratorConfig, InfraConfig
-from rollstream.consumers.backends.hf import TransformersBackend
-from rollstream.consumers.generator import group_requests, run
-from rollstream.consumers.models import chat_prompt_ids
+from rollstream.consumers.generator.backends.hf import TransformersBackend
+from rollstream.consumers.generator.chat import chat_prompt_ids
+from rollstream.consumers.generator.stage import group_requests, run
 from rollstream.kafka import EventConsumer, EventProducer, delete_topics, ensure_topics, topic_name
 from rollstream.redis import connect, delete_prefix
 from rollstream.schemas.events import Message, PromptIssued, SamplingParams

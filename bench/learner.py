@@ -64,13 +64,13 @@ from rollstream.config import (
     LearnerConfig,
     RLConfig,
     WeightsConfig,
-    to_toml,
 )
+from rollstream.config_load import to_toml
 from rollstream.infra import free_port, start_broker, stop_pid
 from rollstream.kafka import EventProducer, delete_topics, ensure_topics, topic_name
 from rollstream.learner.batch import micro_batches
 from rollstream.learner.checkpoint import read_step_log
-from rollstream.learner.model import merged_state_dict
+from rollstream.learner.lora import merged_state_dict
 from rollstream.learner.train import run
 from rollstream.models import load_model
 from rollstream.redis import connect, delete_prefix
@@ -83,7 +83,7 @@ STAGE_SCRIPT = """
 import asyncio, json, logging, sys
 logging.basicConfig(level="WARNING")
 from rollstream.learner.train import run
-from rollstream.config import load_config
+from rollstream.config_load import load_config
 asyncio.run(run(load_config(sys.argv[1], environ={})))
 # VmHWM, not ru_maxrss: Linux carries the forking parent's high-water mark into ru_maxrss across exec.
 hwm = next(line for line in open("/proc/self/status") if line.startswith("VmHWM:"))

@@ -46,12 +46,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from rollstream.config import Config, InfraConfig, RLConfig, StreamConfig, load_config
+from rollstream.config import Config, InfraConfig, RLConfig, StreamConfig
+from rollstream.config_load import load_config
 from rollstream.infra import free_port, start_broker, stop_pid
 from rollstream.lifecycle import tune_gc
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def bench_config(bootstrap: str, redis_url: str, state_dir: str, group_size: int, within_s: float) -> Config:
@@ -113,7 +115,7 @@ def run_bare(config_path: str, n_events: int, out: str) -> None:
 
 
 def start_stream_worker(config: Config, log: Path) -> subprocess.Popen[bytes]:
-    from rollstream.config import to_toml
+    from rollstream.config_load import to_toml
 
     config_path = log.with_suffix(".toml")
     config_path.write_text(to_toml(config))
@@ -270,7 +272,7 @@ def main() -> None:
     try:
         n_events = asyncio.run(preload(config, n_groups, args.group_size, args.tokens))
         config_path = work / "bench.toml"
-        from rollstream.config import to_toml
+        from rollstream.config_load import to_toml
 
         config_path.write_text(to_toml(config))
         bare_out = work / "bare.json"

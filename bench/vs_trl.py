@@ -55,7 +55,7 @@ LR = 2e-6
 
 def bench_tasks(n: int) -> list[Any]:
     """The ``n`` easiest tasks of the built-in suite (difficulty, then id: a fixed choice)."""
-    from rollstream.producers.sources import builtin_tasks
+    from rollstream.tasks.sources import builtin_tasks
 
     tasks = [t for t in builtin_tasks() if not t.reward.program]
     return sorted(tasks, key=lambda t: (t.difficulty, t.task_id))[:n]
@@ -81,15 +81,15 @@ class SandboxScorer:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
 
     async def _open(self) -> Any:
-        from rollstream.consumers.sandbox import DockerSandboxPool
+        from rollstream.consumers.executor.sandbox import DockerSandboxPool
 
         pool = DockerSandboxPool(self.config)
         await pool.__aenter__()
         return pool
 
     def __call__(self, prompts: list[Any], completions: list[Any], task_id: list[str], **_: Any) -> list[float]:
-        from rollstream.consumers.rewards import default_registry
-        from rollstream.consumers.score import evaluate
+        from rollstream.consumers.executor.rewards import default_registry
+        from rollstream.consumers.executor.score import evaluate
 
         registry = default_registry()
         started = time.perf_counter()

@@ -89,14 +89,16 @@ def summarize(results: Iterable[SampleResult], ks: Sequence[int]) -> dict[str, d
 
 def format_table(summary: Mapping[str, Mapping[str, Any]], ks: Sequence[int]) -> str:
     """A Markdown table of the summary."""
+    from rollstream.cli.tables import table
+
     head = ["family", "tasks", "samples", *[f"pass@{k}" for k in ks], "tasks solved", "mean reward"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
+    rows = []
     for family, row in summary.items():
         cells = [family, str(row["tasks"]), str(row["samples"])]
         cells += ["-" if row[f"pass@{k}"] is None else f"{row[f'pass@{k}']:.3f}" for k in ks]
         cells += [f"{row['tasks_solved']}/{row['tasks']}", f"{row['mean_reward']:.3f}"]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+        rows.append(cells)
+    return table(head, rows, markdown=True)
 
 
 def eval_spec(task: Any, tests: str) -> Any:
@@ -107,7 +109,7 @@ def eval_spec(task: Any, tests: str) -> Any:
 
 
 def select_tasks(config: Config) -> list[Any]:
-    from rollstream.producers.sources import load_tasks, split_tasks
+    from rollstream.tasks.sources import load_tasks, split_tasks
 
     options = config.eval
     tasks = load_tasks(options.sources or config.sampler.sources)
@@ -152,7 +154,7 @@ async def run(config: Config) -> dict[str, Any]:
             import torch
 
             torch.set_num_threads(options.threads)
-        from rollstream.consumers.backends.hf import TransformersBackend
+        from rollstream.consumers.generator.backends.hf import TransformersBackend
 
         backend = await asyncio.to_thread(TransformersBackend.load, model, config.generator.device)
         log.info("loaded %s in %.0f s; %d samples to generate (%d tasks x %d, %d already scored)", model,
@@ -183,10 +185,10 @@ def build_requests(config: Config, tokenizer: Any,
                    missing: Sequence[tuple[Any, int]]) -> tuple[list[Any], dict[str, tuple[Any, int]]]:
     """Generation requests of the (task, sample index) pairs, shortest prompts first."""
     options = config.eval
-    from rollstream.consumers.backends.base import GenerationRequest
-    from rollstream.consumers.backends.sampling import derive_seed
-    from rollstream.consumers.generator import resolve_sampling
-    from rollstream.consumers.models import chat_prompt_ids
+    from rollstream.consumers.generator.backends.base import GenerationRequest
+    from rollstream.consumers.generator.backends.sampling import derive_seed
+    from rollstream.consumers.generator.chat import chat_prompt_ids
+    from rollstream.consumers.generator.stage import resolve_sampling
     from rollstream.schemas.events import SamplingParams
 
     requests, owners = [], {}
@@ -215,12 +217,13 @@ async def generate_and_score(config: Config, backend: Any, missing: Sequence[tup
     then holds every sample's result after ``t`` turns (passed at any of them); ``results``
     gets the last."""
     options = config.eval
-    from rollstream.consumers.backends.base import GenerationRequest
-    from rollstream.consumers.backends.sampling import derive_seed
-    from rollstream.consumers.episodes import observation, observation_ids
-    from rollstream.consumers.rewards import default_registry
-    from rollstream.consumers.sandbox import DockerSandboxPool
-    from rollstream.consumers.score import evaluate
+    from rollstream.consumers.executor.episodes import observation
+    from rollstream.consumers.executor.rewards import default_registry
+    from rollstream.consumers.executor.sandbox import DockerSandboxPool
+    from rollstream.consumers.executor.score import evaluate
+    from rollstream.consumers.generator.backends.base import GenerationRequest
+    from rollstream.consumers.generator.backends.sampling import derive_seed
+    from rollstream.consumers.generator.turns import observation_ids
 
     requests, owners = build_requests(config, backend.tokenizer, missing)
     contexts = {r.request_id: list(r.prompt_token_ids) for r in requests}
@@ -400,13 +403,15 @@ def compare_main(before_path: str, after_path: str, json_out: str | None = None)
     before, after = per_task_pass(Path(before_path)), per_task_pass(Path(after_path))
     overall = bootstrap_difference({t: v for t, (_, v) in before.items()}, {t: v for t, (_, v) in after.items()})
     families = sorted({f for f, _ in before.values()})
-    lines = ["| family | tasks | pass@1 before | pass@1 after |", "|---|---|---|---|"]
+    from rollstream.cli.tables import table
+
+    rows = []
     for family in families:
         tasks = [t for t, (f, _) in before.items() if f == family and t in after]
-        lines.append(f"| {family} | {len(tasks)} | {sum(before[t][1] for t in tasks) / len(tasks):.3f} | "
-                     f"{sum(after[t][1] for t in tasks) / len(tasks):.3f} |")
-    lines.append(f"| ALL | {overall['tasks']} | {overall['before']:.3f} | {overall['after']:.3f} |")
-    print("\n".join(lines))
+        rows.append([family, len(tasks), f"{sum(before[t][1] for t in tasks) / len(tasks):.3f}",
+                     f"{sum(after[t][1] for t in tasks) / len(tasks):.3f}"])
+    rows.append(["ALL", overall["tasks"], f"{overall['before']:.3f}", f"{overall['after']:.3f}"])
+    print(table(["family", "tasks", "pass@1 before", "pass@1 after"], rows, markdown=True))
     print(f"difference {overall['difference']:+.3f}, 95% CI [{overall['ci_low']:+.3f}, {overall['ci_high']:+.3f}] "
           f"(bootstrap over {overall['tasks']} tasks, {overall['resamples']} resamples)")
     if json_out:

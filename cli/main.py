@@ -16,7 +16,8 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from rollstream.config import Config, load_config, profile_path, to_toml
+from rollstream.config import Config
+from rollstream.config_load import load_config, profile_path, to_toml
 from rollstream.errors import ConfigError, RollstreamError
 
 log = logging.getLogger("rollstream")
@@ -24,11 +25,11 @@ log = logging.getLogger("rollstream")
 # stage -> (module, help). Each module exposes ``async def run(config, **options) -> None``.
 STAGES: dict[str, tuple[str, str]] = {
     "sampler": ("rollstream.producers.sampler", "publish PromptIssued events from task sources"),
-    "generator": ("rollstream.consumers.generator", "turn prompts into G completions each (transformers or SGLang)"),
-    "executor": ("rollstream.consumers.executor", "run completions in Docker sandboxes and score them"),
+    "generator": ("rollstream.consumers.generator.stage", "turn prompts into G completions each (transformers or SGLang)"),
+    "executor": ("rollstream.consumers.executor.stage", "run completions in Docker sandboxes and score them"),
     "stream": ("rollstream.streams.advantages", "gather each group's rewards and compute advantages (Faust)"),
     "learner": ("rollstream.learner.train", "train the policy on advantages and broadcast weights"),
-    "archiver": ("rollstream.consumers.archiver", "sink every topic of a run into the run archive (Parquet)"),
+    "archiver": ("rollstream.consumers.archiver.stage", "sink every topic of a run into the run archive (Parquet)"),
 }
 
 
@@ -97,7 +98,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("image", help="the images of the compose deployment: base [--offline], build [--offline]")
     _common(p)
-    from rollstream.cli.image import add_arguments as add_image_arguments  # argparse only: stays fast
+    from rollstream.cli.compose_images import (
+        add_arguments as add_image_arguments,  # argparse only: stays fast
+    )
 
     add_image_arguments(p)
 
@@ -232,18 +235,18 @@ def dispatch(args: argparse.Namespace, config: Config) -> int:
 
         return run_pipeline(config, args)
     if command == "score":
-        from rollstream.consumers.score import score_main
+        from rollstream.consumers.executor.score import score_main
 
         return asyncio.run(score_main(config, args.inputs, args.output))
     if command == "sandbox":
-        from rollstream.consumers.image import build_image
+        from rollstream.consumers.executor.image import build_image
 
         tag = args.tag or config.executor.image
         build_image(tag=tag, offline=args.offline)
         print(f"built sandbox image {tag}")
         return 0
     if command == "image":
-        from rollstream.cli.image import image_main
+        from rollstream.cli.compose_images import image_main
 
         return image_main(args)
     if command == "plot":

@@ -1,5 +1,5 @@
 """``rollstream inspect`` and ``rollstream runs``: what a run's archive says about one group, and
-the runs under the state directory.
+the runs under the state directory (:func:`run_paths`, :func:`archive_of`: where a run's archive is).
 
 ``inspect GROUP_ID`` (or a rollout id, ``GROUP_ID/INDEX``) gathers from the archive the group's
 prompt, each completion (text and token count), its execution record, reward and components, its
@@ -37,6 +37,31 @@ def run_dirs(config: Config) -> list[Path]:
     if not root.is_dir():
         return []
     return sorted((p for p in root.iterdir() if p.is_dir()), key=lambda p: p.name, reverse=True)
+
+
+def run_paths(config: Config, run: str) -> tuple[Path, dict[str, Any]]:
+    """The run directory of ``run`` (an id under state_dir/runs or a path) and its run.json."""
+    path = Path(run)
+    if not (path / "run.json").is_file() and not (path / "archive").exists():
+        path = Path(config.infra.state_dir) / "runs" / run
+    if not path.is_dir():
+        raise ConfigError(f"no run {run!r}: neither a run directory nor a run id under {config.infra.state_dir}/runs "
+                          "(`rollstream runs` lists them)")
+    info = {}
+    if (path / "run.json").is_file():
+        info = json.loads((path / "run.json").read_text())
+    return path, info
+
+
+def archive_of(config: Config, run: str | None, archive: str | None) -> str:
+    if archive:
+        return archive
+    if run is None:
+        from rollstream.archive import archive_url
+
+        return archive_url(config)
+    path, info = run_paths(config, run)
+    return info.get("archive") or str(path / "archive")
 
 
 def gather(store: Any, group_id: str, rollout_id: str | None) -> dict[str, Any] | None:
@@ -179,7 +204,6 @@ def _num(value: float | None) -> str:
 
 def inspect_main(config: Config, args: argparse.Namespace) -> int:
     from rollstream.archive import ArchiveStore
-    from rollstream.cli.replay import archive_of
 
     group_id, _, index = args.id.rpartition("/")
     rollout_id = args.id if group_id and index.isdigit() else None
@@ -251,16 +275,20 @@ def runs_main(config: Config, as_json: bool) -> int:
     if not runs:
         print(f"no runs under {config.infra.state_dir}/runs")
         return 0
-    print(f"{'run':<24} {'started':<16} {'steps':>5} {'version':>7} {'trained':>7} {'dropped':>7} {'status':<8} archive")
+    from rollstream.cli.tables import table
+
+    rows = []
     for r in runs:
         groups = r["groups"] or {}
         dropped = sum(v for k, v in groups.items() if k != "trained")
         status = "running?" if r["ended_at"] is None and r["exit_code"] is None else (
             "ok" if r["exit_code"] == 0 else f"rc {r['exit_code']}")
         started = time.strftime("%Y-%m-%d %H:%M", time.localtime(r["started_at"]))
-        print(f"{r['run_id']:<24} {started:<16} {_or(r['steps']):>5} {_or(r['policy_version']):>7} "
-              f"{_or(groups.get('trained') if r['groups'] is not None else None):>7} "
-              f"{_or(dropped if r['groups'] is not None else None):>7} {status:<8} {r['archive']}")
+        rows.append([r["run_id"], started, _or(r["steps"]), _or(r["policy_version"]),
+                     _or(groups.get("trained") if r["groups"] is not None else None),
+                     _or(dropped if r["groups"] is not None else None), status, r["archive"]])
+    print(table(["run", "started", "steps", "version", "trained", "dropped", "status", "archive"], rows,
+                right=["steps", "version", "trained", "dropped"]))
     return 0
 
 

@@ -12,6 +12,9 @@ verdict changed, verdicts that flipped between pass and fail), and one JSON line
 both verdicts (``--jsonl``). ``--to-topic NAME`` also writes the re-scored ``RewardScored``
 events to topic NAME (keyed by group id, as ``rewards`` is), so a fixed reward can feed a new
 stream and learner run; the run's live ``rewards`` topic only with ``--live``.
+
+The selection, loading and re-scoring are rollstream/replay.py's; this module is the command: its
+flags, the sandbox it scores in, and the output.
 """
 
 from __future__ import annotations
@@ -21,20 +24,15 @@ import asyncio
 import json
 import sys
 import time
-from collections.abc import Iterable
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import msgspec
-
-from rollstream.config import Config, parse_value
+from rollstream.config import Config
 from rollstream.errors import ConfigError
-from rollstream.schemas import codec
-from rollstream.schemas.events import ActionGenerated, RewardScored, RewardSpec
 
-CHANGE_EPS = 1e-9
+if TYPE_CHECKING:  # the parser is built for every command: what replay runs is imported when it runs
+    from rollstream.replay import Item, Outcome, Selection, SpecSource
+    from rollstream.schemas.events import ActionGenerated, RewardScored
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -69,373 +67,61 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     out.add_argument("--json", dest="json_out", help="write the summary (per family and in all) as JSON here")
 
 
-@dataclass
-class Item:
-    """One recorded action and what it earned then."""
+def selection_of(args: argparse.Namespace) -> Selection:
+    from rollstream.replay import Selection, parse_time
 
-    partition: int
-    offset: int
-    timestamp_ms: int
-    action: ActionGenerated
-    before: RewardScored | None = None
+    return Selection(groups=set(args.group), rollouts=set(args.rollout), tasks=set(args.task),
+                     families=set(args.family), partitions=set(args.partition) or None,
+                     from_offset=args.from_offset, to_offset=args.to_offset, since=parse_time(args.since),
+                     until=parse_time(args.until), limit=args.limit)
 
 
-@dataclass
-class Outcome:
-    item: Item
-    after: RewardScored | None = None
-    error: str | None = None
-
-    @property
-    def changed(self) -> bool:
-        before, after = self.item.before, self.after
-        if before is None or after is None:  # never scored before (the run ended first), or not now
-            return False
-        return (abs(before.reward - after.reward) > CHANGE_EPS
-                or before.execution.verdict != after.execution.verdict)
-
-    @property
-    def flipped(self) -> bool:
-        before, after = self.item.before, self.after
-        return before is not None and after is not None and before.execution.passed != after.execution.passed
-
-
-@dataclass
-class FamilyRow:
-    rollouts: int = 0
-    before: list[float] = field(default_factory=list)
-    after: list[float] = field(default_factory=list)
-    changed: int = 0
-    to_pass: int = 0
-    to_fail: int = 0
-    errors: int = 0
-    new: int = 0  # no verdict recorded before (the run ended before the executor scored them)
-
-    def add(self, outcome: Outcome) -> None:
-        self.rollouts += 1
-        if outcome.item.before is not None:
-            self.before.append(outcome.item.before.reward)
-        if outcome.after is not None:
-            self.after.append(outcome.after.reward)
-        self.changed += outcome.changed
-        self.errors += outcome.error is not None
-        self.new += outcome.item.before is None
-        if outcome.flipped:
-            if outcome.after.execution.passed:  # type: ignore[union-attr]
-                self.to_pass += 1
-            else:
-                self.to_fail += 1
-
-    def summary(self) -> dict[str, Any]:
-        mean = lambda xs: sum(xs) / len(xs) if xs else None
-        return {"rollouts": self.rollouts, "reward_before": mean(self.before), "reward_after": mean(self.after),
-                "changed": self.changed, "flipped_to_pass": self.to_pass, "flipped_to_fail": self.to_fail,
-                "errors": self.errors, "not_scored_before": self.new}
-
-
-def parse_time(text: str | None) -> float | None:
-    if text is None:
-        return None
-    try:
-        return float(text)
-    except ValueError:
-        pass
-    try:
-        moment = datetime.fromisoformat(text)
-    except ValueError:
-        raise ConfigError(f"cannot read the time {text!r}: give ISO 8601 (2026-12-01T07:00) or Unix seconds") from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return moment.timestamp()
-
-
-def apply_spec_overrides(spec: RewardSpec, overrides: Iterable[str]) -> RewardSpec:
-    """``spec`` with ``FIELD=VALUE`` overrides (``weights.NAME=VALUE`` sets one weight); validated."""
-    overrides = list(overrides)
-    if not overrides:
-        return spec
-    tree = msgspec.to_builtins(spec)
-    for item in overrides:
-        key, sep, text = item.partition("=")
-        key = key.strip()
-        if not sep or not key:
-            raise ConfigError(f"--spec {item!r}: expected FIELD=VALUE")
-        value = parse_value(text.strip())
-        if "." in key:
-            head, _, rest = key.partition(".")
-            if head != "weights" or not rest:
-                raise ConfigError(f"--spec {item!r}: only weights.NAME nests")
-            tree.setdefault("weights", {})[rest] = value
-        elif key not in RewardSpec.__struct_fields__:
-            raise ConfigError(f"--spec {item!r}: RewardSpec has no field {key!r}; fields: "
-                              f"{', '.join(RewardSpec.__struct_fields__)}")
-        else:
-            tree[key] = value
-    try:
-        return msgspec.convert(tree, RewardSpec)
-    except msgspec.ValidationError as exc:
-        raise ConfigError(f"--spec {' '.join(overrides)}: {exc}") from exc
-
-
-class SpecSource:
-    """The spec each action is re-scored with: recorded, or the task source's now, then overridden."""
-
-    def __init__(self, tasks: str | None, overrides: list[str]) -> None:
-        self.overrides = overrides
-        self.by_task: dict[str, RewardSpec] | None = None
-        if tasks:
-            from rollstream.producers.sources import load_tasks
-
-            self.by_task = {t.task_id: t.reward for t in load_tasks([tasks])}
-        apply_spec_overrides(RewardSpec(), overrides)  # a bad override fails before anything runs
-        self.cache: dict[bytes, RewardSpec] = {}
-
-    def spec_for(self, action: ActionGenerated) -> RewardSpec | None:
-        """None when ``--tasks`` has no task with the action's task id."""
-        base = action.reward
-        if self.by_task is not None:
-            found = self.by_task.get(action.rollout.task_id)
-            if found is None:
-                return None
-            base = found
-        if not self.overrides:
-            return base
-        key = msgspec.msgpack.encode(base)
-        if key not in self.cache:
-            self.cache[key] = apply_spec_overrides(base, self.overrides)
-        return self.cache[key]
-
-
-def run_paths(config: Config, run: str) -> tuple[Path, dict[str, Any]]:
-    """The run directory of ``run`` (an id under state_dir/runs or a path) and its run.json."""
-    path = Path(run)
-    if not (path / "run.json").is_file() and not (path / "archive").exists():
-        path = Path(config.infra.state_dir) / "runs" / run
-    if not path.is_dir():
-        raise ConfigError(f"no run {run!r}: neither a run directory nor a run id under {config.infra.state_dir}/runs "
-                          "(`rollstream runs` lists them)")
-    info = {}
-    if (path / "run.json").is_file():
-        info = json.loads((path / "run.json").read_text())
-    return path, info
-
-
-def archive_of(config: Config, run: str | None, archive: str | None) -> str:
-    if archive:
-        return archive
-    if run is None:
-        from rollstream.archive import archive_url
-
-        return archive_url(config)
-    path, info = run_paths(config, run)
-    return info.get("archive") or str(path / "archive")
-
-
-class Selection:
-    """The actions the flags select (applied to archive rows and to broker records alike)."""
-
-    def __init__(self, args: argparse.Namespace) -> None:
-        self.groups, self.rollouts = set(args.group), set(args.rollout)
-        self.tasks, self.families = set(args.task), set(args.family)
-        self.partitions = set(args.partition) or None
-        self.from_offset, self.to_offset = args.from_offset, args.to_offset
-        self.since, self.until = parse_time(args.since), parse_time(args.until)
-        self.limit = args.limit
-
-    def filters(self) -> list[tuple[str, str, Any]] | None:
-        """pyarrow filters for what the archive's columns can decide."""
-        out: list[tuple[str, str, Any]] = []
-        for column, values in (("group_id", self.groups), ("rollout_id", self.rollouts), ("task_id", self.tasks),
-                               ("family", self.families)):
-            if values:
-                out.append((column, "in", sorted(values)))
-        if self.from_offset is not None:
-            out.append(("offset", ">=", self.from_offset))
-        if self.to_offset is not None:
-            out.append(("offset", "<=", self.to_offset))
-        return out or None
-
-    def matches(self, partition: int, offset: int, timestamp_ms: int, action: ActionGenerated) -> bool:
-        r = action.rollout
-        return ((not self.groups or r.group_id in self.groups) and (not self.rollouts or r.rollout_id in self.rollouts)
-                and (not self.tasks or r.task_id in self.tasks) and (not self.families or r.family in self.families)
-                and (self.partitions is None or partition in self.partitions)
-                and (self.from_offset is None or offset >= self.from_offset)
-                and (self.to_offset is None or offset <= self.to_offset)
-                and (self.since is None or timestamp_ms >= self.since * 1000)
-                and (self.until is None or timestamp_ms <= self.until * 1000))
-
-
-def load_from_archive(root: str, selection: Selection) -> list[Item]:
-    from rollstream.archive import ArchiveStore
-
-    store = ArchiveStore(root)
-    if not store.exists():
-        raise ConfigError(f"no archive at {root} (was the run started with archive.enabled = false?)")
-    partitions = selection.partitions
-    if selection.groups and partitions is None:  # a group's records all sit in one partition
-        found = [store.group_partitions("actions", g) for g in selection.groups]
-        if all(found):
-            partitions = {p for ps in found for p in ps}  # type: ignore[union-attr]
-    items, rollouts = [], set()
-    for row, action in store.events("actions", partitions=partitions, since=selection.since, until=selection.until,
-                                    filters=selection.filters()):
-        ts = int(row["timestamp"].timestamp() * 1000)
-        if selection.matches(row["partition"], row["offset"], ts, action):
-            items.append(Item(row["partition"], row["offset"], ts, action))
-            rollouts.add(action.rollout.rollout_id)
-            if selection.limit and len(rollouts) >= selection.limit:
-                break  # read in (partition, offset) order: the rest comes after
-    rollouts = {i.action.rollout.rollout_id for i in items}
-    before: dict[str, RewardScored] = {}
-    if rollouts:
-        reward_filters = [("rollout_id", "in", sorted(rollouts))] if len(rollouts) <= 5000 else None
-        for _, reward in store.events("rewards", filters=reward_filters):
-            before.setdefault(reward.rollout.rollout_id, reward)  # the first verdict recorded
-    return _attach(items, before, selection.limit)
-
-
-async def load_from_broker(config: Config, prefix: str, selection: Selection) -> list[Item]:
-    from rollstream.kafka import read_to_end
-    from rollstream.schemas import SchemaError
-
-    items = []
-    action_codec, reward_codec = codec(ActionGenerated), codec(RewardScored)
-    for record in await read_to_end(config.infra, f"{prefix}actions"):
-        try:
-            action = action_codec.decode(record.value)
-        except SchemaError:
-            continue
-        if selection.matches(record.partition, record.offset, record.timestamp, action):
-            items.append(Item(record.partition, record.offset, record.timestamp, action))
-    before: dict[str, RewardScored] = {}
-    for record in await read_to_end(config.infra, f"{prefix}rewards"):
-        try:
-            reward = reward_codec.decode(record.value)
-        except SchemaError:
-            continue
-        before.setdefault(reward.rollout.rollout_id, reward)
-    return _attach(items, before, selection.limit)
-
-
-def _attach(items: list[Item], before: dict[str, RewardScored], limit: int) -> list[Item]:
-    """Each rollout once (the first action recorded: a redelivered group repeats its actions), in
-    (partition, offset) order, with the reward recorded for it."""
-    items.sort(key=lambda i: (i.partition, i.offset))
-    seen: set[str] = set()
-    out = []
-    for item in items:
-        rollout_id = item.action.rollout.rollout_id
-        if rollout_id in seen:
-            continue
-        seen.add(rollout_id)
-        item.before = before.get(rollout_id)
-        out.append(item)
-        if limit and len(out) >= limit:
-            break
-    return out
-
-
-class Progress:
-    """A progress line on stderr: redrawn in a terminal, every 5 s otherwise."""
-
-    def __init__(self, total: int) -> None:
-        self.total, self.done = total, 0
-        self.started = self.last = time.monotonic()
-        self.tty = sys.stderr.isatty()
-
-    def step(self) -> None:
-        self.done += 1
-        now = time.monotonic()
-        if self.done == self.total or now - self.last >= (0.2 if self.tty else 5.0):
-            self.last = now
-            rate = self.done / max(now - self.started, 1e-9)
-            left = (self.total - self.done) / rate if rate else 0
-            width = 30
-            bar = "#" * int(width * self.done / max(self.total, 1))
-            line = f"replay [{bar:<{width}}] {self.done}/{self.total} {rate:.1f}/s, {left:.0f} s left"
-            print(("\r" + line) if self.tty else line, end="" if self.tty else "\n", file=sys.stderr, flush=True)
-            if self.tty and self.done == self.total:
-                print(file=sys.stderr)
-
-
-async def rescore(config: Config, items: list[Item], specs: SpecSource, *, backend: Any = None) -> list[Outcome]:
-    """Score every item again (at most ``executor.concurrency`` at once), in input order."""
-    from rollstream.consumers.executor import score_action
-    from rollstream.consumers.rewards import default_registry
-    from rollstream.errors import SandboxError
+async def rescore_in_sandbox(config: Config, items: list[Item], specs: SpecSource, *,
+                             backend: Any = None) -> list[Outcome]:
+    """Score every item again as the executor does (``backend``, else a Docker sandbox pool of
+    ``config.executor``), at most ``executor.concurrency`` at once, with a progress bar."""
+    from rollstream.cli.tables import progress
+    from rollstream.consumers.executor.rewards import default_registry
+    from rollstream.consumers.executor.stage import score_action
+    from rollstream.replay import rescore
 
     registry = default_registry()
-    gate = asyncio.Semaphore(config.executor.concurrency)
-    progress = Progress(len(items))
-
-    async def one(item: Item, pool: Any) -> Outcome:
-        spec = specs.spec_for(item.action)
-        if spec is None:
-            progress.step()
-            return Outcome(item, error=f"no task {item.action.rollout.task_id!r} in --tasks")
-        action = msgspec.structs.replace(item.action, reward=spec)
-        try:
-            async with gate:
-                after, _ = await score_action(pool, registry, action, "replay", config.executor.max_timeout_s)
-        except (ValueError, SandboxError) as exc:
-            return Outcome(item, error=f"{type(exc).__name__}: {exc}")
-        finally:
-            progress.step()
-        return Outcome(item, after=after)
 
     async def all_of(pool: Any) -> list[Outcome]:
-        return list(await asyncio.gather(*(one(item, pool) for item in items)))
+        async def score(action: ActionGenerated) -> RewardScored:
+            after, _ = await score_action(pool, registry, action, "replay", config.executor.max_timeout_s)
+            return after
+
+        with progress("replay", len(items)) as step:
+            return await rescore(items, specs, score, concurrency=config.executor.concurrency, done=step)
 
     if backend is not None:
         return await all_of(backend)
-    from rollstream.consumers.sandbox import DockerSandboxPool
+    from rollstream.consumers.executor.sandbox import DockerSandboxPool
 
     async with DockerSandboxPool(config.executor) as pool:
         return await all_of(pool)
 
 
-def outcome_json(outcome: Outcome) -> dict[str, Any]:
-    def verdict(reward: RewardScored | None) -> dict[str, Any] | None:
-        if reward is None:
-            return None
-        e = reward.execution
-        return {"reward": reward.reward, "components": reward.components, "verdict": e.verdict, "passed": e.passed,
-                "error_kind": e.error_kind, "tests_passed": e.tests_passed, "tests_total": e.tests_total,
-                "error_message": e.error_message}
-
-    r = outcome.item.action.rollout
-    return {"rollout_id": r.rollout_id, "group_id": r.group_id, "task_id": r.task_id, "family": r.family,
-            "partition": outcome.item.partition, "offset": outcome.item.offset,
-            "before": verdict(outcome.item.before), "after": verdict(outcome.after), "changed": outcome.changed,
-            "flipped": outcome.flipped, "error": outcome.error}
-
-
-def summarise(outcomes: list[Outcome]) -> dict[str, Any]:
-    families: dict[str, FamilyRow] = {}
-    total = FamilyRow()
-    for outcome in outcomes:
-        families.setdefault(outcome.item.action.rollout.family, FamilyRow()).add(outcome)
-        total.add(outcome)
-    return {"families": {f: row.summary() for f, row in sorted(families.items())}, "all": total.summary()}
-
-
 def table(summary: dict[str, Any]) -> str:
+    from rollstream.cli.tables import table as render
+
     def fmt(x: float | None) -> str:
         return "-" if x is None else f"{x:+.3f}"
 
-    lines = [f"{'family':<20} {'rollouts':>8} {'before':>8} {'after':>8} {'changed':>8} {'->pass':>7} {'->fail':>7}"]
-    for name, row in [*summary["families"].items(), ("(all)", summary["all"])]:
-        lines.append(f"{name[:20]:<20} {row['rollouts']:>8} {fmt(row['reward_before']):>8} "
-                     f"{fmt(row['reward_after']):>8} {row['changed']:>8} {row['flipped_to_pass']:>7} "
-                     f"{row['flipped_to_fail']:>7}")
-    return "\n".join(lines)
+    rows = [[name[:20], row["rollouts"], fmt(row["reward_before"]), fmt(row["reward_after"]), row["changed"],
+             row["flipped_to_pass"], row["flipped_to_fail"]]
+            for name, row in [*summary["families"].items(), ("(all)", summary["all"])]]
+    columns = ["family", "rollouts", "before", "after", "changed", "->pass", "->fail"]
+    return render(columns, rows, right=columns[1:])
 
 
 async def write_topic(config: Config, name: str, outcomes: list[Outcome]) -> int:
     from aiokafka import AIOKafkaProducer
 
     from rollstream.kafka import create_topic
+    from rollstream.schemas import codec
+    from rollstream.schemas.events import RewardScored
 
     partitions = config.infra.partitions or 8
     await create_topic(config.infra, name, partitions)
@@ -453,8 +139,11 @@ async def write_topic(config: Config, name: str, outcomes: list[Outcome]) -> int
 
 async def replay_main(config: Config, args: argparse.Namespace) -> int:
     """`rollstream replay`: 0 when every selected action was re-scored, 1 when some could not be."""
+    from rollstream.cli.records import archive_of, run_paths
+    from rollstream.replay import SpecSource, load_from_archive, load_from_broker, outcome_json, summarise
+
     specs = SpecSource(args.tasks, args.spec)
-    selection = Selection(args)
+    selection = selection_of(args)
     info: dict[str, Any] = {}
     if args.run:
         _, info = run_paths(config, args.run)
@@ -466,7 +155,7 @@ async def replay_main(config: Config, args: argparse.Namespace) -> int:
 
         config = with_local_endpoints(config)
     if args.from_broker:
-        items = await load_from_broker(config, prefix, selection)
+        items = await load_from_broker(config.infra, prefix, selection)
         where = f"topics {prefix}actions/rewards on {config.infra.kafka_bootstrap}"
     else:
         root = archive_of(config, args.run, args.archive)
@@ -477,7 +166,7 @@ async def replay_main(config: Config, args: argparse.Namespace) -> int:
         return 1
     print(f"replay: {len(items)} rollouts from {where}", file=sys.stderr)
     started = time.monotonic()
-    outcomes = await rescore(config, items, specs)
+    outcomes = await rescore_in_sandbox(config, items, specs)
     seconds = time.monotonic() - started
     summary = summarise(outcomes)
     summary.update(seconds=seconds, per_s=len(outcomes) / max(seconds, 1e-9), source=where,

@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from rollstream import infra
-from rollstream.config import Config, load_config, profile_path
+from rollstream.config import Config
+from rollstream.config_load import load_config, profile_path
 from rollstream.errors import ConfigError
 
 # A short run that fits a 2-core CPU machine (rollstream/profiles/quick.toml), unless the user
@@ -244,7 +245,7 @@ def _stop_all(children: list[Child]) -> None:
 def _check_archive(config: Config) -> None:
     """Compare the archive with the broker and say whether it holds every record of the run."""
     from rollstream.archive import ArchiveStore
-    from rollstream.consumers.archiver import check_complete
+    from rollstream.consumers.archiver.stage import check_complete
 
     store = ArchiveStore(config.archive.url)
     try:

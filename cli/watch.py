@@ -160,8 +160,9 @@ def summary(records: Sequence[Mapping[str, Any]]) -> str:
         ("groups filtered (nothing to train on)", str(sum(r.get("groups_filtered") or 0 for r in records))),
         ("loss, first / last", f"{mean('loss', trained[:1])} / {mean('loss', trained[-1:])}"),
     ]
-    width = max(len(name) for name, _ in rows)
-    return "\n".join(f"  {name.ljust(width)}  {value}" for name, value in rows)
+    from rollstream.cli.tables import table
+
+    return "\n".join(f"  {line}" for line in table(["", ""], rows, header=False).splitlines())
 
 
 def moving_average(values: Sequence[float | None], window: int) -> list[float | None]:

@@ -15,7 +15,7 @@ from rollstream.config import Config
 from rollstream.learner import checkpoint as ckpt
 from rollstream.learner import sharded_checkpoint as sharded_ckpt
 from rollstream.learner.distributed import Ranks, parallelize
-from rollstream.learner.model import add_lora, pad_id_of
+from rollstream.learner.lora import add_lora, pad_id_of
 from rollstream.learner.trainer import SimTrainer, Trainer
 from rollstream.models import load_model, load_tokenizer
 

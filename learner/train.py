@@ -48,8 +48,8 @@ from rollstream.learner import checkpoint as ckpt
 from rollstream.learner import sharded_checkpoint as sharded_ckpt
 from rollstream.learner.batch import select_rollouts
 from rollstream.learner.distributed import Leader, Ranks, device_figures, init_ranks, serve, shutdown
+from rollstream.learner.lora import merged_state_dict
 from rollstream.learner.metrics import LearnerMetrics
-from rollstream.learner.model import merged_state_dict
 from rollstream.learner.publish import PeakRSS, iterate_in_thread
 from rollstream.learner.setup import RECENT_GROUPS, Lineage, RecentIds, build_trainer  # noqa: F401 (re-exported)
 from rollstream.learner.trainer import Trainer

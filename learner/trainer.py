@@ -27,8 +27,8 @@ import torch
 
 from rollstream.config import LearnerConfig, OptimConfig
 from rollstream.learner.batch import Batch, UpdatePlan, idle_batch, micro_batches, plan_step
+from rollstream.learner.lora import iter_merged_weights
 from rollstream.learner.loss import policy_loss, token_logprobs
-from rollstream.learner.model import iter_merged_weights
 from rollstream.schemas.events import AdvantagedRollout
 
 if TYPE_CHECKING:

@@ -40,10 +40,10 @@ from rollstream.config import Config
 from rollstream.kafka import EventConsumer, EventProducer, ensure_topics
 from rollstream.metrics import StageMetrics, serve_metrics
 from rollstream.producers.mixture import AdaptiveStats, epoch_plan, family_probabilities, informative
-from rollstream.producers.sources import load_tasks, split_tasks
 from rollstream.redis import connect, get_policy_version, groups_resolved, key
-from rollstream.schemas.events import GroupAdvantaged, Message, PromptIssued, SamplingParams
+from rollstream.schemas.events import GroupAdvantaged, Message, PromptIssued, RewardSpec, SamplingParams
 from rollstream.schemas.tasks import TaskSpec
+from rollstream.tasks.sources import load_tasks, split_tasks
 
 log = logging.getLogger(__name__)
 PENDING_LIMIT = 100_000  # issued groups remembered for the adaptive "dropped by the stream" check
@@ -63,6 +63,14 @@ def issued_key(config: Config) -> str:
 
 def group_id(run_name: str, epoch: int, position: int) -> str:
     return f"{run_name}-{epoch}-{position}"
+
+
+def issued_reward(task: TaskSpec, turn_penalty: float | None) -> RewardSpec:
+    """The reward spec a task's prompts carry: the task's own, with the sampler's overrides and
+    the task's reference solution (for the executor's reference check; the model never sees the
+    spec)."""
+    reward = task.issued_reward()
+    return reward if turn_penalty is None else msgspec.structs.replace(reward, turn_penalty=turn_penalty)
 
 
 def tasks_digest(tasks: list[TaskSpec]) -> str:
@@ -89,6 +97,7 @@ class Sampler:
     state: SamplerState = field(default_factory=SamplerState)
     plan: list[int] = field(default_factory=list)
     pending: OrderedDict[str, str] = field(default_factory=OrderedDict)  # group id -> task id
+    rewards: dict[str, RewardSpec] = field(default_factory=dict)  # task id -> the spec its prompts carry
 
     def __post_init__(self) -> None:
         families = Counter(t.family for t in self.tasks)
@@ -149,8 +158,9 @@ class Sampler:
         if self.config.sampler.system_prompt and not any(m.role == "system" for m in messages):
             messages = [Message(role="system", content=self.config.sampler.system_prompt), *messages]
         s = self.config.sampler
-        reward = task.reward if s.turn_penalty is None else msgspec.structs.replace(task.reward,
-                                                                                  turn_penalty=s.turn_penalty)
+        reward = self.rewards.get(task.task_id)
+        if reward is None:  # once per task: its overrides, and its reference for the executor's checks
+            reward = self.rewards[task.task_id] = issued_reward(task, s.turn_penalty)
         return PromptIssued(
             group_id=group_id(self.config.sampler.run_name, self.state.epoch, position),
             task_id=task.task_id, family=task.family, messages=messages,

@@ -1,6 +1,6 @@
 """The run archive: every record of every topic of a run as Parquet files that outlive the broker.
 
-The archiver stage (``consumers/archiver.py``) writes it; ``rollstream replay``, ``inspect`` and
+The archiver stage (``consumers/archiver/stage.py``) writes it; ``rollstream replay``, ``inspect`` and
 ``runs`` read it, and so can pandas, polars or DuckDB in one line (docs/archive.md).
 
 Layout under the archive root (a local directory or any fsspec URL)::
@@ -44,8 +44,6 @@ from rollstream.schemas.topics import DLQ_SUFFIX
 TOPICS_FILE = "_topics.json"
 COMPLETE_FILE = "_complete.json"
 _FILE_RE = re.compile(r"topic=([^/]+)/hour=(\d{10})/partition=(\d+)/(\d{20})-(\d{20})\.parquet$")
-FIELDS = ("group_id", "rollout_id", "task_id", "family", "policy_version_first", "policy_version_last",
-          "reward", "verdict")
 
 
 def schema() -> Any:

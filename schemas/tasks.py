@@ -42,6 +42,13 @@ class TaskSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
         if (self.prompt is None) == (self.messages is None):
             raise ValueError(f"task {self.task_id!r}: give exactly one of 'prompt' or 'messages'")
 
+    def issued_reward(self) -> RewardSpec:
+        """The reward spec this task's prompts carry: its own, with its reference solution for the
+        executor's reference check (the model never sees the spec)."""
+        if self.reference_solution and not self.reward.reference:
+            return msgspec.structs.replace(self.reward, reference=self.reference_solution)
+        return self.reward
+
     def chat(self) -> list[Message]:
         """The task as chat messages."""
         if self.messages is not None:

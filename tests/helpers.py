@@ -1,13 +1,20 @@
 """The tests' shared helpers, in one module (fixtures are in tests/fixtures/, registered as
 plugins by tests/conftest.py; event builders and the tiny model in rollstream.testing).
 
-* sandbox containers of an owner label: :func:`containers_of`, :func:`remove_containers_of`;
+* sandbox containers of an owner label: :func:`containers_of`, :func:`remove_containers_of`; what
+  runs in one (:func:`container_processes`, :func:`container_ended`); a process's metrics
+  (:func:`scrape_metrics`);
 * topics: :func:`read_events` (decoded, from the start, no consumer group),
   :func:`read_dead_letters`, :func:`read_all` (raw records, every partition);
 * processes: stream workers started as ``rollstream stream`` in their own session and ended
   by pid (:func:`start_worker`, :func:`wait_ready`, :func:`kill`, :func:`end`);
 * the learner's hand-made advantaged groups and tiny in-memory models (:func:`group`,
-  :func:`rollout`, :func:`tiny_model`).
+  :func:`rollout`, :func:`tiny_model`);
+* oracles and probes: :func:`score_completion` (teacher-forced log-probs), :func:`read_counter`;
+* waiting for a state with a deadline, never a fixed sleep: :func:`wait_until`,
+  :func:`wait_until_sync`;
+* a missing service fails the test, or skips it where ROLLSTREAM_TEST_ALLOW_MISSING says so
+  (:func:`missing`).
 """
 
 from __future__ import annotations
@@ -19,13 +26,17 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
+import pytest
 import torch
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from rollstream.config import Config, to_toml
+from rollstream.config import Config
+from rollstream.config_load import to_toml
 from rollstream.infra import pid_alive
 from rollstream.schemas.events import AdvantagedRollout, GroupAdvantaged, GroupStats, Rollout
 
@@ -198,7 +209,7 @@ def group(group_id: str, advantages: list[float], *, version: int = 0, seed: int
 async def containers_of(owner: str) -> list[dict]:
     import aiodocker
 
-    from rollstream.consumers.sandbox import LABEL, OWNER_LABEL
+    from rollstream.consumers.executor.sandbox import LABEL, OWNER_LABEL
 
     async with aiodocker.Docker() as docker:
         found = await docker.containers.list(
@@ -207,10 +218,43 @@ async def containers_of(owner: str) -> list[dict]:
         return [c._container for c in found]
 
 
+async def container_processes(container_id: str) -> int:
+    """How many processes run in the container (``docker top``; 0 when it is gone). An idle sandbox
+    runs two (the runner and its zygote); more while a job runs."""
+    top = await asyncio.create_subprocess_exec("docker", "top", container_id, "-o", "pid",
+                                               stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL)
+    out, _ = await top.communicate()
+    return max(len(out.split()) - 1, 0)
+
+
+async def container_ended(container_id: str) -> bool:
+    """Whether the container is gone or no longer running."""
+    import aiodocker
+
+    async with aiodocker.Docker() as docker:
+        try:
+            info = await docker.containers.container(container_id).show()
+        except aiodocker.DockerError:
+            return True
+    return not info["State"]["Running"]
+
+
+def scrape_metrics(port: int) -> dict[str, float]:
+    """The rollstream_ samples a process serves on ``port`` (name with labels -> value)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    samples = {}
+    for line in text.splitlines():
+        if line.startswith("rollstream_") and " " in line:
+            name, value = line.rsplit(" ", 1)
+            samples[name] = float(value)
+    return samples
+
+
 async def remove_containers_of(owner: str) -> int:
     import aiodocker
 
-    from rollstream.consumers.sandbox import LABEL, OWNER_LABEL
+    from rollstream.consumers.executor.sandbox import LABEL, OWNER_LABEL
 
     async with aiodocker.Docker() as docker:
         found = await docker.containers.list(
@@ -222,3 +266,62 @@ async def remove_containers_of(owner: str) -> int:
             except aiodocker.DockerError:
                 pass
         return len(found)
+
+
+def read_counter(metrics: Any, name: str, **labels: str) -> float:
+    """Current value of a counter sample of a stage's metrics (rollstream.metrics.StageMetrics)."""
+    value = metrics.registry.get_sample_value(f"rollstream_{name}_total", labels)
+    return value or 0.0
+
+
+@torch.inference_mode()
+def score_completion(model: Any, prompt_ids: Sequence[int], completion_ids: Sequence[int],
+                     sampling: Any = None) -> list[float]:
+    """Teacher-forced log-probs of ``completion_ids`` after ``prompt_ids``, as sampling records
+    them: tempered, untruncated (one forward over the whole sequence, no cache, no padding); the
+    oracle the transformers backend's behaviour log-probs are checked against."""
+    from rollstream.consumers.generator.backends.base import Sampling
+    from rollstream.consumers.generator.backends.sampling import tempered_logprobs
+
+    sampling = sampling or Sampling()
+    ids = torch.tensor([list(prompt_ids) + list(completion_ids)], device=model.device)  # [1, P+C]
+    logits = model(input_ids=ids).logits[0, len(prompt_ids) - 1 : -1, :]  # [C, V]
+    logprobs = tempered_logprobs(logits, torch.full((logits.shape[0],), float(sampling.temperature),
+                                                    device=model.device))
+    targets = torch.tensor(list(completion_ids), device=model.device)[:, None]  # [C, 1]
+    return logprobs.gather(1, targets)[:, 0].tolist()
+
+
+def missing(service: str, why: str) -> None:
+    """Fail the test for want of ``service``, or skip it when ROLLSTREAM_TEST_ALLOW_MISSING says so."""
+    allowed = {s.strip() for s in os.environ.get("ROLLSTREAM_TEST_ALLOW_MISSING", "").split(",")}
+    if service in allowed or "all" in allowed:
+        pytest.skip(f"no {service} ({why}); skipped: ROLLSTREAM_TEST_ALLOW_MISSING names it")
+    pytest.fail(f"no {service}: {why} (set ROLLSTREAM_TEST_ALLOW_MISSING={service} to skip instead)",
+                pytrace=False)
+
+
+async def wait_until(check: Any, what: str, timeout_s: float = 30.0, every_s: float = 0.05) -> Any:
+    """Poll ``check()`` (a function, or a coroutine function) until it returns something true,
+    and return that; fail naming ``what`` after ``timeout_s``. What a test waits for, instead of
+    sleeping for a time it hopes is enough."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        got = check()
+        if asyncio.iscoroutine(got):
+            got = await got
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout_s:g} s: {what}")
+        await asyncio.sleep(every_s)
+
+
+def wait_until_sync(check: Any, what: str, timeout_s: float = 30.0, every_s: float = 0.2) -> Any:
+    """:func:`wait_until` for a synchronous test (``check`` is a plain function)."""
+    deadline = time.monotonic() + timeout_s
+    while not (got := check()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout_s:g} s: {what}")
+        time.sleep(every_s)
+    return got

@@ -4,12 +4,14 @@ sample shows every turn, the observation after each, and the final verdict."""
 from __future__ import annotations
 
 import msgspec
+import pytest
 
 from rollstream.cli.records import gather, render
-from rollstream.consumers.episodes import continuation_of
+from rollstream.consumers.executor.episodes import continuation_of
 from rollstream.schemas.events import ExecutionRecord, RewardScored
 from rollstream.testing import make_action, make_prompt
 
+pytestmark = pytest.mark.unit
 
 class Archive:
     def __init__(self, events: dict[str, list]) -> None:

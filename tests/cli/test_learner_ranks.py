@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from rollstream.config import load_config
+from rollstream.config_load import load_config
 from rollstream.errors import ConfigError
 
 cli = importlib.import_module("rollstream.cli.main")  # the package exports its main() under the same name

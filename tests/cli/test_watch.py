@@ -7,6 +7,7 @@ import json
 import time
 from pathlib import Path
 
+import pytest
 from prometheus_client import start_http_server
 
 from rollstream.cli.watch import (
@@ -21,6 +22,7 @@ from rollstream.cli.watch import (
 from rollstream.infra import free_port
 from rollstream.metrics import StageMetrics
 
+pytestmark = pytest.mark.unit
 
 def write_steps(path: Path, n: int, start: float) -> None:
     with open(path, "a") as fh:
@@ -107,7 +109,7 @@ def test_max_minutes_stops_the_learner_cleanly_and_summarises(tmp_path: Path, ca
     import sys
 
     from rollstream.cli.run import Child, _supervise
-    from rollstream.config import load_config
+    from rollstream.config_load import load_config
 
     checkpoints = tmp_path / "checkpoints"
     checkpoints.mkdir()
@@ -134,30 +136,42 @@ def test_max_minutes_stops_the_learner_cleanly_and_summarises(tmp_path: Path, ca
             proc.wait()
 
 
-def test_ctrl_c_ends_the_run_with_the_summary_of_the_steps_so_far(tmp_path: Path, capsys) -> None:
+def test_ctrl_c_ends_the_run_with_the_summary_of_the_steps_so_far(tmp_path: Path, capsys, monkeypatch) -> None:
     """Ctrl-C while a run is watched: the steps so far are summarised and plotted, rc 130 (the
-    caller then stops every child)."""
-    import _thread
+    caller then stops every child). The SIGINT is sent once the watcher has read the steps."""
+    import os
+    import signal
     import subprocess
     import sys
-    import threading
 
+    from rollstream.cli import watch
     from rollstream.cli.run import Child, _supervise
-    from rollstream.config import load_config
+    from rollstream.config_load import load_config
 
     checkpoints = tmp_path / "checkpoints"
     checkpoints.mkdir()
     write_steps(checkpoints / "steps.jsonl", 3, time.time())
     config = load_config(None, [f"learner.checkpoint.dir={checkpoints}", "learner.max_steps=10"])
+    poll, pressed = watch.Watcher.poll, []
+
+    def poll_then_ctrl_c(self: watch.Watcher) -> list:
+        got = poll(self)
+        if not pressed:  # the run is being watched: the user presses Ctrl-C
+            pressed.append(True)
+            os.kill(os.getpid(), signal.SIGINT)
+        return got
+
+    monkeypatch.setattr(watch.Watcher, "poll", poll_then_ctrl_c)
+    # Python leaves SIGINT ignored when it started so (a background job of a non-interactive shell):
+    # Ctrl-C's handler is installed here, as an interactive `rollstream run` has it.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
-    timer = threading.Timer(1.5, _thread.interrupt_main)
     try:
-        timer.start()
         assert _supervise(config, [Child("learner", proc, tmp_path / "learner.log", free_port())], tmp_path) == 130
         out = capsys.readouterr().out
-        assert "interrupted after 3 steps" in out and "steps trained" in out
+        assert pressed and "interrupted after 3 steps" in out and "steps trained" in out
         assert (tmp_path / "reward.png").exists()
     finally:
-        timer.cancel()
+        signal.signal(signal.SIGINT, previous)
         proc.kill()
         proc.wait()

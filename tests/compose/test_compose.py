@@ -30,6 +30,7 @@ import pytest
 import yaml
 
 from rollstream.infra import free_port
+from tests.helpers import missing
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "compose"
@@ -60,6 +61,7 @@ def dashboard_queries() -> list[tuple[str, str]]:
 # --- without Docker -------------------------------------------------------------------------------
 
 
+@pytest.mark.unit
 def test_dashboard_structure_and_datasource() -> None:
     dashboard = json.loads(DASHBOARD.read_text())
     [source] = yaml.safe_load(DATASOURCES.read_text())["datasources"]
@@ -92,6 +94,7 @@ def test_dashboard_structure_and_datasource() -> None:
     assert not missing, f"the dashboard has no panel for {missing}"
 
 
+@pytest.mark.unit
 def test_prometheus_scrapes_each_stage_on_its_metrics_port() -> None:
     """One job per stage, found through Docker's DNS (every replica), on the port both compose
     configs give the stage."""
@@ -175,10 +178,10 @@ def wait_for(what: str, check, stack: Stack, timeout_s: float, every_s: float = 
 def stack() -> Iterator[Stack]:
     why = docker_builds()
     if why is not None:
-        pytest.skip(f"Docker cannot build here: {why}")
+        missing("docker", f"Docker cannot build here: {why}")
     if shutil.which("docker-compose") is None:
         pytest.fail("docker-compose is not installed (apt-get install docker-compose; .ci/install does)")
-    from rollstream.cli.image import build_compose_images, host_pip_cert
+    from rollstream.cli.compose_images import build_compose_images, host_pip_cert
 
     started = time.monotonic()
     built = build_compose_images(offline=True, root=ROOT, pip_cert=host_pip_cert())
@@ -195,7 +198,8 @@ def stack() -> Iterator[Stack]:
         print(f"docker-compose down -v took {time.monotonic() - started:.0f} s")
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
+@pytest.mark.timeout(1800)  # the first build of the stage image (torch, the project) takes most of it
 def test_stack_runs_offline_and_every_dashboard_query_finds_data(stack: Stack) -> None:
     started = time.monotonic()
     steps = "max(rollstream_learner_steps_total)"

@@ -14,6 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from rollstream.archive import ArchiveStore
 from rollstream.config import InfraConfig
 from rollstream.infra import free_port, start_broker, stop_pid
@@ -21,6 +23,7 @@ from rollstream.schemas import RewardScored
 from rollstream.testing import make_tiny_model_dir
 from tests.helpers import read_events
 
+pytestmark = pytest.mark.e2e
 SLOW = "import time\ndef add(a, b):\n    time.sleep(1.0)\n    return a + b\n"
 TASKS = [
     {"task_id": f"arch/add-{i}", "family": "arch" if i % 2 else "arch2", "prompt": f"Write add(a, b) ({i}).",

@@ -8,19 +8,16 @@ from __future__ import annotations
 
 import asyncio
 import random
-import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from rollstream.chaos import STAGES, Drill, PrivateRedis, account, wait_drained
-from rollstream.config import load_config
+from rollstream.cli.chaos import STAGES, Drill, PrivateRedis, account, drill_config, wait_drained
+from rollstream.config_load import load_config
+from rollstream.errors import KafkaError
 from rollstream.infra import free_port
 from rollstream.testing import make_tiny_model_dir
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from bench.chaos import drill_config
+from tests.helpers import wait_until_sync
 
 pytestmark = pytest.mark.e2e
 
@@ -33,23 +30,30 @@ def test_every_stage_killed_once_loses_no_group_and_trains_none_twice(tmp_path: 
     config = load_config(str(config_path))
     drill = Drill(config_path, tmp_path / "logs")
     rng = random.Random(1)
+
+    def decided(runs: int = 1) -> int:
+        """Fates published so far, once ``runs`` learner runs have published some (else 0): the
+        pipeline's progress, end to end."""
+        drill.check_alive()
+        try:
+            accounting = asyncio.run(account(config))
+        except KafkaError:  # the stages have not created the topics yet
+            return 0
+        return len(accounting.fates) if accounting.learner_runs >= runs else 0
+
     try:
         drill.start_all()
-        time.sleep(12)  # the stages start and the first groups flow
+        wait_until_sync(decided, "the stages started and the first groups were decided", 180, 1.0)
         for stage in rng.sample(STAGES, len(STAGES)):
+            before = decided()
             drill.kill_random(rng, stage)
-            for _ in range(14):
-                time.sleep(0.5)
-                drill.check_alive()
             if stage == "stream":
                 redis.restart()
-        time.sleep(5)
-        # groups keep flowing until the resumed learner has decided some (under load it may take a
-        # while to start; with nothing left to consume it would never speak)
-        deadline = time.monotonic() + 150
-        while asyncio.run(account(config)).learner_runs < 2 and time.monotonic() < deadline:
-            time.sleep(2)
-            drill.check_alive()
+            # the killed stage is back: groups are decided again after its restart
+            wait_until_sync(lambda before=before: decided() > before, f"groups decided after the {stage} kill",
+                            180, 1.0)
+        # the resumed learner has decided groups (with nothing left to consume it would never speak)
+        wait_until_sync(lambda: decided(runs=2), "the resumed learner decided groups", 180, 1.0)
         drill.stop(("sampler",))
         result = asyncio.run(wait_drained(config, timeout_s=180, learner_runs=drill.killed["learner"] + 1))
     finally:
@@ -77,17 +81,22 @@ def test_a_learner_rank_killed_mid_step_loses_no_group_and_trains_none_twice(tmp
     drill = Drill(config_path, tmp_path / "logs")
     rng = random.Random(2)
     steps = Path(config.learner.checkpoint.dir) / "steps.jsonl"
+
+    def learner_runs() -> int:
+        drill.check_alive()
+        try:
+            return asyncio.run(account(config)).learner_runs
+        except KafkaError:  # the stages have not created the topics yet
+            return 0
+
     try:
         drill.start_all()
-        deadline = time.monotonic() + 240
-        while (not steps.exists() or len(steps.read_text().splitlines()) < 3) and time.monotonic() < deadline:
-            time.sleep(0.5)  # past the first checkpoint (every 2 steps)
-            drill.check_alive()
+        # past the first checkpoint (every 2 steps)
+        wait_until_sync(lambda: drill.check_alive() or (steps.exists() and len(steps.read_text().splitlines()) >= 3),
+                        "3 learner steps", 240, 0.5)
         killed = drill.kill_rank(rng)
-        deadline = time.monotonic() + 240
-        while asyncio.run(account(config)).learner_runs < 2 and time.monotonic() < deadline:
-            time.sleep(2)  # groups keep flowing until the restarted learner has decided some
-            drill.check_alive()
+        # groups keep flowing until the restarted learner has decided some
+        wait_until_sync(lambda: learner_runs() >= 2, "the restarted learner decided groups", 240, 1.0)
         drill.stop(("sampler",))
         result = asyncio.run(wait_drained(config, timeout_s=180, learner_runs=drill.learner_runs_expected()))
     finally:

@@ -12,18 +12,21 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 import msgspec
+import pytest
 
 from rollstream.config import Config, ExecutorConfig
-from rollstream.consumers import executor, generator
-from rollstream.consumers.backends.scripted import LOGPROB
-from rollstream.consumers.episodes import observation_ids
+from rollstream.consumers import executor
+from rollstream.consumers.generator import stage as generator
+from rollstream.consumers.generator.backends.scripted import LOGPROB
+from rollstream.consumers.generator.turns import observation_ids
 from rollstream.kafka import EventProducer, ensure_topics
 from rollstream.models import load_tokenizer
-from rollstream.producers.sources import load_tasks
 from rollstream.schemas.events import ActionGenerated, Message, PromptIssued, RewardScored
+from rollstream.tasks.sources import load_tasks
 from rollstream.testing import make_tiny_model_dir
 from tests.helpers import read_events
 
+pytestmark = pytest.mark.e2e
 TASK = "bits/bit_length"  # its reference passes; the suite's wrong solution for it fails a test
 
 

@@ -23,6 +23,8 @@ from rollstream.schemas import GroupAdvantaged, GroupFate, PromptIssued, Weights
 from rollstream.testing import make_tiny_model_dir
 from tests.helpers import read_events
 
+pytestmark = pytest.mark.e2e
+
 # Tasks a random model earns different rewards on, so that advantages (and gradients) are not
 # all zero: no tests, so a completion that runs cleanly earns 1, one that raises 0, one that does
 # not compile -0.5, an empty one -1; with one or two tokens per completion all four happen.

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import msgspec
+import pytest
 from aiokafka import AIOKafkaProducer
 
 from rollstream.config import (
@@ -36,6 +37,7 @@ from rollstream.testing import make_action, make_prompt, make_reward
 from tests.helpers import end, group, read_dead_letters, read_events, start_worker, wait_ready, write_config
 from tests.poison import poison, tolerated
 
+pytestmark = pytest.mark.e2e
 
 async def send_raw(config: Config, name: str, records: list[tuple[bytes, bytes | None]]) -> None:
     producer = AIOKafkaProducer(bootstrap_servers=config.infra.kafka_bootstrap, acks="all")
@@ -66,8 +68,8 @@ async def assert_dead_lettered(config: Config, name: str, bad: list[bytes | None
 
 
 async def test_generator_survives_poison(config: Config, tiny_model_dir: Path) -> None:
-    from rollstream.consumers.backends.hf import TransformersBackend
-    from rollstream.consumers.generator import run
+    from rollstream.consumers.generator.backends.hf import TransformersBackend
+    from rollstream.consumers.generator.stage import run
 
     config = msgspec.structs.replace(config, generator=GeneratorConfig(
         model=str(tiny_model_dir), max_new_tokens=4, max_batch_prompts=4, batch_wait_ms=10, max_new_tokens_limit=8))
@@ -95,7 +97,7 @@ async def test_generator_survives_poison(config: Config, tiny_model_dir: Path) -
 
 
 async def test_executor_survives_poison(config: Config, sandbox_image: str, owner: str) -> None:
-    from rollstream.consumers.executor import run
+    from rollstream.consumers.executor.stage import run
 
     config = msgspec.structs.replace(config, executor=ExecutorConfig(image=sandbox_image, owner=owner, pool_size=1,
                                                                      concurrency=2))

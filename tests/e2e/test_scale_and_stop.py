@@ -13,22 +13,30 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import sys
 import time
 from pathlib import Path
 
 import msgspec
+import pytest
 
-from rollstream.chaos import Drill, wait_drained
-from rollstream.config import Config, SimGeneratorConfig, load_config, to_toml
+from rollstream.cli.chaos import Drill, drill_config, wait_drained
+from rollstream.config import Config, SimGeneratorConfig
+from rollstream.config_load import load_config, to_toml
+from rollstream.infra import free_port
 from rollstream.kafka import EventProducer, ensure_topics
 from rollstream.schemas.events import ActionGenerated, RewardScored, RewardSpec
 from rollstream.testing import make_action, make_prompt, make_rollout, make_tiny_model_dir
-from tests.helpers import end, read_events, start_worker
+from tests.helpers import (
+    container_processes,
+    containers_of,
+    end,
+    read_events,
+    scrape_metrics,
+    start_worker,
+    wait_until_sync,
+)
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from bench.chaos import drill_config
-
+pytestmark = pytest.mark.e2e
 BOUND_S = 10.0  # infra.stop_grace_s's default
 SLACK_S = 1.5  # the interpreter's own exit
 
@@ -41,14 +49,23 @@ def test_a_second_generator_and_executor_mid_run_take_work_and_lose_nothing(
     config = load_config(str(config_path))
     drill = Drill(config_path, tmp_path / "logs",
                   processes={"sampler": 1, "generator": 1, "executor": 1, "stream": 1, "learner": 1})
+
+    def logs() -> dict[str, str]:
+        return {p.name: p.read_text(errors="replace")[-1500:] for p in (tmp_path / "logs").glob("*.log")}
+
     try:
         drill.start_all()
-        time.sleep(15)  # one of each, groups flowing
+        # one of each, groups flowing: a reward came through
+        assert asyncio.run(read_events(config.infra, "rewards", RewardScored, lambda got: len(got) >= 1, 120)), logs()
         for stage in ("generator", "executor"):
             drill.running.append(drill.spawn(stage, 1))
-        for _ in range(40):
-            time.sleep(0.5)
+        # the newcomers take work once their groups rebalanced: two generators and two executors speak
+        for name, event, author in (("actions", ActionGenerated, "generator_id"),
+                                    ("rewards", RewardScored, "executor_id")):
             drill.check_alive()
+            asyncio.run(read_events(config.infra, name, event,
+                                    lambda got, author=author: len({getattr(e, author) for e in got}) >= 2, 180))
+        drill.check_alive()
         drill.stop(("sampler",))
         result = asyncio.run(wait_drained(config, timeout_s=120))
         actions = asyncio.run(read_events(config.infra, "actions", ActionGenerated, timeout_s=5))
@@ -56,11 +73,10 @@ def test_a_second_generator_and_executor_mid_run_take_work_and_lose_nothing(
     finally:
         drill.stop()
         asyncio.run(_clean(config))
-    logs = {p.name: p.read_text(errors="replace")[-1500:] for p in (tmp_path / "logs").glob("*.log")}
-    assert result.issued > 0 and result.trained > 0, (result, logs)
-    assert result.lost == [] and result.duplicate_trained == [], (result, logs)
-    assert len({a.generator_id for a in actions}) == 2, logs  # the newcomer generated groups
-    assert len({r.executor_id for r in rewards}) == 2, logs  # and executed actions
+    assert result.issued > 0 and result.trained > 0, (result, logs())
+    assert result.lost == [] and result.duplicate_trained == [], (result, logs())
+    assert len({a.generator_id for a in actions}) == 2, logs()  # the newcomer generated groups
+    assert len({r.executor_id for r in rewards}) == 2, logs()  # and executed actions
 
 
 async def _clean(config: Config) -> None:
@@ -85,19 +101,27 @@ def _stop_and_time(proc) -> float:
     return time.monotonic() - started
 
 
-def _wait_for(log: Path, text: str, timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while text not in log.read_text(errors="replace"):
-        assert time.monotonic() < deadline, log.read_text(errors="replace")[-3000:]
-        time.sleep(0.2)
+def generating(port: int) -> bool:
+    try:
+        return scrape_metrics(port).get("rollstream_generator_generating", 0.0) == 1.0
+    except OSError:  # not serving yet
+        return False
+
+
+def job_running(owner: str) -> bool:
+    async def running() -> bool:
+        return any([await container_processes(c["Id"]) > 2 for c in await containers_of(owner)])
+
+    return asyncio.run(running())
 
 
 def test_sigterm_ends_a_busy_generator_within_the_bound_and_its_prompt_is_redone(
     config: Config, tmp_path: Path,
 ) -> None:
     model = make_tiny_model_dir(tmp_path / "tiny", max_positions=2048)
+    port = free_port()
     slow = msgspec.structs.replace(config, generator=msgspec.structs.replace(
-        config.generator, backend="sim", model=str(model), sim=SimGeneratorConfig(base_s=120.0)))
+        config.generator, backend="sim", model=str(model), sim=SimGeneratorConfig(base_s=120.0), metrics_port=port))
     fast = msgspec.structs.replace(slow, generator=msgspec.structs.replace(slow.generator, sim=SimGeneratorConfig()))
     (tmp_path / "slow.toml").write_text(to_toml(slow))
     (tmp_path / "fast.toml").write_text(to_toml(fast))
@@ -105,9 +129,9 @@ def test_sigterm_ends_a_busy_generator_within_the_bound_and_its_prompt_is_redone
     log = tmp_path / "generator.log"
     busy = start_worker(tmp_path / "slow.toml", log, "generator")
     try:
-        _wait_for(log, "assigned")
-        time.sleep(4)  # the prompt is fetched and its batch is generating (for 120 s)
-        assert busy.poll() is None
+        # the prompt is fetched and its batch is generating (for 120 s)
+        wait_until_sync(lambda: generating(port) or busy.poll() is not None, "the generator generates", 90)
+        assert busy.poll() is None, log.read_text()[-3000:]
         took = _stop_and_time(busy)
         assert took < BOUND_S + SLACK_S, (took, log.read_text()[-3000:])
         assert "abandoning" in log.read_text()
@@ -147,9 +171,9 @@ def test_sigterm_ends_an_executor_with_a_long_sandbox_job_within_the_bound_and_t
     log = tmp_path / "executor.log"
     busy = start_worker(tmp_path / "slow.toml", log, "executor")
     try:
-        _wait_for(log, "assigned", 90)
-        time.sleep(6)  # the job is running in its sandbox (for 50 s)
-        assert busy.poll() is None
+        # the job is running in its sandbox (for 50 s): a third process beside the runner and its zygote
+        wait_until_sync(lambda: job_running(owner) or busy.poll() is not None, "the job runs in its sandbox", 90)
+        assert busy.poll() is None, log.read_text()[-3000:]
         took = _stop_and_time(busy)
         assert took < BOUND_S + SLACK_S, (took, log.read_text()[-3000:])
         assert "abandoning" in log.read_text()

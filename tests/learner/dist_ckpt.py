@@ -14,7 +14,7 @@ import time
 
 import torch
 
-from rollstream.config import load_config
+from rollstream.config_load import load_config
 from rollstream.learner import checkpoint as ckpt
 from rollstream.learner import sharded_checkpoint as sharded_ckpt
 from rollstream.learner.distributed import Leader, init_ranks, serve, shutdown
@@ -51,7 +51,7 @@ def main() -> None:
                 sharded_ckpt.save_checkpoint(c.checkpoint.dir, state, handle, tokenizer=tokenizer, keep=2,
                                              shard_bytes=c.checkpoint.shard_bytes, extra_files=extra)
             else:
-                from rollstream.learner.model import merged_state_dict
+                from rollstream.learner.lora import merged_state_dict
 
                 ckpt.save_checkpoint(c.checkpoint.dir, state, model=trainer.model, tokenizer=tokenizer,
                                      optimizer=trainer.optimizer, scheduler=trainer.scheduler,

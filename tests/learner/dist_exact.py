@@ -15,7 +15,7 @@ import torch
 
 from rollstream.config import LearnerConfig, LossConfig, OptimConfig
 from rollstream.learner.distributed import init_ranks, parallelize, shutdown
-from rollstream.learner.model import add_lora, iter_merged_weights
+from rollstream.learner.lora import add_lora, iter_merged_weights
 from rollstream.learner.trainer import Trainer
 from tests.helpers import group, tiny_model
 

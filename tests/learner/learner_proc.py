@@ -13,16 +13,49 @@ import logging
 import time
 
 
+def crash_points(args: argparse.Namespace) -> None:
+    """``--kill-after-publishing V``: the process SIGKILLs itself right after it published policy
+    version V (a crash at a known point: after a step's weights went out, before the next
+    checkpoint). ``--term-after-step S``: it sends itself SIGTERM right after step S was logged
+    (a stop request while the run goes on)."""
+    import os
+    import signal
+
+    from rollstream.learner import checkpoint, train
+
+    if args.kill_after_publishing is not None:
+        publish_version = train.set_policy_version
+
+        async def publish_then_die(client, infra, version: int) -> None:  # type: ignore[no-untyped-def]
+            await publish_version(client, infra, version)
+            if version == args.kill_after_publishing:
+                os.kill(os.getpid(), signal.SIGKILL)
+
+        train.set_policy_version = publish_then_die  # type: ignore[assignment]
+    if args.term_after_step is not None:
+        append = checkpoint.append_step_log
+
+        def log_then_stop(root, record):  # type: ignore[no-untyped-def]
+            append(root, record)
+            if record["step"] == args.term_after_step:
+                os.kill(os.getpid(), signal.SIGTERM)
+
+        checkpoint.append_step_log = log_then_stop  # type: ignore[assignment]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("config")
     parser.add_argument("--resume", action="store_true")
+    parser.add_argument("--kill-after-publishing", type=int, default=None, metavar="VERSION")
+    parser.add_argument("--term-after-step", type=int, default=None, metavar="STEP")
     parser.add_argument("--step-sleep", type=float, default=0.0)
     args = parser.parse_args()
+    crash_points(args)
     logging.basicConfig(level="INFO", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("aiokafka").setLevel(logging.WARNING)
 
-    from rollstream.config import load_config
+    from rollstream.config_load import load_config
     from rollstream.learner import train
     from rollstream.learner.trainer import Trainer
 

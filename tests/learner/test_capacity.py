@@ -19,6 +19,8 @@ from rollstream.learner import train
 from rollstream.schemas import GroupAdvantaged
 from tests.helpers import group
 
+pytestmark = pytest.mark.integration
+
 PER_STEP = 2
 
 

@@ -11,9 +11,11 @@ import torch
 from rollstream.config import CheckpointConfig, Config, LearnerConfig, LoraConfig, OptimConfig
 from rollstream.errors import CheckpointError
 from rollstream.learner import checkpoint as ckpt
-from rollstream.learner.model import merged_state_dict
+from rollstream.learner.lora import merged_state_dict
 from rollstream.learner.train import build_trainer
 from tests.helpers import group
+
+pytestmark = pytest.mark.unit
 
 
 def make_config(model_dir: str, ckpt_dir: Path, *, lora: bool = False, warmup_steps: int = 0) -> Config:

@@ -4,7 +4,6 @@ torchrun against the one-rank step (issue 26: loss, gradients and SGD-updated we
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -14,7 +13,7 @@ import pytest
 import torch
 
 from rollstream.learner.batch import plan_step, rollout_length, split_by_tokens
-from rollstream.learner.model import add_lora, iter_merged_weights, merged_state_dict
+from rollstream.learner.lora import add_lora, iter_merged_weights, merged_state_dict
 from tests.helpers import group, tiny_model
 
 pytestmark = pytest.mark.unit
@@ -71,17 +70,3 @@ def test_streamed_weights_are_the_merged_state_dict(lora: bool) -> None:
     streamed = dict(iter_merged_weights(model, torch.bfloat16))
     assert list(streamed) == list(whole)
     assert all(torch.equal(streamed[k], whole[k]) and streamed[k].dtype == torch.bfloat16 for k in whole)
-
-
-def test_two_gloo_ranks_match_one_rank(tmp_path: Path) -> None:
-    out = tmp_path / "exact.json"
-    proc = torchrun("tests.learner.dist_exact", str(out))
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    report = json.loads(out.read_text())
-    # {ddp, fsdp} x {full, lora} x {token_mean, sequence_mean}, and {ddp, fsdp} with KL and 2 updates
-    assert len(report) == 10
-    for case, diff in report.items():
-        assert diff["tokens"][0] == diff["tokens"][1], case
-        for key in ("loss", "grad_norm", "grads", "weights"):
-            assert diff[key] <= 1e-5, (case, key, diff)
-        assert diff["weights_moved"] > 1e-4, case  # the step did change the weights

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from rollstream.config import Config, RLConfig
 from rollstream.kafka import Delivery
 from rollstream.learner.batch import select_rollouts
 from rollstream.learner.train import LearnerLoop, Lineage
 from tests.helpers import group
 
+pytestmark = pytest.mark.unit
 
 def loop(max_staleness: int, lineage: Lineage) -> LearnerLoop:
     config = Config(rl=RLConfig(max_staleness=max_staleness))

@@ -14,6 +14,8 @@ from rollstream.learner.trainer import Trainer, sequence_logprob
 from rollstream.schemas.events import AdvantagedRollout
 from tests.helpers import group, rollout
 
+pytestmark = pytest.mark.unit
+
 EPS = 1e-4
 
 

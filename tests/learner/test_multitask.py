@@ -5,6 +5,7 @@ exactly; weight 0 takes it out of the gradient)."""
 from __future__ import annotations
 
 import msgspec
+import pytest
 import torch
 
 from rollstream.config import LearnerConfig, LossConfig
@@ -14,6 +15,7 @@ from rollstream.schemas.events import AdvantagedRollout
 from rollstream.streams.estimators import GroupInput, batch_advantages, sample_std
 from tests.helpers import rollout, tiny_model
 
+pytestmark = pytest.mark.unit
 
 def test_family_normalisation_puts_each_family_on_its_own_scale() -> None:
     groups = [GroupInput("a/1", [0.0, 1.0], "a"), GroupInput("a/2", [0.0, 0.5], "a"),

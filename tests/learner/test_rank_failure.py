@@ -17,7 +17,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from rollstream.chaos import rank_pids
+from rollstream.cli.chaos import rank_pids
 from rollstream.config import CheckpointConfig, Config, LearnerConfig, OptimConfig, RLConfig
 from rollstream.kafka import EventProducer, ensure_topics
 from rollstream.learner import sharded_checkpoint as sharded_ckpt

@@ -28,7 +28,7 @@ from rollstream.redis import connect
 from rollstream.schemas.events import AdvantagedRollout, GroupAdvantaged, GroupStats, Rollout
 from rollstream.weights import WeightStore
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.integration
 
 CASES = [
     ("What is 2 + 2? Answer with one number.", "4", "5"),

@@ -1,29 +1,32 @@
-"""Exact resume against the real broker and Redis: SIGKILL the learner mid-run, resume from its
-last checkpoint, and count group ids per step (from ``steps.jsonl``)."""
+"""Exact resume against the real broker and Redis: the learner dies by SIGKILL at a known point
+mid-run (tests/learner/learner_proc.py), resumes from its last checkpoint, and every group is
+trained exactly once in the surviving lineage (counted per step from ``steps.jsonl``)."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 import subprocess
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 
 import msgspec
+import pytest
 
-from rollstream.config import CheckpointConfig, Config, LearnerConfig, OptimConfig, RLConfig, to_toml
+from rollstream.config import CheckpointConfig, Config, LearnerConfig, OptimConfig, RLConfig
+from rollstream.config_load import to_toml
 from rollstream.kafka import EventProducer, ensure_topics
 from rollstream.learner.checkpoint import latest_checkpoint, load_state, read_step_log
 from rollstream.redis import connect, get_policy_version, key
 from rollstream.weights import WeightStore
 from tests.helpers import group
 
+pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 GROUPS = 16
 PER_STEP = 2
+KILLED_AFTER = 5  # the first run dies right after publishing this version (its step)
 
 
 def write_config(config: Config, path: Path) -> Path:
@@ -31,20 +34,18 @@ def write_config(config: Config, path: Path) -> Path:
     return path
 
 
-def spawn(config_path: Path, tmp: Path, name: str, *extra: str) -> subprocess.Popen[bytes]:
-    with open(tmp / f"{name}.log", "wb") as log:  # the child keeps its own copy of the descriptor
-        return subprocess.Popen([sys.executable, "-m", "tests.learner.learner_proc", str(config_path), *extra],
-                                cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
-
-
-async def wait_for(predicate, timeout_s: float, proc: subprocess.Popen[bytes], what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if proc.poll() is not None:
-            raise AssertionError(f"learner exited with {proc.returncode} while waiting for {what}")
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.1)
+def run_learner(config_path: Path, tmp: Path, name: str, *extra: str, expect: int) -> None:
+    """The learner in a process of its own (tests/learner/learner_proc.py) until it exits with ``expect``."""
+    log = tmp / f"{name}.log"
+    with open(log, "wb") as out:  # the child keeps its own copy of the descriptor
+        proc = subprocess.Popen([sys.executable, "-m", "tests.learner.learner_proc", str(config_path), *extra],
+                                cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        assert proc.wait(240) == expect, log.read_text()[-3000:]
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(10)
 
 
 async def test_sigkill_then_resume_trains_every_group_exactly_once(config: Config, learner_model_dir: str,
@@ -64,34 +65,23 @@ async def test_sigkill_then_resume_trains_every_group_exactly_once(config: Confi
         await producer.send("advantages", groups[3])  # an upstream replay: must not be trained twice
 
     config_path = write_config(config, tmp_path / "learner.toml")
-    first = spawn(config_path, tmp_path, "first", "--step-sleep", "0.4")
-    try:
-        await wait_for(lambda: len(read_step_log(ckpt_dir)) >= 5, 240, first, "5 steps")
-        first.send_signal(signal.SIGKILL)
-        first.wait(10)
-    finally:
-        if first.poll() is None:
-            os.kill(first.pid, signal.SIGKILL)
-            first.wait(10)
+    # The crash lands at a known point: right after step 5's weights were published as version 5,
+    # before the next checkpoint (steps 2 and 4 were checkpointed).
+    run_learner(config_path, tmp_path, "first", "--kill-after-publishing", str(KILLED_AFTER), expect=-signal.SIGKILL)
     resumed_from = latest_checkpoint(ckpt_dir)
     assert resumed_from is not None
     state = load_state(resumed_from)
     dead_run = read_step_log(ckpt_dir)
-    assert state.step in (2, 4) and max(r["step"] for r in dead_run) > state.step  # killed past it
+    assert state.step == 4 and [r["step"] for r in dead_run] == [1, 2, 3, 4, KILLED_AFTER]
 
     redis = connect(config.infra.redis_url)
     try:  # broadcast_every=1: the dead run published a version per step it finished
         dead_version = await WeightStore(redis, key_prefix=config.infra.key_prefix).latest_version()
     finally:
         await redis.aclose()
-    assert dead_version is not None and dead_version > state.policy_version
+    assert dead_version == KILLED_AFTER and state.policy_version == 4
 
-    second = spawn(config_path, tmp_path, "second", "--resume")
-    try:
-        assert second.wait(240) == 0, (tmp_path / "second.log").read_text()[-3000:]
-    finally:
-        if second.poll() is None:
-            os.kill(second.pid, signal.SIGKILL)
+    run_learner(config_path, tmp_path, "second", "--resume", expect=0)
     log = read_step_log(ckpt_dir)
     first_id = dead_run[0]["run_id"]
     second_id = next(r["run_id"] for r in log if r["run_id"] != first_id)
@@ -131,22 +121,10 @@ async def test_sigterm_checkpoints_the_current_step_and_exits_cleanly(config: Co
     async with EventProducer(config.infra, client_id="test") as producer:
         await producer.send_many([("advantages", g) for g in groups])
     config_path = write_config(config, tmp_path / "learner.toml")
-    proc = spawn(config_path, tmp_path, "first", "--step-sleep", "0.5")
-    try:
-        await wait_for(lambda: len(read_step_log(ckpt_dir)) >= 2, 240, proc, "2 steps")
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(60) == 0
-    finally:
-        if proc.poll() is None:
-            os.kill(proc.pid, signal.SIGKILL)
+    run_learner(config_path, tmp_path, "first", "--term-after-step", "2", expect=0)  # SIGTERM right after step 2
     done = read_step_log(ckpt_dir)
     state = load_state(latest_checkpoint(ckpt_dir))
-    assert state.step == done[-1]["step"] >= 2  # nothing trained is lost on a graceful stop
-    second = spawn(config_path, tmp_path, "second", "--resume")
-    try:
-        assert second.wait(240) == 0
-    finally:
-        if second.poll() is None:
-            os.kill(second.pid, signal.SIGKILL)
+    assert state.step == done[-1]["step"] == 2  # nothing trained is lost on a graceful stop
+    run_learner(config_path, tmp_path, "second", "--resume", expect=0)
     counts = Counter(g for r in read_step_log(ckpt_dir) for g in r["groups"])
     assert counts == Counter({g.group_id: 1 for g in groups})

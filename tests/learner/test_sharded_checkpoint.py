@@ -12,12 +12,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from rollstream.config import CheckpointConfig, Config, LearnerConfig, LoraConfig, OptimConfig, to_toml
+from rollstream.config import CheckpointConfig, Config, LearnerConfig, LoraConfig, OptimConfig
+from rollstream.config_load import to_toml
 from rollstream.learner import sharded_checkpoint as sharded_ckpt
 from rollstream.weight_files import filesystem
 from tests.learner.test_distributed import ROOT, torchrun
 
-pytestmark = pytest.mark.unit
+pytestmark = pytest.mark.integration  # processes under torchrun, an S3 emulator
 
 
 def write_config(tmp_path: Path, name: str, model: str, ckpt_dir: str, parallel: str = "fsdp",

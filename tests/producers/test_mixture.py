@@ -14,7 +14,9 @@ from rollstream.producers.mixture import (
     family_probabilities,
     informative,
 )
-from rollstream.producers.sources import load_tasks
+from rollstream.tasks.sources import load_tasks
+
+pytestmark = pytest.mark.unit
 
 FAMILIES = ["a"] * 10 + ["b"] * 30 + ["c"] * 60
 
@@ -100,7 +102,7 @@ def test_a_mixture_of_hundreds_of_families_is_config_only(tmp_path) -> None:
     the learner's per-family loss weights name them the same way."""
     import json
 
-    from rollstream.config import load_config
+    from rollstream.config_load import load_config
 
     source = tmp_path / "tasks.jsonl"
     source.write_text("".join(json.dumps({"task_id": f"f{f}/t{t}", "family": f"f{f}", "prompt": "p",

@@ -6,18 +6,21 @@ import asyncio
 import uuid
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import pytest
 
 from rollstream.config import Config, RLConfig, SamplerConfig
 from rollstream.kafka import EventConsumer, EventProducer
+from rollstream.producers import sampler as sampler_stage
 from rollstream.producers.mixture import epoch_plan, family_probabilities
-from rollstream.producers.sampler import max_in_flight, run, state_key
-from rollstream.producers.sources import load_tasks
+from rollstream.producers.sampler import max_in_flight, run
 from rollstream.redis import connect, set_groups_consumed
 from rollstream.schemas.events import PromptIssued, RewardSpec
 from rollstream.schemas.tasks import TaskSpec, encode_task
+from rollstream.tasks.sources import load_tasks
+from tests.helpers import wait_until
 
 
 def write_tasks(path: Path, n_a: int = 4, n_b: int = 3) -> Path:
@@ -59,6 +62,7 @@ async def no_backpressure(config: Config) -> None:
     await redis.aclose()
 
 
+@pytest.mark.integration
 async def test_resume_issues_every_position_once(config: Config, tmp_path: Path) -> None:
     tasks_file = write_tasks(tmp_path / "tasks.jsonl")
     await no_backpressure(config)
@@ -85,20 +89,26 @@ async def test_resume_issues_every_position_once(config: Config, tmp_path: Path)
         assert sorted(issued[f"run-{epoch}-{i}"] for i in range(7)) == sorted(t.task_id for t in tasks)
 
 
-async def test_restart_after_stop_mid_run(config: Config, tmp_path: Path) -> None:
-    """A sampler stopped at an arbitrary moment (SIGTERM path) resumes where it was."""
+@pytest.mark.integration
+async def test_restart_after_stop_mid_run(config: Config, tmp_path: Path, monkeypatch) -> None:
+    """A sampler stopped mid-run (the SIGTERM path: its stop event is set between two batches)
+    resumes where it was."""
     tasks_file = write_tasks(tmp_path / "tasks.jsonl")
     await no_backpressure(config)
     stop = asyncio.Event()
+    persist = sampler_stage.Sampler.persist
+
+    async def persist_then_stop(self: sampler_stage.Sampler, count: int) -> None:
+        await persist(self, count)
+        if await self.issued() >= 4:  # the first few batches are out (mid-epoch: 7 tasks, batches of 3)
+            stop.set()
+
+    monkeypatch.setattr(sampler_stage.Sampler, "persist", persist_then_stop)
     first = asyncio.create_task(run(make_config(config, tasks_file, max_groups=400), stop=stop))
     redis = connect(config.infra.redis_url)
     try:
-        for _ in range(400):  # stop somewhere after the first few batches
-            if int((await redis.hget(state_key(make_config(config, tasks_file)), "position")) or 0) >= 4:
-                break
-            await asyncio.sleep(0.01)
-        stop.set()
         await asyncio.wait_for(first, 30)
+        monkeypatch.setattr(sampler_stage.Sampler, "persist", persist)
         persisted = int(await redis.get(f"{config.infra.key_prefix}sampler:issued"))
         assert 0 < persisted < 400
         await asyncio.wait_for(run(make_config(config, tasks_file, max_groups=persisted + 9), stop=asyncio.Event()), 60)
@@ -111,7 +121,8 @@ async def test_restart_after_stop_mid_run(config: Config, tmp_path: Path) -> Non
     assert positions == [(i // 7, i % 7) for i in range(persisted + 9)]  # no gap, no repeat
 
 
-async def test_backpressure_cap_holds_while_learner_is_slow(config: Config, tmp_path: Path) -> None:
+@pytest.mark.integration
+async def test_backpressure_cap_holds_while_learner_is_slow(config: Config, tmp_path: Path, monkeypatch) -> None:
     tasks_file = write_tasks(tmp_path / "tasks.jsonl")
     cfg = make_config(config, tasks_file, max_groups=12)
     cfg = msgspec.structs.replace(cfg, sampler=msgspec.structs.replace(cfg.sampler, adaptive=True))
@@ -123,12 +134,21 @@ async def test_backpressure_cap_holds_while_learner_is_slow(config: Config, tmp_
     async def issued() -> int:
         return int(await redis.get(issued_key) or 0)
 
+    looked: list[int] = []  # the in-flight count the sampler computed, each time it looked
+    resolved = sampler_stage.groups_resolved
+
+    async def counted(*args: Any) -> int:
+        looked.append(await resolved(*args))
+        return looked[-1]
+
+    monkeypatch.setattr(sampler_stage, "groups_resolved", counted)
+
     async def settle(expect: int) -> None:
-        for _ in range(200):
-            if await issued() >= expect:
-                break
-            await asyncio.sleep(0.05)
-        await asyncio.sleep(1.0)  # the sampler polls every 50 ms: give it time to overshoot if it would
+        await wait_until(lambda: at_least(issued, expect), f"{expect} groups issued")
+        seen = len(looked)
+        # two more looks at the learner's progress: a whole turn of its loop saw this state, so
+        # had there been room it would have issued (and persisted) more by now
+        await wait_until(lambda: len(looked) >= seen + 2, "the sampler looked at the learner's progress again")
 
     task = asyncio.create_task(run(cfg, stop=asyncio.Event()))
     try:
@@ -150,9 +170,14 @@ async def test_backpressure_cap_holds_while_learner_is_slow(config: Config, tmp_
     assert sorted(p.group_id for p in prompts) == sorted({p.group_id for p in prompts}) and len(prompts) == 12
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("bad", ["nope", "jsonl:/does/not/exist"])
 async def test_bad_source_is_a_config_error(bad: str) -> None:
     from rollstream.errors import ConfigError
 
     with pytest.raises(ConfigError):
         load_tasks([bad])
+
+
+async def at_least(count: Any, expect: int) -> bool:
+    return await count() >= expect

@@ -7,8 +7,11 @@ from pathlib import Path
 import pytest
 
 from rollstream.cli import main
-from rollstream.config import Config, load_config, to_toml, validate
+from rollstream.config import Config
+from rollstream.config_load import load_config, to_toml, validate
 from rollstream.errors import ConfigError
+
+pytestmark = pytest.mark.unit
 
 
 def test_defaults_validate() -> None:
@@ -63,7 +66,7 @@ def test_combinations_that_cannot_work_are_refused() -> None:
 
 
 def test_the_quick_profile_is_a_shipped_file() -> None:
-    from rollstream.config import profile_path
+    from rollstream.config_load import profile_path
 
     quick = profile_path("quick")
     assert quick.is_file() and quick.suffix == ".toml"

@@ -25,6 +25,8 @@ from rollstream.errors import (
     converted,
 )
 
+pytestmark = pytest.mark.unit
+
 REQUEST = httpx.Request("POST", "http://sglang.test/generate")
 
 

@@ -5,12 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import msgspec
+import pytest
 
 from rollstream import infra
 from rollstream.config import Config, InfraConfig
 from rollstream.infra import free_port, pid_alive, port_open
 
 
+@pytest.mark.integration
 def test_up_is_idempotent_and_down_stops_only_ours(tmp_path: Path) -> None:
     dead_redis = free_port()
     config = InfraConfig(
@@ -40,6 +42,7 @@ def test_up_is_idempotent_and_down_stops_only_ours(tmp_path: Path) -> None:
     assert infra.down(config) == []  # nothing left to stop
 
 
+@pytest.mark.integration
 def test_existing_redis_is_used_not_started(tmp_path: Path, redis_url: str) -> None:
     config = InfraConfig(state_dir=str(tmp_path / "s"), broker_port=free_port(), redis_url=redis_url)
     state = infra.up(config)
@@ -50,8 +53,8 @@ def test_existing_redis_is_used_not_started(tmp_path: Path, redis_url: str) -> N
         infra.down(config)
 
 
+@pytest.mark.unit
 def test_missing_infrastructure_is_a_clear_error(tmp_path: Path) -> None:
-    import pytest
 
     from rollstream.errors import ConfigError
 
@@ -61,6 +64,7 @@ def test_missing_infrastructure_is_a_clear_error(tmp_path: Path) -> None:
         infra.resolve_endpoints(InfraConfig(state_dir=str(tmp_path / "none")))
 
 
+@pytest.mark.unit
 def test_configured_endpoints_are_never_replaced(tmp_path: Path) -> None:
     """A configured broker and Redis are used as they are, whatever a state file says."""
     config = Config(infra=InfraConfig(state_dir=str(tmp_path / "s"), kafka_bootstrap="kafka:9092",
@@ -71,6 +75,7 @@ def test_configured_endpoints_are_never_replaced(tmp_path: Path) -> None:
     assert infra.resolve_endpoints(config) == infra.Endpoints("kafka:9092", "redis://redis:6379/0")
 
 
+@pytest.mark.unit
 def test_state_file_is_json(tmp_path: Path) -> None:
     config = InfraConfig(state_dir=str(tmp_path / "s"), broker_port=free_port())
     infra.up(config)

@@ -10,14 +10,16 @@ import time
 from pathlib import Path
 
 import msgspec
+import pytest
 
 from rollstream.config import InfraConfig
 from rollstream.kafka import BATCH_API_MIN_RECORDS, EventConsumer, EventProducer, ensure_topics, topic_name
-from rollstream.metrics import StageMetrics, read_counter
+from rollstream.metrics import StageMetrics
 from rollstream.schemas import codec
 from rollstream.testing import make_prompt, make_reward
-from tests.helpers import read_dead_letters
+from tests.helpers import read_counter, read_dead_letters
 
+pytestmark = pytest.mark.integration
 
 async def _drain(consumer: EventConsumer, want: int, timeout_s: float = 20.0) -> list:
     got: list = []

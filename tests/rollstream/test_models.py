@@ -40,17 +40,20 @@ def fake_gguf(tmp_path: Path) -> Path:
     return path
 
 
+@pytest.mark.unit
 def test_a_local_directory_resolves_to_itself(tiny_dir: Path) -> None:
     assert resolve_model(str(tiny_dir)) == ModelFiles(tiny_dir)
     assert ModelFiles(tiny_dir).load_kwargs() == {"local_files_only": True}
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("spec", ["no/such/dir", "smollm3", "."])
 def test_a_spec_that_names_nothing_loadable_is_refused(spec: str) -> None:
     with pytest.raises(ModelError, match="neither"):
         resolve_model(spec)
 
 
+@pytest.mark.unit
 def test_a_gguf_resolves_to_its_converted_copy_once_that_is_complete(fake_gguf: Path, tmp_path: Path) -> None:
     cache = tmp_path / "cache"
     as_gguf = ModelFiles(fake_gguf.parent, fake_gguf.name)
@@ -64,6 +67,7 @@ def test_a_gguf_resolves_to_its_converted_copy_once_that_is_complete(fake_gguf: 
     assert resolve_model(str(fake_gguf), None) == as_gguf  # no cache: always the GGUF
 
 
+@pytest.mark.unit
 def test_a_copy_written_by_the_old_loaders_is_never_read(fake_gguf: Path, tmp_path: Path) -> None:
     cache = tmp_path / "cache"
     stat = fake_gguf.stat()
@@ -74,6 +78,7 @@ def test_a_copy_written_by_the_old_loaders_is_never_read(fake_gguf: Path, tmp_pa
     assert resolve_model(str(fake_gguf), cache).gguf_file == fake_gguf.name
 
 
+@pytest.mark.unit
 def test_the_cache_key_changes_with_the_file_and_the_format(fake_gguf: Path, tmp_path: Path,
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     first = converted_dir(fake_gguf, tmp_path)
@@ -86,6 +91,7 @@ def test_the_cache_key_changes_with_the_file_and_the_format(fake_gguf: Path, tmp
     assert converted_dir(fake_gguf, tmp_path).name.endswith(f"-v{models.CACHE_FORMAT}")
 
 
+@pytest.mark.unit
 def test_tokenizer_settings_are_applied_on_load_whatever_was_saved(tiny_dir: Path, tmp_path: Path) -> None:
     import shutil
 
@@ -105,6 +111,7 @@ def test_tokenizer_settings_are_applied_on_load_whatever_was_saved(tiny_dir: Pat
     assert own.pad_token == "<|endoftext|>" and own.clean_up_tokenization_spaces is False  # a saved pad stays
 
 
+@pytest.mark.unit
 def test_a_directory_without_a_tokenizer(tmp_path: Path) -> None:
     from transformers import AutoModelForCausalLM, LlamaConfig
 
@@ -118,6 +125,7 @@ def test_a_directory_without_a_tokenizer(tmp_path: Path) -> None:
     assert not model.training and next(model.parameters()).dtype == torch.float32
 
 
+@pytest.mark.unit
 def test_load_policy_of_a_directory(tiny_dir: Path) -> None:
     model, tokenizer = load_policy(str(tiny_dir), dtype=torch.bfloat16)
     assert not model.training
@@ -126,6 +134,7 @@ def test_load_policy_of_a_directory(tiny_dir: Path) -> None:
     assert models.load_model_config(str(tiny_dir)).vocab_size == model.config.vocab_size
 
 
+@pytest.mark.unit
 def test_plain_model_from_drops_quantization_config(tiny_dir: Path, tmp_path: Path) -> None:
     model = load_model(str(tiny_dir))
     # as a GGUF load leaves it
@@ -139,6 +148,7 @@ def test_plain_model_from_drops_quantization_config(tiny_dir: Path, tmp_path: Pa
     assert all(torch.equal(v, model.state_dict()[k]) for k, v in reloaded.state_dict().items())
 
 
+@pytest.mark.unit
 def test_save_converted_is_atomic_and_keeps_a_finished_copy(tiny_dir: Path, tmp_path: Path) -> None:
     model, tokenizer = load_policy(str(tiny_dir))
     target = tmp_path / "cache" / "copy"
@@ -150,11 +160,11 @@ def test_save_converted_is_atomic_and_keeps_a_finished_copy(tiny_dir: Path, tmp_
     assert (target / "marker").read_text() == "first"
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_generator_and_learner_tokenize_a_chat_prompt_and_a_completion_alike(tmp_path: Path) -> None:
     """Each stage's own loading path, on the real SmolLM2 (the first run converts the GGUF: 60-100 s)."""
-    from rollstream.consumers.backends.hf import TransformersBackend
-    from rollstream.consumers.models import chat_prompt_ids
+    from rollstream.consumers.generator.backends.hf import TransformersBackend
+    from rollstream.consumers.generator.chat import chat_prompt_ids
     from rollstream.learner.train import build_trainer
 
     generator = TransformersBackend.load("smollm2")  # the transformers generator and eval

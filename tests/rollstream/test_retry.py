@@ -9,6 +9,8 @@ import pytest
 
 from rollstream.retry import Backoff, retry
 
+pytestmark = pytest.mark.unit
+
 
 def test_backoff_doubles_up_to_the_cap_and_resets() -> None:
     no_jitter = Backoff(0.5, 3.0, rand=lambda: 0.0)

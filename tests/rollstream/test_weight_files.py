@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from rollstream.config import InfraConfig, WeightsConfig
-from rollstream.consumers.backends.hf import TransformersBackend
+from rollstream.consumers.generator.backends.hf import TransformersBackend
 from rollstream.errors import WeightStoreError
 from rollstream.redis import connect
 from rollstream.weight_files import FileWeightStore, VersionFiles, open_weight_store
@@ -99,7 +99,7 @@ async def test_s3_versions_round_trip_and_download(redis, infra_config: InfraCon
 
 async def test_both_generator_backends_load_from_a_file_store(redis, infra_config: InfraConfig, tmp_path: Path,
                                                               tiny_model_dir: Path) -> None:
-    from tests.consumers.test_sglang_backend import FakeSGLang, _backend
+    from tests.consumers.generator.test_sglang_backend import FakeSGLang, _backend
 
     store = FileWeightStore(redis, str(tmp_path / "w"), key_prefix=infra_config.key_prefix, file_bytes=1 << 20)
     hf = TransformersBackend.load(str(tiny_model_dir), dtype=torch.bfloat16)

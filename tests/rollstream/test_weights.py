@@ -11,6 +11,7 @@ from rollstream.config import InfraConfig
 from rollstream.errors import WeightStoreError
 from rollstream.redis import connect
 from rollstream.weights import ChunkEntry, Manifest, WeightStore, pack, unpack
+from tests.helpers import wait_until
 
 
 def _random_state(seed: int = 0) -> dict[str, torch.Tensor]:
@@ -24,6 +25,7 @@ def _random_state(seed: int = 0) -> dict[str, torch.Tensor]:
     }
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("chunk_bytes", [1, 7, 64, 1 << 20])
 def test_pack_unpack_is_exact_for_any_chunk_size(chunk_bytes: int) -> None:
     state = _random_state()
@@ -48,6 +50,7 @@ async def store(infra_config: InfraConfig):
     await client.aclose()
 
 
+@pytest.mark.integration
 async def test_round_trip_and_latest(store: WeightStore) -> None:
     state = _random_state()
     published = await store.publish(3, state, step=3)
@@ -58,6 +61,7 @@ async def test_round_trip_and_latest(store: WeightStore) -> None:
     assert all(torch.equal(out[k], v) for k, v in state.items())
 
 
+@pytest.mark.integration
 async def test_corrupted_or_missing_chunk_loads_nothing(store: WeightStore) -> None:
     await store.publish(1, _random_state(), step=1)
     key = store._chunk_key(1, 2)
@@ -72,6 +76,7 @@ async def test_corrupted_or_missing_chunk_loads_nothing(store: WeightStore) -> N
         await store.fetch(99)
 
 
+@pytest.mark.unit
 def test_pack_sends_tensor_memory_without_copying() -> None:
     tensor = torch.arange(1000, dtype=torch.float32)
     _, chunks = pack({"t": tensor}, 1024)
@@ -79,12 +84,14 @@ def test_pack_sends_tensor_memory_without_copying() -> None:
     assert bytes(chunks[0][:4]) == tensor[:1].numpy().tobytes()
 
 
+@pytest.mark.integration
 async def test_manifest_of_another_format_is_a_clear_error(store: WeightStore) -> None:
     await store.client.set(store._manifest_key(7), b"\x81\xa3old\x01")
     with pytest.raises(WeightStoreError, match="unreadable manifest"):
         await store.fetch(7)
 
 
+@pytest.mark.integration
 async def test_keeps_only_the_last_versions(store: WeightStore) -> None:
     for v in range(1, 5):
         await store.publish(v, _random_state(v), step=v)
@@ -95,6 +102,7 @@ async def test_keeps_only_the_last_versions(store: WeightStore) -> None:
         assert torch.equal(out["embed.weight"], _random_state(v)["embed.weight"])
 
 
+@pytest.mark.integration
 async def test_updates_announce_new_versions(store: WeightStore) -> None:
     seen: list[int] = []
 
@@ -104,15 +112,19 @@ async def test_updates_announce_new_versions(store: WeightStore) -> None:
             if version == 2:
                 return
 
+    async def subscribed() -> bool:
+        return (await store.client.pubsub_numsub(store.channel))[0][1] >= 1
+
     task = asyncio.create_task(follow())
-    await asyncio.sleep(0.3)
+    await wait_until(subscribed, "the follower subscribed")
     await store.publish(1, _random_state(), step=1)
-    await asyncio.sleep(0.3)
+    await wait_until(lambda: seen == [1] or task.done(), "version 1 announced")
     await store.publish(2, _random_state(), step=2)
     await asyncio.wait_for(task, 10)
     assert seen == [1, 2]
 
 
+@pytest.mark.unit
 async def test_an_unreachable_redis_is_a_weight_store_error() -> None:
     nowhere = connect("redis://127.0.0.1:1", retries=0)  # nothing listens on port 1
     store = WeightStore(nowhere, key_prefix="unreachable:")
@@ -135,7 +147,7 @@ def smollm2_state() -> dict[str, torch.Tensor]:
     return load_model("smollm2").state_dict()
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 async def test_real_model_round_trip_bit_exact(
     infra_config: InfraConfig, smollm2_state: dict[str, torch.Tensor], dtype: torch.dtype
@@ -154,12 +166,13 @@ async def test_real_model_round_trip_bit_exact(
         assert torch.equal(out[name].view(torch.uint8), tensor.contiguous().view(torch.uint8)), name
 
 
+@pytest.mark.integration
 async def test_a_redis_restart_is_a_pause_not_an_error(tmp_path) -> None:
     """The stages' client retries on a new connection: a command sent while Redis restarts (append-only
     persistence) succeeds once it is back, and sees what was written before."""
     import asyncio
 
-    from rollstream.chaos import PrivateRedis
+    from rollstream.cli.chaos import PrivateRedis
     from rollstream.infra import free_port
 
     server = PrivateRedis(tmp_path / "redis", free_port())

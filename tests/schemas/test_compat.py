@@ -13,6 +13,8 @@ import pytest
 from rollstream.schemas import PromptIssued, SchemaError, codec
 from rollstream.schemas.events import SCHEMA_VERSION
 
+pytestmark = pytest.mark.unit
+
 
 class V1RewardSpec(msgspec.Struct, kw_only=True):
     kind: str = "python_tests"

@@ -24,6 +24,8 @@ from rollstream.schemas.events import (
 )
 from rollstream.testing import make_action, make_prompt, make_reward
 
+pytestmark = pytest.mark.unit
+
 EVENTS = [PromptIssued, ActionGenerated, RewardScored, GroupAdvantaged, GroupFate, WeightsPublished, SandboxAudit,
           DeadLetter]
 

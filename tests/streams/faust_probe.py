@@ -16,7 +16,7 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from rollstream.config import load_config
+from rollstream.config_load import load_config
 from rollstream.infra import resolve_endpoints
 from rollstream.kafka import RawRecord
 from rollstream.lifecycle import setup_logging

@@ -5,17 +5,18 @@ from __future__ import annotations
 import asyncio
 
 import msgspec
+import pytest
 
 from rollstream.config import Config, InfraConfig, RLConfig, StreamConfig
 from rollstream.infra import resolve_endpoints
 from rollstream.kafka import RawRecord, ensure_topics, topic_name
-from rollstream.metrics import read_counter
 from rollstream.redis import key
 from rollstream.schemas import DeadLetter, GroupAdvantaged, codec
 from rollstream.streams.advantages import open_stage
 from rollstream.testing import make_reward
-from tests.helpers import read_all
+from tests.helpers import read_all, read_counter
 
+pytestmark = pytest.mark.integration
 ENCODE = codec(type(make_reward("g", 0, 1.0))).encode
 
 
@@ -34,7 +35,7 @@ async def test_stage_deadline_emits_partial_drops_small_and_dead_letters_bad_rec
         await stage.handle(records)
         await stage.sweep([1])
         assert read_counter(stage.metrics, "stream_groups_emitted", complete="false") == 0  # not yet due
-        await asyncio.sleep(0.6)
+        await asyncio.sleep(0.6)  # past the group deadline (0.5 s): here time itself is the event
         await stage.sweep([0, 2, 3])  # other partitions: not this worker's groups
         assert read_counter(stage.metrics, "stream_groups_emitted", complete="false") == 0
         await stage.sweep([1])

@@ -9,6 +9,8 @@ import pytest
 from rollstream.streams import estimators
 from rollstream.streams.estimators import GroupInput, batch_advantages, group_advantages
 
+pytestmark = pytest.mark.unit
+
 SQRT3 = math.sqrt(3.0)
 
 

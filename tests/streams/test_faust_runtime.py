@@ -14,6 +14,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import msgspec
+import pytest
 from aiokafka import AIOKafkaProducer
 
 from rollstream.config import Config, InfraConfig, StreamConfig
@@ -25,6 +26,7 @@ from tests.helpers import REPO, end, kill, write_config
 BATCH_MAX = 40
 
 
+@pytest.mark.unit
 def test_raw_topic_passes_bytes_through(tmp_path: Path) -> None:
     """Undecodable values must reach the stage as they are, to be dead-lettered."""
     app = faust_app("schema-test", Config(infra=InfraConfig(state_dir=str(tmp_path))),
@@ -66,6 +68,7 @@ async def produce(bootstrap: str, name: str, records: list[tuple[bytes, bytes | 
             for (key, value), m in zip(records, metadata, strict=True)}
 
 
+@pytest.mark.integration
 async def test_a_failed_batch_is_never_acked_and_batches_sweeps_and_stop_keep_their_promises(
     config: Config, broker: str, tmp_path: Path
 ) -> None:

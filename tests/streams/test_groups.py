@@ -31,6 +31,7 @@ async def store(infra_config: InfraConfig):
         await client.aclose()
 
 
+@pytest.mark.integration
 async def test_add_detects_complete_groups_and_ignores_duplicate_rollouts(store: GroupStore):
     first = await store.add([arrival("g1", 0, 1.0), arrival("g1", 1, 0.0), arrival("g2", 0, 1.0)])
     assert first.ready == [] and first.duplicates == 0
@@ -44,6 +45,7 @@ async def test_add_detects_complete_groups_and_ignores_duplicate_rollouts(store:
     assert [len(g.rollouts) for g in loaded] == [4, 1]
 
 
+@pytest.mark.integration
 async def test_full_cycle_marks_done_and_later_rewards_are_late(store: GroupStore, infra_config: InfraConfig):
     result = await store.add([arrival("g", i, float(i)) for i in range(4)])
     assert [g.group_id for g in result.ready] == ["g"]
@@ -62,6 +64,7 @@ async def test_full_cycle_marks_done_and_later_rewards_are_late(store: GroupStor
     assert await groups_resolved(store.client, infra_config) == 0  # emitted: not counted as dropped
 
 
+@pytest.mark.integration
 async def test_staged_outcome_is_kept_across_retries(store: GroupStore):
     await store.add([arrival("g", i, float(i % 2)) for i in range(4)])
     loaded = await store.load([("g", 0)])
@@ -81,6 +84,7 @@ async def test_staged_outcome_is_kept_across_retries(store: GroupStore):
     assert decide(reloaded, {}, StreamConfig(), 4) == {"g": first["g"].outcome}
 
 
+@pytest.mark.integration
 async def test_deadline_emits_partial_groups_or_drops_them(store: GroupStore, infra_config: InfraConfig):
     past = time.time() - 1
     await store.add([arrival("big", 0, 1.0, deadline=past), arrival("big", 1, 0.0, deadline=past),
@@ -108,6 +112,7 @@ def loaded_group(group_id: str, rewards: list[float], *, size: int | None = None
     return LoadedGroup(group_id, 0, rollouts={e.rollout.rollout_id: ENCODE(e) for e in events})
 
 
+@pytest.mark.unit
 def test_decide_filters_zero_variance_and_computes_advantages_in_sample_order():
     groups = [loaded_group("flat", [1.0, 1.0, 1.0]), loaded_group("mixed", [0.0, 1.0, 1.0]),
               loaded_group("waiting", [1.0], size=3)]
@@ -125,12 +130,14 @@ def test_decide_filters_zero_variance_and_computes_advantages_in_sample_order():
     assert event.stats.reward_mean == pytest.approx(2 / 3)
 
 
+@pytest.mark.unit
 def test_decide_keeps_zero_variance_groups_when_not_filtering():
     outcomes = decide([loaded_group("flat", [1.0, 1.0])], {}, StreamConfig(filter_zero_variance=False), 2)
     event = codec(GroupAdvantaged).decode(outcomes["flat"].value)
     assert [r.advantage for r in event.rollouts] == [0.0, 0.0] and event.filtered == ""
 
 
+@pytest.mark.unit
 def test_decide_clips_rewards_but_reports_them_as_scored():
     outcomes = decide([loaded_group("g", [-5.0, 0.0, 5.0])], {}, StreamConfig(estimator="dr_grpo", reward_clip=1.0), 3)
     event = codec(GroupAdvantaged).decode(outcomes["g"].value)
@@ -138,6 +145,7 @@ def test_decide_clips_rewards_but_reports_them_as_scored():
     assert [r.advantage for r in event.rollouts] == pytest.approx([-1.0, 0.0, 1.0])
 
 
+@pytest.mark.unit
 def test_decide_batch_normalisation_uses_only_emitted_groups():
     groups = [loaded_group("a", [0.0, 1.0]), loaded_group("b", [0.0, 0.0, 2.0, 2.0]), loaded_group("flat", [3.0, 3.0])]
     outcomes = decide(groups, {}, StreamConfig(normalize="batch", std_eps=1e-12), 2)

@@ -6,31 +6,21 @@ import asyncio
 import random
 import signal
 import time
-import urllib.request
 from pathlib import Path
 
 import msgspec
+import pytest
 
 from rollstream.config import Config, RLConfig, StreamConfig
 from rollstream.infra import free_port
 from rollstream.kafka import EventProducer, ensure_topics, topic_name
 from rollstream.schemas import GroupAdvantaged, codec
 from rollstream.testing import make_reward
-from tests.helpers import end, kill, read_all, start_worker, wait_ready, write_config
+from tests.helpers import end, kill, read_all, scrape_metrics, start_worker, wait_ready, write_config
 
+pytestmark = pytest.mark.integration
 GROUP_SIZE = 4
 PARTITIONS = 4
-
-
-def scrape(port: int) -> dict[str, float]:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
-        text = response.read().decode()
-    samples = {}
-    for line in text.splitlines():
-        if line.startswith("rollstream_") and " " in line:
-            name, value = line.rsplit(" ", 1)
-            samples[name] = float(value)
-    return samples
 
 
 def owned(samples: dict[str, float]) -> set[int]:
@@ -41,7 +31,7 @@ async def wait_for_split(ports: list[int], timeout_s: float = 90) -> list[set[in
     deadline = time.monotonic() + timeout_s
     while True:
         try:
-            shares = [owned(scrape(port)) for port in ports]
+            shares = [owned(scrape_metrics(port)) for port in ports]
         except OSError:
             shares = []
         if shares and all(shares) and sorted(p for s in shares for p in s) == list(range(PARTITIONS)):
@@ -92,7 +82,7 @@ async def test_two_workers_split_partitions_and_never_split_a_group(config: Conf
         assert sorted({e.group_id for e in events}) == [f"s{g:03d}" for g in range(n_groups)]
         for event in events:  # each group whole: all G rollouts, from one worker
             assert event.complete and [r.rollout.sample_index for r in event.rollouts] == list(range(GROUP_SIZE))
-        per_worker = [scrape(port) for port in ports]
+        per_worker = [scrape_metrics(port) for port in ports]
         consumed = [m.get('rollstream_records_in_total{stage="stream",topic="rewards"}', 0.0) for m in per_worker]
         emitted = [sum(v for k, v in m.items() if k.startswith("rollstream_stream_groups_emitted_total")) for m in per_worker]
         assert all(c > 0 for c in consumed), consumed  # both workers did work

@@ -23,12 +23,13 @@ import pytest
 from rollstream.config import Config, RLConfig, StreamConfig
 from rollstream.infra import resolve_endpoints
 from rollstream.kafka import EventProducer, RawRecord, ensure_topics, topic_name
-from rollstream.metrics import read_counter
 from rollstream.redis import connect
 from rollstream.schemas import GroupAdvantaged, codec
 from rollstream.streams.advantages import open_stage
 from rollstream.testing import make_reward
-from tests.helpers import end, kill, read_all, start_worker, wait_ready, write_config
+from tests.helpers import end, kill, read_all, read_counter, start_worker, wait_ready, write_config
+
+pytestmark = pytest.mark.integration
 
 GROUP_SIZE = 4
 

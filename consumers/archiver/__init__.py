@@ -1,0 +1,2 @@
+"""The archiver stage (every topic of a run -> the run archive, ``rollstream/archive.py``):
+``stage.py``."""

@@ -1,0 +1,322 @@
+"""Rewards: from a completion and its task's RewardSpec to a sandbox Job, and from the Job's
+RunResult to a reward with its components and an ExecutionRecord. Pure functions, no I/O.
+
+A reward kind is anything with the :class:`RewardKind` shape, registered by name in a
+:class:`RewardRegistry` and selected by ``RewardSpec.kind``. ``python_tests`` is built in; more
+kinds plug in through the ``rollstream.rewards`` entry-point group (``name = "pkg.mod:Kind"``) or
+by adding to the registry passed to the executor.
+
+``python_tests`` rules (docs/executor.md has the table):
+
+* code = the first fenced block tagged python/py/python3 or untagged; the whole text when the
+  completion has no fence at all; nothing (``no_code``) when it only has fences of other
+  languages or is blank. An unclosed fence (a truncated completion) runs to the end of the text.
+* the tests run in a judge the completion cannot reach (``trust = "judge"``: the sandbox's
+  runner, see consumers/executor/runtime/judge.py): they see the completion only through plain-data calls.
+* no code -> ``no_code_reward``; code that does not compile -> ``syntax_error_reward`` (the
+  record carries the error kind, line within the extracted code, and message); timeout ->
+  ``timeout_reward``; killed by a signal before the judge finished, out of memory, output over
+  the cap, an attack on the sandbox, or an attack on the verdict (``tamper``: messages the
+  honest serving code never sends) -> ``crash_reward``. These
+  fixed rewards replace the weighted sum; ``components`` then holds ``{"penalty": reward}``.
+* otherwise reward = sum(weights[c] * component[c]) with components ``tests`` (fraction of tests
+  passed, or 1/0 when ``all_or_nothing``; an exception while defining the code fails them all),
+  ``format`` (1 when the code came from a fenced block, else 0) and ``length`` (1 up to
+  ``max_length_chars``, then falling linearly to 0 at twice that).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping
+from importlib import metadata
+from typing import Protocol
+
+import msgspec
+
+from rollstream.consumers.executor.sandbox import Job, RunResult
+from rollstream.schemas.events import ExecutionRecord, RewardSpec
+
+PYTHON_TAGS = frozenset({"", "python", "py", "python3", "py3"})
+MAX_REWARD = 1e6
+TEXT_LIMIT = 4000
+# RunResult.violations that make the verdict "violation" (oom_killed is judged as "oom").
+VIOLATIONS = ("runner_", "cleanup_failed", "stray_processes", "judge_")
+_FENCE = re.compile(r"^[ \t]*(`{3,}|~{3,})[ \t]*([\w+#.-]*)[^\n]*$", re.MULTILINE)
+_SYNTAX_LINE = re.compile(r'^\s*File "(?P<file>[^"]*)", line (?P<line>\d+)', re.MULTILINE)
+_SYNTAX_KIND = re.compile(r"^(?P<kind>SyntaxError|IndentationError|TabError): (?P<msg>.*)$", re.MULTILINE)
+
+
+class Extraction(msgspec.Struct, frozen=True, kw_only=True):
+    """Where the code of a completion came from."""
+
+    code: str | None  # None: nothing to run
+    fenced: bool
+    language: str = ""
+
+
+class SyntaxInfo(msgspec.Struct, frozen=True, kw_only=True):
+    kind: str  # SyntaxError, IndentationError, TabError
+    line: int | None
+    message: str
+
+
+class Scored(msgspec.Struct, frozen=True, kw_only=True):
+    """The verdict on one completion."""
+
+    reward: float
+    components: dict[str, float]
+    execution: ExecutionRecord
+
+
+def extract_code(text: str) -> Extraction:
+    """The code of a completion (see the module docstring for the rule)."""
+    fences = list(_FENCE.finditer(text))
+    if not fences:
+        return Extraction(code=text if text.strip() else None, fenced=False)
+    index = 0
+    while index < len(fences):
+        opening = fences[index]
+        marker, language = opening.group(1), opening.group(2).lower()
+        closing = next(
+            (
+                f
+                for f in fences[index + 1 :]
+                if f.group(1)[0] == marker[0] and len(f.group(1)) >= len(marker) and not f.group(2)
+            ),
+            None,
+        )
+        body_end = closing.start() if closing else len(text)
+        if language in PYTHON_TAGS:
+            body = text[opening.end() + 1 : body_end] if opening.end() < len(text) else ""
+            return Extraction(code=body if body.strip() else None, fenced=True, language=language)
+        if closing is None:
+            break
+        index = fences.index(closing) + 1
+    return Extraction(code=None, fenced=True)
+
+
+def parse_syntax_error(text: str) -> SyntaxInfo | None:
+    """A compile error as Python prints it (the last one in ``text``), or None."""
+    kinds = list(_SYNTAX_KIND.finditer(text))
+    if not kinds:
+        return None
+    last = kinds[-1]
+    lines = [m for m in _SYNTAX_LINE.finditer(text[: last.start()])]
+    line = int(lines[-1].group("line")) if lines else None
+    return SyntaxInfo(kind=last.group("kind"), line=line, message=last.group("msg").strip())
+
+
+def passed_tests(events: list[dict], total: int) -> int:
+    """Distinct test indices reported passed and never failed (repeats cannot inflate it)."""
+    tests = [
+        e for e in events if e.get("e") == "test" and isinstance(e.get("i"), int) and 0 <= e["i"] < total
+    ]
+    failed = {e["i"] for e in tests if e.get("ok") is not True}
+    return len({e["i"] for e in tests if e.get("ok") is True} - failed)
+
+
+def tamper_kinds(events: list[dict]) -> list[str]:
+    """What the code did to its verdict, as the judge found it (``tamper`` events: messages
+    the honest serving code never sends)."""
+    return [str(e.get("kind", "unknown"))[:100] for e in events if e.get("e") == "tamper"]
+
+
+def length_component(completion: str, max_length_chars: int | None) -> float:
+    """1 up to the limit, then linearly down to 0 at twice the limit."""
+    if max_length_chars is None or len(completion) <= max_length_chars:
+        return 1.0
+    over = (len(completion) - max_length_chars) / max_length_chars
+    return max(0.0, 1.0 - over)
+
+
+def pass_component(passed: int, total: int, all_or_nothing: bool, ran_cleanly: bool) -> float:
+    if total == 0:
+        return 1.0 if ran_cleanly else 0.0
+    if all_or_nothing:
+        return 1.0 if passed == total else 0.0
+    return passed / total
+
+
+def weighted_reward(weights: Mapping[str, float], components: Mapping[str, float]) -> float:
+    total = math.fsum(w * components[name] for name, w in weights.items())
+    return min(MAX_REWARD, max(-MAX_REWARD, total))
+
+
+def _clip(text: str) -> str:
+    return text[-TEXT_LIMIT:]
+
+
+class RewardKind(Protocol):
+    """A task type: how to turn a completion into a Job, and a Job's result into a reward."""
+
+    components: frozenset[str]
+
+    def prepare(self, spec: RewardSpec, completion: str, job_id: str) -> Job | Scored:
+        """The Job to run, or a final verdict when there is nothing to run."""
+        ...
+
+    def score(self, spec: RewardSpec, completion: str, result: RunResult) -> Scored: ...
+
+
+class PythonTests:
+    """``python_tests``: the completion's code, then the spec's tests as statements."""
+
+    components = frozenset({"tests", "format", "length"})
+
+    def prepare(self, spec: RewardSpec, completion: str, job_id: str) -> Job | Scored:
+        extraction = extract_code(completion)
+        if extraction.code is None:
+            record = ExecutionRecord(
+                sandbox_id="",
+                exit_code=None,
+                duration_s=0.0,
+                error_kind="no_code",
+                error_message="no python code found in the completion",
+                tests_total=len(spec.tests),
+                trust=spec.trust,
+            )
+            return _penalty(spec.no_code_reward, record)
+        return Job(
+            job_id=job_id,
+            code=extraction.code,
+            setup=spec.setup,
+            tests=list(spec.tests),
+            timeout_s=spec.timeout_s,
+            memory_mb=spec.memory_mb,
+            entry_point=spec.entry_point,
+            program=spec.program,
+            trust=spec.trust,
+        )
+
+    def score(self, spec: RewardSpec, completion: str, result: RunResult) -> Scored:
+        events = result.events
+        kinds = {e.get("e") for e in events}
+        total = len(spec.tests)
+        passed = passed_tests(events, total)
+        base = dict(
+            sandbox_id=result.sandbox_id,
+            exit_code=result.exit_code,
+            duration_s=max(0.0, result.duration_s),
+            timed_out=result.timed_out,
+            oom=result.oom_killed,
+            tests_passed=passed,
+            tests_total=total,
+            stdout_tail=_clip(result.stdout_tail),
+            stderr_tail=_clip(result.stderr_tail),
+            trust=spec.trust,
+        )
+        failure = _failure(spec, result, events, kinds)
+        if failure is not None:
+            kind, reward, message, line = failure
+            base["oom"] = base["oom"] or kind == "oom"
+            if kind == "tamper":
+                base["tamper"] = ",".join(tamper_kinds(events))[:TEXT_LIMIT]
+            record = ExecutionRecord(
+                **base, error_kind=kind, error_message=message[:TEXT_LIMIT], error_line=line
+            )
+            return _penalty(reward, record)
+        code_error = next((e for e in events if e.get("e") in ("code_error", "setup_error")), None)
+        gone = next((e for e in events if e.get("e") == "gone"), None)
+        finished = "done" in kinds
+        if code_error is not None:
+            kind, message = "runtime", f"{code_error.get('type')}: {code_error.get('msg', '')}"
+            if code_error.get("e") == "setup_error":
+                message = "task setup failed: " + message
+        elif gone is not None:
+            kind = "runtime"
+            message = (
+                f"the code stopped answering before test {gone.get('i')} "
+                f"({gone.get('msg', '')}; exit code {result.exit_code})"
+            )
+        elif not finished:
+            kind, message = "runtime", f"exited before the tests finished (exit code {result.exit_code})"
+        else:
+            kind, message = "none", ""
+        extraction = extract_code(completion)
+        components = {
+            "tests": pass_component(passed, total, spec.all_or_nothing, kind == "none"),
+            "format": 1.0 if extraction.fenced else 0.0,
+            "length": length_component(completion, spec.max_length_chars),
+        }
+        record = ExecutionRecord(
+            **base,
+            error_kind=kind,
+            error_message=message[:TEXT_LIMIT],
+            error_line=code_error.get("line") if code_error else None,
+        )
+        return Scored(
+            reward=weighted_reward(spec.weights, components), components=components, execution=record
+        )
+
+
+def _failure(spec: RewardSpec, result: RunResult, events: list[dict], kinds: set) -> tuple | None:
+    """(error_kind, fixed reward, message, line) when the execution ended in a penalty."""
+    attacked = [v for v in result.violations if v.startswith("runner_zygote")]  # only code can do that
+    tamper = tamper_kinds(events)
+    if result.timed_out and not attacked and not tamper:
+        return "timeout", spec.timeout_reward, f"wall-clock limit of {spec.timeout_s:g}s exceeded", None
+    if result.runner_died or any(v.startswith(VIOLATIONS) for v in result.violations):
+        return "violation", spec.crash_reward, "sandbox violation: " + ", ".join(result.violations), None
+    if tamper:
+        detail = next((str(e.get("msg", ""))[:500] for e in events if e.get("e") == "tamper"), "")
+        message = "tampering with the verdict: " + ", ".join(tamper) + (f" ({detail})" if detail else "")
+        return "tamper", spec.crash_reward, message, None
+    if result.output_limit:
+        return "output_limit", spec.crash_reward, f"output over the cap ({result.output_bytes} bytes)", None
+    memory_error = any(e.get("type") == "MemoryError" for e in events) or result.exit_code == 71
+    if result.oom_killed or memory_error:
+        return "oom", spec.crash_reward, f"memory limit of {spec.memory_mb} MB exceeded", None
+    syntax = next((e for e in events if e.get("e") == "syntax"), None)
+    if syntax is not None:
+        parsed = parse_syntax_error(result.stderr_tail)
+        line = syntax.get("line") if syntax.get("line") is not None else (parsed.line if parsed else None)
+        message = f"{syntax.get('type', 'SyntaxError')}: {syntax.get('msg', '')}"
+        return "syntax", spec.syntax_error_reward, message, line
+    # With a judge, the code's exit status does not matter once every test was answered.
+    unanswered = spec.trust == "in_process" or "done" not in kinds or any(e.get("e") == "gone" for e in events)
+    if result.signal is not None and unanswered:
+        return "crash", spec.crash_reward, f"killed by signal {result.signal}", None
+    if "compiled" not in kinds and "setup_error" not in kinds:
+        return "crash", spec.crash_reward, f"the harness did not start (exit code {result.exit_code})", None
+    return None
+
+
+def _penalty(reward: float, record: ExecutionRecord) -> Scored:
+    return Scored(reward=reward, components={"penalty": reward}, execution=record)
+
+
+class RewardRegistry:
+    """Reward kinds by name. Built per executor (no module-level state)."""
+
+    def __init__(self, kinds: Mapping[str, RewardKind] | None = None) -> None:
+        self._kinds: dict[str, RewardKind] = dict(kinds or {})
+
+    def register(self, name: str, kind: RewardKind) -> None:
+        self._kinds[name] = kind
+
+    def names(self) -> list[str]:
+        return sorted(self._kinds)
+
+    def get(self, spec: RewardSpec) -> RewardKind:
+        """The kind for ``spec``; ValueError when unknown or when it weights unknown components."""
+        kind = self._kinds.get(spec.kind)
+        if kind is None:
+            raise ValueError(f"unknown reward kind {spec.kind!r}; known: {', '.join(self.names())}")
+        unknown = set(spec.weights) - set(kind.components)
+        if unknown:
+            raise ValueError(
+                f"reward kind {spec.kind!r} has no component(s) {sorted(unknown)}; "
+                f"it has {sorted(kind.components)}"
+            )
+        return kind
+
+
+def default_registry(entry_points: Iterable[metadata.EntryPoint] | None = None) -> RewardRegistry:
+    """``python_tests`` plus every kind in the ``rollstream.rewards`` entry-point group."""
+    registry = RewardRegistry({"python_tests": PythonTests()})
+    found = metadata.entry_points(group="rollstream.rewards") if entry_points is None else entry_points
+    for entry in found:
+        registry.register(entry.name, entry.load()())
+    return registry

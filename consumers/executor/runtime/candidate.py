@@ -1,0 +1,593 @@
+"""The candidate: the completion's process, which answers the judge's requests.
+
+Runs INSIDE the sandbox after ``codec.py``, ``channel.py`` and ``proxies.py`` (standard library
+only; on the host, an ordinary module). The candidate is a fresh fork of the zygote, which never
+loaded a job: it runs the task's ``setup``, then the completion's code, reports what it defines
+under the names the tests read, then serves requests until the runner ends it (consumers/
+judge.py for the other side). Everything here is honest serving code; the completion can change
+any of it in its own process, and the judge believes only what it can decode.
+
+What the tests hand over comes as it is in Python: their lists, dicts and the task's own class
+instances as replicas whose changes go back (consumers/executor/runtime/codec.py); their functions, mocks and
+streams as :class:`JudgeProxy` s, which the completion calls like the originals (the judge runs
+them). For the length of a request the judge's overrides apply here too: a builtin the tests
+patched (``input``), ``sys.stdin``/``sys.argv`` they replaced, ``mock.patch`` of a
+standard-library function. Programs (``run_program``) get their input on a real descriptor 0,
+so ``input()``, ``sys.stdin.buffer`` and ``open(0)`` all read it.
+"""
+
+import builtins
+import os
+import sys
+
+if __name__ != "__main__":  # on the host; in the sandbox these names come from the files above
+    from rollstream.consumers.executor.runtime.channel import Channel, items
+    from rollstream.consumers.executor.runtime.codec import (
+        MUTABLE,
+        ProtocolError,
+        Table,
+        _text,
+        std_name,
+    )
+    from rollstream.consumers.executor.runtime.proxies import (
+        CANDIDATE_PARITY,
+        JUDGE_PARITY,
+        STD_VALUE_CLASSES,
+        VALUE_BASES,
+        _builtin_base,
+        _flat_kwargs,
+        _value_base,
+        exception_item,
+        exception_value,
+    )
+
+SOLUTION = "solution"  # the completion's module name
+
+
+class PrintCapture:
+    """``sys.stdout``/``sys.stderr`` while the candidate serves: what a call prints travels with
+    its reply and is printed by the judge, where the tests' ``redirect_stdout`` sees it."""
+
+    def __init__(self):
+        self.parts, self.size = [], 0
+
+    def write(self, text):
+        text = str(text)
+        self.parts.append(text)
+        self.size += len(text)
+        return len(text)
+
+    def flush(self):
+        pass
+
+    def isatty(self):
+        return False
+
+    def writable(self):
+        return True
+
+    def drain(self):
+        text = "".join(self.parts)
+        self.parts.clear()
+        self.size = 0
+        return text
+
+
+class JudgeProxy:
+    """An object of the tests' (a key function, a mock, a stream): every use is a request the
+    judge answers."""
+
+    __slots__ = ()
+
+    def __call__(self, *args, **kwargs):
+        return _ask("call", self, [items(args), items(_flat_kwargs(kwargs))])
+
+    def __getattr__(self, name):
+        value = _ask("get", self, [name])
+        return _BoundJudge(self, name) if value is _JUDGE_METHOD else value
+
+    def __setattr__(self, name, value):
+        _ask("set", self, [name, value])
+
+    def __hash__(self):
+        value = _CANDIDATE.hashes.get(_CANDIDATE.table.refs.get(id(self)))
+        if value is None:
+            raise TypeError("unhashable object of the tests")
+        return value
+
+    def __eq__(self, other):
+        return self is other or _op(self, "eq", other)
+
+    def __ne__(self, other):
+        return self is not other and _op(self, "ne", other)
+
+
+class _BoundJudge:
+    __slots__ = ("owner", "name")
+
+    def __init__(self, owner, name):
+        self.owner, self.name = owner, name
+
+    def __call__(self, *args, **kwargs):
+        return _ask("callm", self.owner, [self.name, items(args), items(_flat_kwargs(kwargs))])
+
+
+def _judge_forward(op):
+    def method(self, *args):
+        return _op(self, op, *args)
+
+    method.__name__ = f"__{op}__"
+    return method
+
+
+for _name in ("len", "iter", "next", "str", "repr", "bool", "contains", "getitem", "setitem", "delitem",
+              "lt", "le", "gt", "ge", "format", "enter", "exit"):
+    setattr(JudgeProxy, f"__{_name}__", _judge_forward(_name))
+
+
+_JUDGE_METHOD = object()
+
+
+class _Candidate:
+    """The one candidate of this process."""
+
+    def __init__(self):
+        self.table = Table(CANDIDATE_PARITY)
+        self.hashes = {}
+        self.channel = None
+        self.setup = {}  # name -> object the task's setup defined
+        self.setup_ids = {}  # id(object) -> name
+        self.namespace = None
+        self.code = None
+        self.out_cap = 1 << 16
+
+
+_CANDIDATE = _Candidate()
+
+
+def _ask(op, target, rest):
+    message = _CANDIDATE.channel.call(op, [target, items(rest)])
+    if message.what == "ok" and len(message.items) == 1:
+        return message.items[0]
+    if message.what == "exc" and len(message.items) == 1 and isinstance(message.items[0], BaseException):
+        raise message.items[0]
+    if message.what == "m":
+        return _JUDGE_METHOD
+    raise RuntimeError(f"the tests' object could not answer: {str(message.items)[:300]}")
+
+
+def _op(target, name, *args):
+    return _ask("op", target, [name, *args])
+
+
+def _kwargs_of(flat):
+    return dict(zip(flat[0::2], flat[1::2]))
+
+
+# ---------------------------------------------------------------- the codec's rules for this side
+
+def encode_other(x, encoder):
+    candidate = _CANDIDATE
+    name = candidate.setup_ids.get(id(x))
+    if name is not None:
+        return {"U": name}
+    t = type(x)
+    if isinstance(x, BaseException):
+        if getattr(builtins, t.__name__, None) is t or std_name(t) is not None:
+            return exception_item(x, encoder)
+        return _handle(x, encoder, ["e", encoder.item(t), encoder.item(tuple(x.args)), _text(x, 4000),
+                                    encoder.item({})])
+    if isinstance(x, type):
+        named = std_name(x)
+        if named is not None and (named in STD_VALUE_CLASSES or issubclass(x, BaseException)):
+            return {"st": list(named)}
+        if named is None and x.__module__ != "builtins":
+            return _handle(x, encoder, _class_desc(x, encoder))
+        return _handle(x, encoder, ["f", _text(getattr(x, "__qualname__", "class"), 100)])
+    for base, kind in MUTABLE.items():  # a completion's subclass of a container: as the container
+        if isinstance(x, base):
+            return encoder.container(x, kind)
+    if t.__name__ == "module" and isinstance(getattr(x, "__name__", None), str):
+        return _handle(x, encoder, ["m", x.__name__])
+    if std_name(t) is None and t.__module__ != "builtins":  # an instance of a completion class
+        base = _value_base(t)
+        plain = None if base is None else encoder.item(_plain_value(x, base))
+        return _handle(x, encoder, ["i", encoder.item(t), plain])
+    if _is_iterator(x, t):
+        return _handle(x, encoder, ["g", t.__name__])
+    return _handle(x, encoder, ["f", t.__name__])
+
+
+def _handle(x, encoder, desc):
+    ref = encoder.table.add(x)
+    encoder.added.append(ref)
+    try:
+        value = hash(x)
+        if type(value) is not int:
+            value = None
+    except BaseException:
+        value = None
+    return {"h": [ref, value, desc]}
+
+
+def _class_desc(cls, encoder):
+    bases = []
+    for base in cls.__bases__:
+        if base in VALUE_BASES or (std_name(base) is None and base.__module__ != "builtins"):
+            bases.append(encoder.item(base))  # a value type by name, a completion class as a handle
+        elif issubclass(base, BaseException):
+            bases.append({"st": list(std_name(base) or ("builtins", _builtin_base(base)))})
+        elif _value_base(base) is not None:  # IntEnum, StrEnum: the value type they derive from
+            bases.append(encoder.item(_value_base(base)))
+    methods = sorted({name for klass in cls.__mro__ if std_name(klass) is None and klass.__module__ != "builtins"
+                      for name, value in vars(klass).items()
+                      if not name.startswith("_") and (callable(value) or isinstance(value, (classmethod, staticmethod)))})
+    fields = getattr(cls, "_fields", None) if issubclass(cls, tuple) else None
+    if isinstance(fields, tuple) and all(type(f) is str for f in fields):
+        methods = [list(fields), *methods]
+    return ["c", _text(cls.__name__, 200), _text(cls.__qualname__, 200), _text(cls.__module__, 200), bases, methods]
+
+
+def _plain_value(x, base):
+    if base is int:
+        return int.__index__(x)
+    if base is float:
+        return float.__float__(x)
+    if base is complex:
+        return complex(complex.real.__get__(x), complex.imag.__get__(x))
+    if base is str:
+        return str.__str__(x)
+    if base is bytes:
+        return bytes.__bytes__(x)
+    if base is tuple:
+        return tuple(tuple.__iter__(x))
+    return frozenset(frozenset.__iter__(x))
+
+
+def _is_iterator(x, t):
+    return (t.__module__ in ("builtins", "itertools", "collections", "_collections")
+            and hasattr(t, "__next__") and hasattr(t, "__iter__"))
+
+
+def decode_other(tag, x, decoder):
+    candidate = _CANDIDATE
+    if tag == "h":
+        if type(x) is not list or len(x) != 3 or type(x[0]) is not int:
+            raise ProtocolError("a malformed handle")
+        ref, value, _ = x
+        proxy = object.__new__(JudgeProxy)
+        candidate.table.add(proxy, None, ref)
+        candidate.hashes[ref] = value
+        return proxy
+    if tag == "E":
+        return exception_value(x, decoder)
+    if tag == "m":
+        return __import__(x) and sys.modules[x]
+    if tag == "st":
+        module, qualname = x
+        found = __import__(module) and sys.modules[module]
+        for part in qualname.split("."):
+            found = getattr(found, part)
+        return found
+    if tag == "U":
+        return candidate.setup[x]
+    raise ProtocolError(f"an unknown tag {str(tag)[:20]!r}")
+
+
+# ---------------------------------------------------------------- serving
+
+def serve(message):
+    """Answer one request of the judge's: ``(status, items)``."""
+    candidate = _CANDIDATE
+    restore = _apply_env(message.env)
+    try:
+        values = message.items
+        target = values[0] if len(values) == 2 else None
+        rest = values[-1]
+        result = OPS[message.what](target, *rest)
+        status, reply = ("m", []) if result is _IS_METHOD else ("ok", [result])
+    except BaseException as exc:  # whatever the completion raised, as it is
+        status, reply = "exc", [exc]
+    finally:
+        restore()
+    printed = _OUT.size + _ERR.size
+    if printed > candidate.out_cap:
+        _OUT.drain()
+        _ERR.drain()
+        return "fail", [f"printed {printed} characters in one call"]
+    return status, reply
+
+
+_IS_METHOD = object()
+_OUT, _ERR = PrintCapture(), PrintCapture()
+
+
+def _get(target, name):
+    value = getattr(target, name)
+    if callable(value) and getattr(value, "__self__", None) is target and not isinstance(value, type):
+        return _IS_METHOD
+    return value
+
+
+def _set(target, name, value):
+    setattr(target, name, value)
+
+
+def _del(target, name):
+    delattr(target, name)
+
+
+def _call(target, args, kwargs):
+    return target(*args, **_kwargs_of(kwargs))
+
+
+def _callm(target, name, args, kwargs):
+    return getattr(target, name)(*args, **_kwargs_of(kwargs))
+
+
+def _run(_, stdin):
+    return list(run_program_here(_CANDIDATE.code, stdin, _CANDIDATE.out_cap))
+
+
+def _eval(_, mode, source, globals_, locals_, modules):
+    """``eval``/``exec`` of something the tests did not write themselves: here, never in the
+    judge. Without namespaces of its own it sees the completion's names and the tests' modules."""
+    namespace = dict(_CANDIDATE.namespace) if globals_ is None else dict(globals_)
+    if globals_ is None and type(modules) is dict:
+        namespace.update(modules)
+    namespace.setdefault("__builtins__", builtins)
+    run = builtins.eval if mode == "eval" else builtins.exec
+    result = run(source, namespace, locals_ if locals_ is not None else namespace)
+    if globals_ is not None:  # what the code defined goes back into the tests' own dict
+        for key, value in namespace.items():
+            if key != "__builtins__" and (key not in globals_ or globals_[key] is not value):
+                globals_[key] = value
+    return result
+
+
+def _compile(_, *args):
+    return builtins.compile(*args)
+
+
+def _loads(_, kind, data):
+    if kind == "marshal":
+        import marshal
+
+        return marshal.loads(data)
+    import pickle
+
+    return pickle.loads(data)
+
+
+def _dumps(_, obj, protocol):
+    import pickle
+
+    return pickle.dumps(obj, protocol)
+
+
+def _operator(target, op, *args):
+    return CANDIDATE_OPERATORS[op](target, *args)
+
+
+def _candidate_operators():
+    import copy
+    import math
+    import operator as o
+
+    table = {
+        "len": len, "iter": iter, "next": next, "reversed": reversed, "str": str, "repr": repr, "bool": bool,
+        "int": int, "float": float, "index": o.index, "complex": complex, "abs": abs, "neg": o.neg, "pos": o.pos,
+        "invert": o.invert, "trunc": math.trunc, "floor": math.floor, "ceil": math.ceil, "hash": hash, "dir": dir,
+        "round": round, "format": format, "copy": copy.copy, "deepcopy": copy.deepcopy,
+        "contains": lambda t, item: item in t, "getitem": o.getitem, "setitem": o.setitem, "delitem": o.delitem,
+        "eq": o.eq, "ne": o.ne, "lt": o.lt, "le": o.le, "gt": o.gt, "ge": o.ge,
+        "enter": lambda t: type(t).__enter__(t), "exit": lambda t, *exc: type(t).__exit__(t, *exc),
+        "divmod": divmod, "rdivmod": lambda t, other: divmod(other, t),
+    }
+    for name in ("add", "sub", "mul", "matmul", "truediv", "floordiv", "mod", "pow", "lshift", "rshift",
+                 "and", "or", "xor"):
+        function = getattr(o, name + "_" if name in ("and", "or") else name)
+        table[name] = function
+        table["r" + name] = (lambda f: lambda t, other: f(other, t))(function)
+        table["i" + name] = getattr(o, "i" + (name + "_" if name in ("and", "or") else name).rstrip("_"))
+    return table
+
+
+CANDIDATE_OPERATORS = _candidate_operators()
+OPS = {"call": _call, "callm": _callm, "get": _get, "set": _set, "del": _del, "op": _operator, "run": _run,
+       "eval": _eval, "compile": _compile, "loads": _loads, "dumps": _dumps}
+
+
+def _apply_env(env):
+    """The judge's overrides, for the length of one request; returns their undo."""
+    if not env:
+        return _nothing
+    undo = []
+    for index in range(0, len(env) - 1, 2):
+        target, value = env[index], env[index + 1]
+        if type(target) is not str:
+            continue
+        owner_name, _, attribute = target.rpartition(".")
+        try:
+            owner = sys.modules.get(owner_name) or __import__(owner_name) and sys.modules[owner_name]
+            old = getattr(owner, attribute, _MISSING)
+            setattr(owner, attribute, value)
+        except BaseException:
+            continue
+        undo.append((owner, attribute, old))
+
+    def restore():
+        for owner, attribute, old in reversed(undo):
+            if old is _MISSING:
+                delattr(owner, attribute)
+            else:
+                setattr(owner, attribute, old)
+
+    return restore
+
+
+_MISSING = object()
+
+
+def _nothing():
+    pass
+
+
+def run_program_here(code, stdin, out_cap):
+    """Run a whole program (a code object) as ``__main__`` of this process with ``stdin`` on a
+    real descriptor 0 and its descriptor 1 captured; returns (stdout text, exit status)."""
+    data = stdin.encode() if isinstance(stdin, str) else bytes(stdin)
+    source = os.memfd_create("stdin")
+    sink = os.memfd_create("stdout")
+    os.write(source, data)
+    os.lseek(source, 0, os.SEEK_SET)
+    saved_fds = os.dup(0), os.dup(1)
+    saved = sys.stdin, sys.stdout, sys.argv
+    os.dup2(source, 0)
+    os.dup2(sink, 1)
+    sys.stdin = open(0, closefd=False, encoding="utf-8", errors="surrogateescape")
+    sys.stdout = open(1, "w", closefd=False, encoding="utf-8")
+    sys.stdout.reconfigure(write_through=True)  # print() and sys.stdout.buffer.write() keep their order
+    sys.argv = ["solution"]
+    status = 0
+    try:
+        exec(code, {"__name__": "__main__", "__builtins__": builtins})
+    except SystemExit as exc:
+        status = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    finally:
+        try:
+            sys.stdout.flush()
+        except BaseException:
+            pass
+        sys.stdin, sys.stdout, sys.argv = saved
+        os.dup2(saved_fds[0], 0)
+        os.dup2(saved_fds[1], 1)
+        for fd in saved_fds + (source,):
+            os.close(fd)
+    size = os.fstat(sink).st_size
+    if size > out_cap:
+        os.close(sink)
+        raise OSError(f"the program printed {size} bytes (at most {out_cap})")
+    output = os.pread(sink, size, 0)
+    os.close(sink)
+    return output.decode("utf-8", "replace"), status
+
+
+# ---------------------------------------------------------------- the candidate's life
+
+def candidate_main(code_text, setup, names, program, req_fd, resp_fd, out_cap):
+    """Run the completion and serve the judge until it hangs up (or the runner ends this
+    process); returns an exit status.
+
+    First messages: ``compiled`` or ``syntax`` (type, line, msg), then ``ready`` with ``ok``
+    (name, value, ... for the names the tests read that it defines), ``code_error`` (type, msg,
+    line) or ``setup_error`` (type, msg)."""
+    candidate = _CANDIDATE
+    candidate.__init__()
+    candidate.out_cap = out_cap
+    module = type(sys)(SOLUTION)  # a real module, so that its classes pickle by name
+    namespace = module.__dict__
+    namespace["__builtins__"] = builtins
+    sys.modules[SOLUTION] = module
+    candidate.namespace = namespace
+    channel = candidate.channel = Channel(req_fd, resp_fd, candidate.table, JUDGE_PARITY, encode_other,
+                                          decode_other, serve=serve, printed=_printed)
+    try:
+        code = compile(code_text, "<completion>", "exec")
+    except (SyntaxError, ValueError) as exc:
+        print_exception(exc)
+        channel.send("syntax", 0, "", [type(exc).__name__, getattr(exc, "lineno", None),
+                                       str(getattr(exc, "msg", exc))[:500]])
+        return 1
+    except (MemoryError, RecursionError) as exc:
+        channel.send("syntax", 0, "", [type(exc).__name__, None, "too complex to compile"])
+        return 1
+    candidate.code = code
+    channel.send("compiled", 0, "", [])
+    if setup is not None:
+        try:
+            if isinstance(setup, str):
+                raise SyntaxError(setup)
+            exec(setup, namespace)
+        except BaseException as exc:
+            channel.send("ready", 0, "setup_error", [type(exc).__name__, _text(exc, 500)])
+            return 1
+    candidate.setup = {k: v for k, v in namespace.items() if k != "__builtins__"}
+    classes = {k: v for k, v in candidate.setup.items() if isinstance(v, type)}
+    candidate.setup_ids = {id(v): k for k, v in candidate.setup.items()
+                           if isinstance(v, type) or type(v).__name__ == "function"}
+    channel.setup_ids = {id(v): k for k, v in classes.items()}
+    channel.setup_classes = classes
+    if not program:
+        try:
+            exec(code, namespace)
+        except BaseException as exc:  # SystemExit too: the tests never get an answer
+            print_exception(exc)
+            channel.send("ready", 0, "code_error", [type(exc).__name__, _text(exc, 500), _line_of(exc)])
+            return 1
+    report = []
+    for name in names:
+        if name in namespace:
+            report += [name, namespace[name]]
+    sys.stdout.flush()
+    sys.stderr.flush()
+    sys.stdout, sys.stderr = _OUT, _ERR
+    try:
+        channel.send("ready", 0, "ok", [items(report)])
+    except BaseException as exc:  # a value that cannot cross: the names go unreported
+        _complain(f"candidate: cannot report its names: {type(exc).__name__}: {_text(exc, 300)}")
+        channel.send("ready", 0, "ok", [items([])])
+    while True:
+        message = channel.receive()
+        if message is None:
+            return 0
+        if message.kind != "q":
+            raise ProtocolError(f"an unexpected {message.kind!r} message")
+        channel.answer(message)
+
+
+def _printed():
+    return _OUT.drain(), _ERR.drain()
+
+
+def _complain(text):
+    try:
+        os.write(2, (text + "\n").encode())
+    except OSError:
+        pass
+
+
+def _line_of(exc):
+    line, tb = None, exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == "<completion>":
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    return line
+
+
+def print_exception(exc):
+    """Print like the interpreter would (no source lines: the code is not a file), skipping the
+    runtime's own frames. By hand: the traceback module pulls a dozen modules in."""
+    try:
+        if isinstance(exc, SyntaxError):
+            lines = [f'  File "{exc.filename}", line {exc.lineno}\n']
+            if exc.text:
+                lines.append(f"    {exc.text.strip()}\n")
+            lines.append(f"{type(exc).__name__}: {exc.msg}\n")
+        else:
+            frames, tb = [], exc.__traceback__
+            while tb is not None:
+                code = tb.tb_frame.f_code
+                if code.co_filename != print_exception.__code__.co_filename:
+                    frames.append(f'  File "{code.co_filename}", line {tb.tb_lineno}, in {code.co_name}\n')
+                tb = tb.tb_next
+            if len(frames) > 40:
+                frames = frames[:20] + [f"  [... {len(frames) - 40} more frames ...]\n"] + frames[-20:]
+            text = _text(exc, 2000)
+            lines = ["Traceback (most recent call last):\n", *frames,
+                     f"{type(exc).__name__}: {text}\n" if text else f"{type(exc).__name__}\n"]
+        sys.stderr.write("".join(lines))
+        sys.stderr.flush()
+    except BaseException:
+        pass

@@ -1,0 +1,601 @@
+"""The judge process: one job's tests, run against the candidate's answers.
+
+Runs INSIDE the sandbox after ``codec.py``, ``channel.py``, ``proxies.py`` and ``candidate.py``
+(standard library only; on the host, an ordinary module, tested there with forked processes).
+
+The zygote forks a fresh judge per job next to the job's candidate; both die with the job, so
+nothing a judge did reaches a later job. The judge runs the task's ``setup`` and tests with the
+names the tests read bound as the candidate reported them (consumers/executor/runtime/proxies.py), and reports
+events to the runner (PID 1, which only supervises) on a pipe only the judge holds:
+``compiled``, ``syntax``, ``setup_error``, ``code_error``, ``code_ok``, ``test`` (i, ok, type,
+msg), ``gone`` (i), ``tamper`` (kind, msg), ``paths`` (with ``record``: which calls gave plain
+data), ``done``. A judge that does not end with ``done`` and exit status 0 fails the job.
+
+:class:`Guards` keep completion-controlled code out of this process and its I/O out of the
+completion's reach:
+
+* **imports**: only from the standard library's directories, never a ``__main__`` module or one
+  that works on import; a name the tests read is bound to a module only when the judge imported
+  it itself, before the completion ran (:func:`preimport`), never because the candidate named it;
+* **code from data**: ``eval``/``exec``/``compile`` of anything but the tests' own literals (or
+  code objects the judge compiled from them), ``pickle``/``marshal`` loads of anything but bytes
+  the judge pickled itself, and pickling the completion's objects, run in the candidate; what
+  comes back is a value or a proxy;
+* **files**: what the tests open must be a regular file or directory of the sandbox's own
+  filesystems (or the judge's own output), never a pipe, socket or ``/proc`` entry, whatever
+  links the completion left in ``/work``;
+* **the tests' overrides reach the completion**: builtins the tests patched, ``sys.stdin``,
+  ``sys.argv``, and ``mock.patch`` of standard-library attributes apply in the candidate for the
+  length of each request (consumers/executor/runtime/candidate.py);
+* ``unittest``: a TestCase run inside a test (``unittest.main()`` or a runner) that fails or
+  errors fails that test; ``unittest.main()``'s successful ``SystemExit`` passes it.
+"""
+
+import builtins
+import io
+import os
+import stat
+import sys
+import types
+
+if __name__ != "__main__":  # on the host; in the sandbox these names come from the files above
+    from rollstream.consumers.executor.runtime.channel import LinkDown
+    from rollstream.consumers.executor.runtime.codec import ProtocolError, _text
+    from rollstream.consumers.executor.runtime.proxies import (
+        NEVER_IMPORT,
+        Judge,
+        RemoteBase,
+        _NeedsCandidate,
+        _State,
+        raises,
+    )
+
+TEST_MODULE = "__main__"  # the tests' namespace is this process's __main__ (unittest.main, pickle)
+
+
+def preimport(modules):
+    """The standard-library modules the tests read by name without importing them (``math`` in
+    ``assert math.isclose(f(2), 1.41)``), imported by the judge before the completion runs.
+    Only these may be bound to a name the completion defines as a module."""
+    found = {}
+    for name in modules:
+        if type(name) is str and name.isidentifier() and name in sys.stdlib_module_names and name not in NEVER_IMPORT:
+            try:
+                found[name] = __import__(name)
+            except BaseException:
+                continue
+    return found
+
+
+def bind(judge, namespace, report, wanted, entry_point, preimported):
+    """Bind the completion's names the tests use: not those the task's setup defined (its own
+    helpers stay the judge's; the entry point always comes from the completion), never a builtin,
+    a module only as the judge's own import."""
+    if type(report) is not list or len(report) % 2:
+        raise ProtocolError("a malformed name report")
+    reported = set()
+    for index in range(0, len(report), 2):
+        name, value = report[index], report[index + 1]
+        if type(name) is not str or name not in wanted or name in reported:
+            raise ProtocolError(f"a name that was not asked for: {str(name)[:200]!r}")
+        reported.add(name)
+        if name.startswith("__") or hasattr(builtins, name) or name in ("raises", "run_program"):
+            continue
+        if name in namespace and name != entry_point:
+            continue
+        ref = judge.table.refs.get(id(value))
+        if isinstance(value, RemoteBase):
+            module = judge.modules.get(ref)
+            if module is not None:  # a module of the completion's: the judge's own, or nothing
+                if module == name and name in preimported:
+                    namespace[name] = preimported[name]
+                continue
+        if ref is not None:
+            judge.paths.setdefault(ref, name)  # how the tests reach it: "f", then "f()"
+        namespace[name] = value
+    if entry_point in namespace and entry_point not in reported:
+        del namespace[entry_point]  # the setup's stub (HumanEval prompts) is not the answer
+
+
+class Guards:
+    """One job's guard state (see the module docstring); the hooks themselves are installed once
+    per process by :func:`install_guards` and consult the current job's Guards."""
+
+    current = None  # the Guards of the job this process judges
+
+    def __init__(self, judge, codes):
+        self.judge = judge
+        self.constants = set()  # ids of the str/bytes literals of the tests and setup
+        self.keep = []
+        for code in codes:
+            self._constants(code)
+        self.trusted_bytes = set()  # ids of bytes this judge pickled from its own objects
+        self.unittest_failed = False
+        self.patches = []  # (patch, "module.attribute") of active mock.patch-es (see _wrap_mock)
+        self.builtins_before = _CACHE.get("builtins") or dict(vars(builtins))
+        self.stdin = sys.stdin
+        self.argv = list(sys.argv)
+
+    def _constants(self, code):
+        if not isinstance(code, types.CodeType):
+            return
+        for const in code.co_consts:
+            if type(const) in (str, bytes):
+                self.constants.add(id(const))
+                self.keep.append(const)
+            elif isinstance(const, types.CodeType):
+                self._constants(const)
+
+    def trusted(self, source):
+        t = type(source)
+        return t is types.CodeType or ((t is str or t is bytes) and id(source) in self.constants)
+
+    def delegate(self, mode, source, globals_, locals_, frame):
+        modules = None
+        if globals_ is None:
+            modules = {k: v for k, v in frame.f_globals.items()
+                       if type(v) is types.ModuleType and v.__name__.partition(".")[0] in sys.stdlib_module_names}
+        return self.judge.ask("eval", None, [mode, source, globals_, locals_, modules])
+
+    def loads(self, kind, data, real, kwargs):
+        if id(data) in self.trusted_bytes or self.trusted(data):
+            return real(data, **kwargs) if kwargs else real(data)
+        if type(data) is bytearray or isinstance(data, memoryview):
+            data = bytes(data)
+        return self.judge.ask("loads", None, [kind, data])
+
+    def dumps(self, obj, protocol, real, kwargs):
+        try:
+            data = real(obj, protocol, **kwargs)
+        except _NeedsCandidate:
+            return self.judge.ask("dumps", None, [obj, protocol])
+        self.trusted_bytes.add(id(data))
+        self.keep.append(data)
+        return data
+
+    def env(self):
+        """The tests' overrides the candidate must see during the next request."""
+        overrides = []
+        current = vars(builtins)
+        if current != self.builtins_before:
+            for name, value in current.items():
+                if self.builtins_before.get(name) is not value and name != "_":
+                    overrides += [f"builtins.{name}", value]
+        if sys.stdin is not self.stdin:
+            overrides += ["sys.stdin", sys.stdin]
+        if sys.argv != self.argv:
+            overrides += ["sys.argv", list(sys.argv)]
+        for _, target in self.patches:
+            try:
+                module, _, attribute = target.rpartition(".")
+                overrides += [target, getattr(sys.modules[module], attribute)]
+            except BaseException:
+                continue
+        return overrides or None
+
+
+def _tests_eval(source, globals=None, locals=None):
+    if Guards.current.trusted(source):
+        frame = sys._getframe(1)
+        return builtins.eval(source, frame.f_globals if globals is None else globals,
+                             (frame.f_locals if globals is None else globals) if locals is None else locals)
+    return Guards.current.delegate("eval", source, globals, locals, sys._getframe(1))
+
+
+def _tests_exec(source, globals=None, locals=None, **kwargs):
+    if Guards.current.trusted(source):
+        frame = sys._getframe(1)
+        return builtins.exec(source, frame.f_globals if globals is None else globals,
+                             (frame.f_locals if globals is None else globals) if locals is None else locals)
+    return Guards.current.delegate("exec", source, globals, locals, sys._getframe(1))
+
+
+def _tests_compile(source, filename, mode, flags=0, dont_inherit=False, optimize=-1, **kwargs):
+    if Guards.current.trusted(source) or isinstance(source, types.CodeType):
+        return builtins.compile(source, filename, mode, flags, dont_inherit, optimize)
+    return Guards.current.judge.ask("compile", None, [source, filename, mode, flags, dont_inherit, optimize])
+
+
+def builtins_for_tests():
+    """The tests' builtins: the process's own, with code from data sent to the candidate (built
+    once per process: in the sandbox by the judge zygote)."""
+    found = _CACHE.get("test_builtins")
+    if found is None:
+        found = _CACHE["test_builtins"] = dict(vars(builtins), eval=_tests_eval, exec=_tests_exec, compile=_tests_compile)
+    return found
+
+
+def install_guards(out_fds=(1, 2)):
+    """The process-wide hooks of a judge (once per process: in the sandbox, by the judge zygote
+    before it forks any judge). Without a current job they change nothing."""
+    if getattr(install_guards, "done", False):
+        return
+    install_guards.done = True
+    real_open, real_os_open = io.open, os.open
+    allowed = _allowed_devices()
+    own = {_identity(fd) for fd in out_fds} - {None}
+
+    def checked(fd, flags):
+        """``fd`` if it is a regular file or directory of the sandbox (or the judge's own output);
+        closed and refused otherwise. Non-blocking only if it was asked to be."""
+        try:
+            info = os.fstat(fd)
+            mode = info.st_mode
+            ok = ((stat.S_ISREG(mode) or stat.S_ISDIR(mode)) and info.st_dev in allowed) or stat.S_ISCHR(mode) \
+                or (info.st_dev, info.st_ino) in own
+            if not ok:
+                raise PermissionError("the judge opens regular files of the sandbox only")
+            if not flags & os.O_NONBLOCK:
+                os.set_blocking(fd, True)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    def checked_opener(path, flags):
+        return checked(real_os_open(path, flags | os.O_NONBLOCK | os.O_NOCTTY, 0o666), flags)
+
+    def guarded_open(file, mode="r", buffering=-1, encoding=None, errors=None, newline=None, closefd=True,
+                     opener=None):
+        if isinstance(file, int):
+            if file not in (0, 1, 2):
+                raise PermissionError("the judge opens no descriptor but its standard streams")
+            return real_open(file, mode, buffering, encoding, errors, newline, closefd)
+        return real_open(file, mode, buffering, encoding, errors, newline, closefd, opener=opener or checked_opener)
+
+    def guarded_os_open(path, flags, mode=0o777, *, dir_fd=None):
+        return checked(real_os_open(path, flags | os.O_NONBLOCK | os.O_NOCTTY, mode, dir_fd=dir_fd), flags)
+
+    builtins.open = io.open = guarded_open
+    os.open = guarded_os_open
+    sys.meta_path.insert(0, ImportGuard(_stdlib_dirs()))
+    import marshal
+    import pickle
+
+    real = (pickle.loads, pickle.dumps, marshal.loads)
+
+    def loads(kind, data, real_loads, kwargs):
+        guards = Guards.current
+        if guards is None:
+            return real_loads(data, **kwargs)
+        return guards.loads(kind, data, real_loads, kwargs)
+
+    def dumps(obj, protocol, kwargs):
+        guards = Guards.current
+        if guards is None:
+            return real[1](obj, protocol, **kwargs)
+        return guards.dumps(obj, protocol, real[1], kwargs)
+
+    def unmarshal(data, *args):
+        if sys._getframe(1).f_globals.get("__name__", "").endswith("_bootstrap_external"):
+            return real[2](data, *args)  # the import system reading a .pyc
+        return loads("marshal", data, real[2], {})
+
+    pickle.loads = lambda data, **kwargs: loads("pickle", data, real[0], kwargs)
+    pickle.load = lambda file, **kwargs: loads("pickle", file.read(), real[0], kwargs)
+    pickle.dumps = lambda obj, protocol=None, **kwargs: dumps(obj, protocol, kwargs)
+    pickle.dump = lambda obj, file, protocol=None, **kwargs: file.write(dumps(obj, protocol, kwargs))
+    pickle.Unpickler = _unpickler(loads, pickle.Unpickler, real[0])
+    marshal.loads = unmarshal
+    marshal.load = lambda file, *args: loads("marshal", file.read(), real[2], {})
+    _track_unittest()
+    if "unittest.mock" in sys.modules:
+        _wrap_mock(sys.modules["unittest.mock"])
+    _CACHE["builtins"] = dict(vars(builtins))  # what the tests' overrides are measured against
+    _CACHE.pop("test_builtins", None)  # made again with the guarded open
+    builtins_for_tests()
+
+
+def _wrap_mock(mock):
+    """Record every ``mock.patch`` of a module attribute the tests enter, so the candidate sees it
+    too (installed when ``unittest.mock`` is imported, before any test can enter a patch)."""
+    patch = mock._patch
+    enter, exit_ = patch.__enter__, patch.__exit__
+
+    def entered(self):
+        result = enter(self)
+        guards = Guards.current
+        try:
+            target = self.getter()
+            name = getattr(target, "__name__", None)
+            if guards is not None and type(target) is types.ModuleType and type(name) is str:
+                guards.patches.append((self, f"{name}.{self.attribute}"))
+        except BaseException:
+            pass
+        return result
+
+    def exited(self, *exc):
+        guards = Guards.current
+        if guards is not None:
+            guards.patches[:] = [(p, t) for p, t in guards.patches if p is not self]
+        return exit_(self, *exc)
+
+    patch.__enter__, patch.__exit__ = entered, exited
+
+
+class _AfterImport:
+    """A loader that runs ``then(module)`` once the module it loads has run."""
+
+    def __init__(self, loader, then):
+        self.loader, self.then = loader, then
+
+    def create_module(self, spec):
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module):
+        self.loader.exec_module(module)
+        self.then(module)
+
+
+def _track_unittest():
+    import unittest.result
+
+    result = unittest.result.TestResult
+    for name in ("addError", "addFailure", "addUnexpectedSuccess"):
+        original = getattr(result, name)
+
+        def failed(self, *args, _original=original):
+            if Guards.current is not None:
+                Guards.current.unittest_failed = True
+            return _original(self, *args)
+
+        setattr(result, name, failed)
+    original_subtest = result.addSubTest
+
+    def subtest(self, test, subtest, err, _original=original_subtest):
+        if err is not None and Guards.current is not None:
+            Guards.current.unittest_failed = True
+        return _original(self, test, subtest, err)
+
+    result.addSubTest = subtest
+
+
+def _unpickler(loads, base, real_loads):
+    class Unpickler(base):
+        def __init__(self, file, **kwargs):
+            self._rs_file = file
+            super().__init__(io.BytesIO(b""), **kwargs)
+
+        def load(self):
+            return loads("pickle", self._rs_file.read(), real_loads, {})
+
+    return Unpickler
+
+
+class ImportGuard:
+    """First on ``sys.meta_path``: no module from outside the standard library's directories (so
+    nothing from ``/work``), no ``__main__`` module, none that works on import."""
+
+    def __init__(self, allowed):
+        self.allowed = allowed
+
+    def find_spec(self, name, path=None, target=None):
+        top = name.partition(".")[0]
+        if name.rpartition(".")[2] == "__main__" or top in NEVER_IMPORT:
+            raise ImportError(f"the judge does not import {name}")
+        if name in sys.builtin_module_names:
+            return None
+        import importlib.machinery
+
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        if spec is None:
+            return None
+        origin = spec.origin or ""
+        locations = list(spec.submodule_search_locations or [])
+        if not all(_inside(p, self.allowed) for p in ([origin] if spec.has_location else []) + locations):
+            raise ImportError(f"the judge imports from the standard library only, not {origin or name}")
+        if name == "unittest.mock":
+            spec.loader = _AfterImport(spec.loader, _wrap_mock)
+        return spec
+
+
+def _inside(path, allowed):
+    real = os.path.realpath(path)
+    return any(real == a or real.startswith(a + os.sep) for a in allowed)
+
+
+def _stdlib_dirs():
+    """The standard library's directories (computed once, in the runner before the zygote forks:
+    sysconfig costs milliseconds the first time)."""
+    if _CACHE.get("stdlib") is None:
+        _CACHE["stdlib"] = _find_stdlib_dirs()
+    return _CACHE["stdlib"]
+
+
+_CACHE = {}
+
+
+def _find_stdlib_dirs():
+    import sysconfig
+
+    paths = sysconfig.get_paths()
+    return tuple({os.path.realpath(paths[key]) for key in ("stdlib", "platstdlib") if paths.get(key)}
+                 | {os.path.realpath(os.path.dirname(os.__file__))}
+                 | {os.path.realpath(p) for p in sys.path if p and "lib-dynload" in p})
+
+
+def _allowed_devices():
+    """The sandbox's own filesystems: its root and ``/work`` (computed once, like the above)."""
+    if _CACHE.get("devices") is None:
+        _CACHE["devices"] = _find_devices()
+    return _CACHE["devices"]
+
+
+def _find_devices():
+    devices = set()
+    for path in ("/", "/work", "/usr", "/tmp", os.path.dirname(os.__file__)):
+        try:
+            devices.add(os.stat(path).st_dev)
+        except OSError:
+            continue
+    return devices
+
+
+def _identity(fd):
+    try:
+        info = os.fstat(fd)
+        return (info.st_dev, info.st_ino)
+    except OSError:
+        return None
+
+
+# ---------------------------------------------------------------- the test loop
+
+def judge_main(part, read_fd, write_fd, report, guarded=True):
+    """Run one job's setup and tests against the candidate at the other end of the pipes;
+    ``report(dict)`` records events. ``part`` is what the runner sent (trusted). ``guarded``:
+    install the guards if this process has not (off only for the runner's warm-up)."""
+    setup, tests, names, entry_point, modules, plain_paths, record = part
+    preimported = preimport(modules)
+    namespace_module = types.ModuleType(TEST_MODULE)
+    namespace = namespace_module.__dict__
+    judge = Judge(read_fd, write_fd, plain_paths=plain_paths, record=record)
+    _State.judge = judge
+    if guarded:
+        install_guards()
+    guards = Guards(judge, [setup, *tests])
+    Guards.current = guards
+    judge.env = guards.env
+    namespace.update(__builtins__=builtins_for_tests(), raises=raises,
+                     run_program=lambda stdin="": _run_program(judge, stdin))
+    sys.modules[TEST_MODULE] = namespace_module
+    sys.argv = ["tests"]
+    guards.argv = list(sys.argv)
+    if setup is not None:
+        try:
+            if isinstance(setup, str):
+                raise SyntaxError(setup)
+            exec(setup, namespace)
+        except BaseException as exc:
+            report({"e": "setup_error", "type": type(exc).__name__, "msg": _text(exc, 500)})
+            return finish(judge, report)
+    setup_objects = {k: v for k, v in namespace.items() if k not in ("__builtins__", "raises", "run_program")}
+    judge.set_setup(setup_objects)
+    status, detail = first_messages(judge)
+    if status == "syntax":
+        kind, line, msg = (detail + [None, None, None])[:3]
+        report({"e": "syntax", "type": _short(kind), "line": line if type(line) is int else None, "msg": _short(msg, 500)})
+        return finish(judge, report)
+    if status in ("gone", "tamper"):
+        if detail == "compiled":
+            report({"e": "compiled"})
+        return finish(judge, report, tests, 0)
+    report({"e": "compiled"})
+    if status == "setup_error":
+        report({"e": "setup_error", "type": _short(_at(detail, 0)), "msg": _short(_at(detail, 1), 500)})
+        return finish(judge, report)
+    if status == "code_error":
+        line = _at(detail, 2)
+        report({"e": "code_error", "type": _short(_at(detail, 0)), "msg": _short(_at(detail, 1), 500),
+                "line": line if type(line) is int else None})
+        return finish(judge, report)
+    try:
+        if status != "ok" or len(detail) != 1:
+            raise ProtocolError("an unknown ready status")
+        bind(judge, namespace, detail[0], set(names), entry_point, preimported)
+    except ProtocolError as exc:
+        judge.set_tamper("protocol", exc)
+        return finish(judge, report, tests, 0)
+    report({"e": "code_ok"})
+    for index, test in enumerate(tests):
+        if judge.gone is not None:  # nothing more will be answered: the rest fail unrun
+            return finish(judge, report, tests, index, gone_reported=True)
+        report(run_test(judge, guards, namespace, index, test))
+        if judge.gone is not None and judge.tamper is None:
+            report({"e": "gone", "i": index, "msg": judge.gone[:300]})
+    return finish(judge, report)
+
+
+def run_test(judge, guards, namespace, index, test):
+    judge.failed = None
+    guards.unittest_failed = False
+    try:
+        if isinstance(test, str):
+            raise SyntaxError(f"the task's test does not compile: {test}")
+        exec(test, namespace)
+    except SystemExit as exc:  # unittest.main(): a success exits with a false code
+        ok = id(exc) not in judge.candidate_errors and not exc.code
+        event = {"e": "test", "i": index, "ok": ok} if ok else _failure(index, exc)
+    except BaseException as exc:
+        event = _failure(index, exc)
+    else:
+        event = {"e": "test", "i": index, "ok": True}
+    if event["ok"] and guards.unittest_failed:
+        event = {"e": "test", "i": index, "ok": False, "type": "AssertionError", "msg": "a unittest test failed"}
+    if judge.failed is not None:
+        kind = "TypeMismatch" if judge.failed.startswith("type_mismatch") else "FailedCall"
+        event = {"e": "test", "i": index, "ok": False, "type": kind, "msg": judge.failed[:300]}
+    return event
+
+
+def _failure(index, exc):
+    return {"e": "test", "i": index, "ok": False, "type": type(exc).__name__, "msg": _text(exc, 300)}
+
+
+def first_messages(judge):
+    """The candidate's first messages: (status, detail)."""
+    channel = judge.channel
+    judge.decoding = True
+    try:
+        message = channel.receive()
+        if message is None:
+            raise LinkDown("the candidate exited or died")
+        if message.kind == "syntax":
+            return "syntax", message.items
+        if message.kind != "compiled":
+            raise ProtocolError("expected the compile status")
+        try:
+            message = channel.receive()
+            if message is None:
+                raise LinkDown("the candidate exited or died")
+        except LinkDown as exc:
+            judge.gone = judge.gone or exc.reason
+            return "gone", "compiled"
+        if message.kind != "ready":
+            raise ProtocolError("expected the ready message")
+        return message.what, message.items
+    except ProtocolError as exc:
+        judge.set_tamper("protocol", exc)
+        return "tamper", None
+    except LinkDown as exc:
+        judge.gone = judge.gone or exc.reason
+        return "gone", None
+    finally:
+        judge.decoding = False
+
+
+def _run_program(judge, stdin):
+    """The program's standard output for this standard input (tests call it by name)."""
+    if not isinstance(stdin, (str, bytes)):
+        raise TypeError("run_program takes the standard input as str or bytes")
+    result = judge.ask("run", None, [stdin])
+    if type(result) is not list or len(result) != 2 or type(result[0]) is not str:
+        judge.set_tamper("protocol", "a malformed program result")
+        judge.fail(judge.gone)
+    return result[0]
+
+
+def finish(judge, report, tests=(), start=None, gone_reported=False):
+    """Report what is left: the tests from ``start`` on fail unrun, any tamper, the record of
+    plain calls, then done."""
+    if start is not None:
+        why = (judge.gone or "the candidate exited or died")[:300]
+        if judge.tamper is None and not gone_reported:
+            report({"e": "gone", "i": start, "msg": why})
+        for index in range(start, len(tests)):
+            report({"e": "test", "i": index, "ok": False, "type": "FailedCall", "msg": why})
+    if judge.tamper is not None:
+        report({"e": "tamper", "kind": judge.tamper[0], "msg": judge.tamper[1]})
+    if judge.record:
+        report({"e": "paths", "plain": sorted(p for p, plain in judge.recorded.items() if plain),
+                "other": sorted(p for p, plain in judge.recorded.items() if not plain)})
+    report({"e": "done"})
+    return 0
+
+
+def _at(detail, index):
+    return detail[index] if type(detail) is list and len(detail) > index else None
+
+
+def _short(value, limit=100):
+    return value[:limit] if type(value) is str else ""

@@ -1,0 +1,593 @@
+"""Sandbox backend: a warm pool of hardened Docker containers, each running the fork-per-job runner.
+
+Consumes :class:`Job` s (code + setup + tests + limits); produces :class:`RunResult` s (what
+happened, with the violations seen). Guarantees:
+
+* Every container is created with :func:`hardened_config`: no network, read-only root, a
+  size-capped tmpfs ``/work`` (noexec), all capabilities dropped, no-new-privileges, uid 65534,
+  pids/memory/CPU limits, no IPC namespace sharing and no ``/dev/shm``, no mounts of the host,
+  no Docker socket, logging off (output only travels over the attach stream, capped).
+* Each execution is a fresh fork of the in-container runner (``consumers/executor/runtime/supervisor.py``) with a hard
+  wall-clock limit enforced twice: by the runner (SIGKILL of every process in the container) and
+  by this host side (the container is killed when the runner does not answer in time).
+* A container is reused only while the runner reports it clean (no process left, empty
+  ``/work``, no IPC objects) and no violation happened; otherwise, and after ``recycle_after``
+  executions, it is retired and a fresh one replaces it in the background.
+* Containers carry the labels ``rollstream.sandbox=1``, ``rollstream.sandbox.owner=<owner>`` and
+  the executor's host and process; at start the pool removes containers of its owner whose
+  executor process is gone (a crashed executor). Containers also stop by themselves when their
+  executor disconnects (``StdinOnce``) and are then auto-removed.
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import base64
+import builtins
+import contextlib
+import functools
+import itertools
+import json
+import logging
+import os
+import secrets
+import socket
+import sys
+import time
+from importlib import resources
+from typing import Any, Literal, Protocol
+
+import msgspec
+
+from rollstream.config import ExecutorConfig
+from rollstream.errors import SandboxError
+from rollstream.retry import retry
+from rollstream.schemas.events import SandboxLimits
+
+log = logging.getLogger(__name__)
+
+LABEL = "rollstream.sandbox"
+OWNER_LABEL = "rollstream.sandbox.owner"
+HOST_LABEL = "rollstream.sandbox.host"
+PROCESS_LABEL = "rollstream.sandbox.process"
+SANDBOX_USER = "65534:65534"
+RUNNER_OVERHEAD_MB = 128  # the runner, its zygotes, the judge and the forked interpreters' own pages
+TAIL_BYTES = 4000  # fits ExecutionRecord's ShortText tails
+WORKSPACE_BYTES = 256 << 10  # an episode's files carried between turns, at most
+READY_TIMEOUT_S = 60.0
+# Names a test never takes from the completion: the judge's builtins and its helpers.
+JUDGE_NAMES = frozenset(dir(builtins)) | {"raises", "run_program"}
+
+
+class Job(msgspec.Struct, frozen=True, kw_only=True):
+    """One program to run: ``setup``, then ``code`` (as ``<completion>``), then each test.
+
+    With ``trust = "judge"`` the tests run in a judge process of their own and reach the
+    completion only through the names in ``names`` (those the tests read that the completion
+    may define; ``entry_point`` always among them); ``modules`` are the standard-library modules
+    the tests read by name without importing them (the judge imports them itself, before the
+    completion runs); ``plain_paths`` the calls whose reference results are plain data
+    (consumers/executor/runtime/proxies.py); ``record`` makes the judge report which calls gave plain data (run on
+    a task's reference). See consumers/executor/runtime/judge.py. With ``program`` the code is a whole program:
+    tests call ``run_program(stdin)`` for its standard output."""
+
+    job_id: str
+    code: str
+    setup: str = ""
+    tests: list[str] = []
+    timeout_s: float = 5.0
+    memory_mb: int = 256
+    entry_point: str = ""
+    names: list[str] = []
+    modules: list[str] = []
+    program: bool = False
+    trust: Literal["judge", "in_process"] = "judge"
+    plain_paths: list[str] = []
+    record: bool = False
+    files: list[tuple[str, bytes]] = []  # an episode's workspace, written into /work before the code runs
+    collect_files: bool = False  # return the files the job left in /work (the next turn's workspace)
+    test_hook: str | None = None  # tests only (a pool started with test_hooks): code run in the judge first
+
+    def __post_init__(self) -> None:
+        if not self.names:
+            msgspec.structs.force_setattr(self, "names", list(tested_names(tuple(self.tests), self.entry_point)))
+        if not self.modules:
+            msgspec.structs.force_setattr(self, "modules", list(tested_modules(tuple(self.tests))))
+
+
+@functools.lru_cache(maxsize=4096)
+def tested_names(tests: tuple[str, ...], entry_point: str = "") -> tuple[str, ...]:
+    """The names the tests read that the completion may define (the judge binds those the
+    task's setup does not define): every name loaded anywhere in a test, but the judge's
+    builtins and helpers; the entry point always. Cached: a group shares its tests."""
+    names = {entry_point} if entry_point else set()
+    for tree in _trees(tests):
+        names.update(n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load))
+    return tuple(sorted(n for n in names if n == entry_point or n not in JUDGE_NAMES))
+
+
+@functools.lru_cache(maxsize=4096)
+def tested_modules(tests: tuple[str, ...]) -> tuple[str, ...]:
+    """Standard-library modules the tests read by name but never bind themselves (``math`` in
+    ``assert math.isclose(f(2), 1.41)``, relying on the completion's ``import math``): the judge
+    imports these itself, before the completion runs, and binds nothing else to a module."""
+    loaded, bound = set(), set()
+    for tree in _trees(tests):
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Name):
+                (loaded if isinstance(node.ctx, ast.Load) else bound).add(node.id)
+            elif isinstance(node, ast.alias):
+                bound.add((node.asname or node.name).partition(".")[0])
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                bound.add(node.name)
+    return tuple(sorted(n for n in loaded - bound if n in sys.stdlib_module_names))
+
+
+def _trees(tests: tuple[str, ...]) -> list[ast.AST]:
+    trees = []
+    for source in tests:
+        try:
+            trees.append(ast.parse(source))
+        except (SyntaxError, ValueError, MemoryError, RecursionError):
+            continue  # the judge reports the broken test
+    return trees
+
+
+class RunResult(msgspec.Struct, frozen=True, kw_only=True):
+    """What one execution did. ``events`` are the harness's reports (see runner.harness)."""
+
+    sandbox_id: str
+    container_id: str
+    exit_code: int | None = None
+    signal: int | None = None
+    duration_s: float = 0.0
+    timed_out: bool = False
+    output_limit: bool = False
+    oom_killed: bool = False
+    output_bytes: int = 0
+    stdout_tail: str = ""
+    stderr_tail: str = ""
+    events: list[dict[str, Any]] = []
+    violations: list[str] = []
+    runner_died: bool = False
+    recycled: bool = False
+    files: list[tuple[str, bytes]] = []  # with collect_files: the regular files the job left in /work
+    files_truncated: bool = False  # some were left out (links, over the size or count caps)
+
+
+class SandboxBackend(Protocol):
+    """Runs untrusted jobs. ``execute`` raises SandboxError only when the job could not be run
+    for reasons of the backend itself (then it is safe to retry); anything the code does is a
+    RunResult."""
+
+    @property
+    def limits(self) -> SandboxLimits: ...
+
+    async def execute(self, job: Job) -> RunResult: ...
+
+
+# The sandbox's runtime, in order: each uses the names of those before it.
+RUNTIME = ("codec.py", "channel.py", "proxies.py", "candidate.py", "judge.py", "inprocess.py", "workspace.py",
+           "supervisor.py")
+# The command line carries a bootstrap; the runtime itself arrives on stdin (a -c argument is
+# capped at 128 KiB by the kernel).
+BOOTSTRAP = "import sys;exec(compile(sys.stdin.buffer.read(int(sys.stdin.buffer.readline())),'<runner>','exec'))"
+
+
+@functools.lru_cache(maxsize=1)
+def runner_source() -> str:
+    """What the container runs: the sandbox's runtime modules as one source, in order."""
+    package = resources.files("rollstream.consumers.executor.runtime")
+    return "\n\n".join(package.joinpath(name).read_text() for name in RUNTIME)
+
+
+def runner_preamble() -> bytes:
+    """What the bootstrap reads first from the container's stdin: the runtime's size, then it."""
+    source = runner_source().encode()
+    return str(len(source)).encode() + b"\n" + source
+
+
+def limits_from_config(config: ExecutorConfig) -> SandboxLimits:
+    return SandboxLimits(
+        timeout_s=config.default_timeout_s,
+        memory_mb=config.memory_mb,
+        pids=config.pids,
+        cpus=config.cpus,
+        output_bytes=config.output_bytes,
+        tmpfs_mb=config.tmpfs_mb,
+    )
+
+
+def hardened_config(
+    image: str, limits: SandboxLimits, labels: dict[str, str], cmd: list[str], *, interactive: bool = True
+) -> dict[str, Any]:
+    """The container create body shared by the warm pool and the one-shot baseline."""
+    memory = (limits.memory_mb + RUNNER_OVERHEAD_MB) << 20
+    return {
+        "Image": image,
+        "Cmd": cmd,
+        "User": SANDBOX_USER,
+        "WorkingDir": "/work",
+        "Env": ["PATH=/usr/local/bin:/usr/bin:/bin", "LANG=C.UTF-8", "HOME=/work", "TMPDIR=/work"],
+        "Hostname": "sandbox",
+        "Labels": labels,
+        "NetworkDisabled": True,
+        "AttachStdin": interactive,
+        "AttachStdout": True,
+        "AttachStderr": True,
+        "OpenStdin": interactive,
+        "StdinOnce": interactive,  # the runner sees EOF (and exits) when its executor goes away
+        "Tty": False,
+        "HostConfig": {
+            "NetworkMode": "none",
+            "ReadonlyRootfs": True,
+            "Tmpfs": {
+                "/work": f"rw,nosuid,nodev,noexec,size={limits.tmpfs_mb}m,nr_inodes=8192,mode=0700,"
+                "uid=65534,gid=65534"
+            },
+            "CapDrop": ["ALL"],
+            "SecurityOpt": ["no-new-privileges"],
+            "Privileged": False,
+            "PidsLimit": limits.pids,
+            "Memory": memory,
+            "MemorySwap": memory,  # no swap
+            "NanoCpus": int(limits.cpus * 1e9),
+            "IpcMode": "none",  # private IPC namespace and no /dev/shm
+            # ...in which no SysV IPC object or POSIX queue can be created, so none can outlive
+            # a job and be seen by the next one in the same container.
+            "Sysctls": {
+                "kernel.shmmni": "0",
+                "kernel.msgmni": "0",
+                "kernel.sem": "0 0 0 0",
+                "fs.mqueue.queues_max": "0",
+            },
+            "OomScoreAdj": 1000,  # under host memory pressure, sandboxes die first
+            "Ulimits": [{"Name": "nofile", "Soft": 256, "Hard": 256}, {"Name": "core", "Soft": 0, "Hard": 0}],
+            "LogConfig": {"Type": "none", "Config": {}},
+            "AutoRemove": True,
+            "Binds": [],
+            "Mounts": [],
+        },
+    }
+
+
+def process_identity(pid: int | None = None) -> str | None:
+    """``pid:starttime`` of a live process (starttime guards against pid reuse), else None."""
+    pid = os.getpid() if pid is None else pid
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return f"{pid}:{fields[19]}"
+
+
+def _owner_alive(labels: dict[str, str]) -> bool:
+    if labels.get(HOST_LABEL) != socket.gethostname():
+        return True  # not ours to judge: another host shares this daemon
+    identity = labels.get(PROCESS_LABEL, "")
+    pid = identity.partition(":")[0]
+    return pid.isdigit() and process_identity(int(pid)) == identity
+
+
+async def remove_orphans(docker: Any, owner: str) -> int:
+    """Remove containers of ``owner`` whose executor process is gone. Returns how many."""
+    import aiodocker
+
+    found = await docker.containers.list(
+        all=True, filters=json.dumps({"label": [f"{LABEL}=1", f"{OWNER_LABEL}={owner}"]})
+    )
+    removed = 0
+    for container in found:
+        labels = container._container.get("Labels") or {}
+        if labels.get(OWNER_LABEL) != owner or _owner_alive(labels):
+            continue
+        with contextlib.suppress(aiodocker.DockerError):
+            await container.delete(force=True)
+            removed += 1
+    if removed:
+        log.warning("removed %d orphaned sandbox containers of owner %s", removed, owner)
+    return removed
+
+
+class _Warm:
+    """One started container with its attach stream and the reader of the runner's replies."""
+
+    def __init__(self, container: Any, stream: Any, sandbox_id: str) -> None:
+        self.container = container
+        self.stream = stream
+        self.sandbox_id = sandbox_id
+        self.container_id = container.id[:12]
+        self.executions = 0
+        self.ready: dict[str, Any] = {}  # the runner's first message (its Python, what it can check)
+        self.replies: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
+        self.runner_stderr = bytearray()
+        self.reader = asyncio.create_task(self._read(), name=f"sandbox-reader-{sandbox_id}")
+
+    async def _read(self) -> None:
+        buffer = bytearray()
+        try:
+            while (message := await self.stream.read_out()) is not None:
+                if message.stream != 1:
+                    self.runner_stderr = (self.runner_stderr + message.data)[-TAIL_BYTES:]
+                    continue
+                buffer += message.data
+                while (end := buffer.find(b"\n")) >= 0:
+                    line, buffer = bytes(buffer[:end]), buffer[end + 1 :]
+                    try:
+                        self.replies.put_nowait(json.loads(line))
+                    except ValueError:
+                        log.warning("sandbox %s: unreadable runner line %r", self.sandbox_id, line[:200])
+        except Exception as exc:  # a broken stream reads like a dead runner
+            log.warning("sandbox %s: attach stream failed: %s", self.sandbox_id, exc)
+        finally:
+            self.replies.put_nowait(None)
+
+    async def send(self, request: dict[str, Any]) -> None:
+        await self.stream.write_in(json.dumps(request).encode() + b"\n")
+
+    async def receive(self, timeout_s: float) -> dict[str, Any] | None:
+        """The next reply; None when the runner died; TimeoutError when it does not answer."""
+        async with asyncio.timeout(timeout_s):  # no extra task per call, unlike wait_for
+            return await self.replies.get()
+
+
+def _workspace(reply: dict[str, Any]) -> tuple[list[tuple[str, bytes]], bool]:
+    """The files a job left (``collect_files``), as the runner listed them; what does not read as
+    (path, base64) within the caps is left out."""
+    files: list[tuple[str, bytes]] = []
+    total, truncated = 0, bool(reply.get("workspace_truncated"))
+    listed = reply.get("files")
+    for item in listed if isinstance(listed, list) else []:
+        try:
+            path, encoded = item
+            data = base64.b64decode(encoded, validate=True)
+        except (TypeError, ValueError):
+            truncated = True
+            continue
+        total += len(data)
+        if not isinstance(path, str) or len(path) > 1024 or total > WORKSPACE_BYTES:
+            truncated = True
+            continue
+        files.append((path, data))
+    return files, truncated
+
+
+class DockerSandboxPool:
+    """The aiodocker :class:`SandboxBackend`: ``async with DockerSandboxPool(config) as pool``."""
+
+    def __init__(self, config: ExecutorConfig, *, owner: str | None = None, grace_s: float = 3.0,
+                 test_hooks: bool = False) -> None:
+        self.config = config
+        self.test_hooks = test_hooks  # tests only: the runner honours Job.test_hook
+        self.owner = owner or config.owner
+        self.grace_s = grace_s
+        self._limits = limits_from_config(config)
+        self._docker: Any = None
+        self._idle: asyncio.Queue[_Warm] = asyncio.Queue()
+        self._all: set[_Warm] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._broken: BaseException | None = None
+        self._names = itertools.count()
+        self._run_id = secrets.token_hex(3)
+        self.recycled = 0
+
+    @property
+    def limits(self) -> SandboxLimits:
+        return self._limits
+
+    async def __aenter__(self) -> DockerSandboxPool:
+        import aiodocker
+
+        self._docker = aiodocker.Docker()
+        try:
+            await self._docker.images.inspect(self.config.image)
+        except Exception as exc:
+            await self._docker.close()
+            if isinstance(exc, aiodocker.DockerError) and exc.status == 404:
+                raise SandboxError(
+                    f"sandbox image {self.config.image!r} not found; "
+                    "build it with `rollstream sandbox build --offline`"
+                ) from exc
+            raise SandboxError(f"cannot use the Docker daemon: {exc}") from exc
+        try:
+            await remove_orphans(self._docker, self.owner)
+            warm = await asyncio.gather(*(self._spawn() for _ in range(self.config.pool_size)))
+        except BaseException:
+            await self.aclose()
+            raise
+        for w in warm:
+            self._idle.put_nowait(w)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*(self._remove(w) for w in list(self._all)), return_exceptions=True)
+        if self._docker is not None:
+            await self._docker.close()
+            self._docker = None
+
+    def labels(self) -> dict[str, str]:
+        return {
+            LABEL: "1",
+            OWNER_LABEL: self.owner,
+            HOST_LABEL: socket.gethostname(),
+            PROCESS_LABEL: process_identity() or "",
+        }
+
+    async def _spawn(self) -> _Warm:
+        """Create, attach, start a container and wait for its runner to say it is ready."""
+        name = f"rollstream-sbx-{self._run_id}-{next(self._names)}-{secrets.token_hex(2)}"
+        cmd = ["python3", "-I", "-S", "-c", BOOTSTRAP] + (["--test-hooks"] if self.test_hooks else [])
+        body = hardened_config(self.config.image, self._limits, self.labels(), cmd)
+        container = await self._docker.containers.create(body, name=name)
+        stream = container.attach(stdin=True, stdout=True, stderr=True)
+        try:
+            await stream.__aenter__()  # attach before start: output is not logged anywhere else
+            await container.start()
+        except BaseException:
+            await stream.close()
+            with contextlib.suppress(Exception):
+                await container.delete(force=True)
+            raise
+        warm = _Warm(container, stream, name)
+        self._all.add(warm)
+        try:
+            await warm.stream.write_in(runner_preamble())
+            ready = await warm.receive(READY_TIMEOUT_S)
+        except TimeoutError:
+            ready = None
+        if not ready or not ready.get("ready"):
+            detail = bytes(warm.runner_stderr).decode(errors="replace")
+            await self._remove(warm)
+            raise SandboxError(f"sandbox {name} did not start: {ready!r} {detail}")
+        warm.ready = ready
+        return warm
+
+    async def _remove(self, warm: _Warm) -> None:
+        import aiodocker
+
+        self._all.discard(warm)
+        warm.reader.cancel()
+        with contextlib.suppress(Exception):
+            await warm.stream.close()
+        with contextlib.suppress(aiodocker.DockerError):
+            await warm.container.delete(force=True)
+
+    def _retire(self, warm: _Warm) -> None:
+        """Remove ``warm`` and start a replacement in the background."""
+        self.recycled += 1
+        task = asyncio.create_task(self._replace(warm), name=f"sandbox-replace-{warm.sandbox_id}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _replace(self, warm: _Warm) -> None:
+        await self._remove(warm)
+        try:  # whatever Docker or its HTTP client raise: a hiccup until it happened five times
+            fresh = await retry(self._spawn, what=f"replacing sandbox {warm.sandbox_id}",
+                                retry_on=(Exception,), attempts=5, first_delay_s=0.5, max_delay_s=4.0)
+        except Exception as exc:  # a background task has no caller: execute() reports it
+            log.error("could not replace sandbox %s: %s", warm.sandbox_id, exc)
+            self._broken = exc
+            return
+        self._idle.put_nowait(fresh)
+
+    async def _acquire(self) -> _Warm:
+        while True:
+            if self._broken is not None and not self._all:
+                raise SandboxError(f"no sandbox can be started: {self._broken}") from self._broken
+            if not self._idle.empty():
+                return self._idle.get_nowait()
+            try:
+                async with asyncio.timeout(1.0):  # wake up now and then to notice a broken pool
+                    return await self._idle.get()
+            except TimeoutError:
+                continue
+
+    async def execute(self, job: Job) -> RunResult:
+        warm = await self._acquire()
+        request = {
+            "id": job.job_id,
+            "nonce": secrets.token_hex(8),  # the reply must carry it: nothing else is this job's verdict
+            "setup": job.setup,
+            "code": job.code,
+            "tests": job.tests,
+            "names": job.names,
+            "modules": job.modules,
+            "entry_point": job.entry_point,
+            "program": job.program,
+            "trust": job.trust,
+            "plain_paths": job.plain_paths,
+            "record": job.record,
+            "timeout_s": job.timeout_s,
+            "memory_mb": min(job.memory_mb, self._limits.memory_mb),
+            "output_bytes": self._limits.output_bytes,
+            "tail_bytes": TAIL_BYTES,
+            "file_bytes": self._limits.tmpfs_mb << 20,
+        }
+        if job.test_hook is not None and self.test_hooks:
+            request["test_hook"] = job.test_hook
+        if job.files or job.collect_files:
+            request.update(files=[[path, base64.b64encode(data).decode()] for path, data in job.files],
+                           collect_files=job.collect_files, workspace_bytes=WORKSPACE_BYTES)
+        if warm.reader.done() or not warm.replies.empty():  # died while idle: not this job's doing
+            self._retire(warm)
+            raise SandboxError(f"sandbox {warm.sandbox_id} died while idle")
+        try:
+            await warm.send(request)
+        except Exception as exc:
+            self._retire(warm)
+            raise SandboxError(f"sandbox {warm.sandbox_id}: could not send the job: {exc}") from exc
+        started = time.monotonic()
+        try:
+            reply = await warm.receive(job.timeout_s + self.grace_s)
+        except TimeoutError:
+            reply = {"id": job.job_id, "nonce": request["nonce"], "timed_out": True,
+                     "violations": ["runner_unresponsive"], "clean": False}
+        except asyncio.CancelledError:  # its reply would be taken for the next job's: replace it
+            self._retire(warm)
+            raise
+        warm.executions += 1
+        result = await self._result(warm, job, request["nonce"], reply, time.monotonic() - started)
+        if result.recycled:
+            self._retire(warm)
+        else:
+            self._idle.put_nowait(warm)
+        return result
+
+    async def _result(
+        self, warm: _Warm, job: Job, nonce: str, reply: dict[str, Any] | None, waited_s: float
+    ) -> RunResult:
+        died = reply is None
+        if died:
+            reply = {"violations": ["runner_died"], "clean": False}
+            if await self._oom_killed(warm):
+                reply["violations"].append("oom_killed")
+                reply["oom_killed"] = True
+        elif "error" in reply or reply.get("id") != job.job_id or reply.get("nonce") != nonce:
+            # not attributable to exactly this job: never its verdict, and the container goes
+            reply = {
+                "violations": [f"runner_error:{str(reply.get('error', 'a reply for another job'))[:200]}"],
+                "clean": False,
+            }
+        violations = [str(v)[:200] for v in reply.get("violations", [])]
+        files, truncated = _workspace(reply)
+        if reply.get("oom_killed") and "oom_killed" not in violations:
+            violations.append("oom_killed")  # the cgroup OOM killer ran: the runner may be hurt
+        recycled = (
+            bool(violations) or not reply.get("clean", False) or warm.executions >= self.config.recycle_after
+        )
+        return RunResult(
+            sandbox_id=warm.sandbox_id,
+            container_id=warm.container_id,
+            exit_code=reply.get("exit_code"),
+            signal=reply.get("signal"),
+            duration_s=float(reply.get("duration_s", waited_s)),
+            timed_out=bool(reply.get("timed_out", False)),
+            output_limit=bool(reply.get("output_limit", False)),
+            oom_killed=bool(reply.get("oom_killed", False)),
+            output_bytes=int(reply.get("output_bytes", 0)),
+            stdout_tail=str(reply.get("stdout_tail", ""))[-TAIL_BYTES:],
+            stderr_tail=str(reply.get("stderr_tail", ""))[-TAIL_BYTES:],
+            events=[e for e in reply.get("events", []) if isinstance(e, dict)],
+            violations=violations,
+            runner_died=died,
+            recycled=recycled,
+            files=files,
+            files_truncated=truncated,
+        )
+
+    async def _oom_killed(self, warm: _Warm) -> bool:
+        import aiodocker
+
+        try:
+            info = await warm.container.show()
+        except aiodocker.DockerError:
+            return False  # already auto-removed
+        return bool(info.get("State", {}).get("OOMKilled"))

