@@ -16,6 +16,10 @@ the stream's set of dropped groups (cli/chaos.py):
 * ``kills``, ``restarts``, ``groups_trained``, and ``trained_fraction`` = groups trained while the
   kills went on ÷ groups trained in the same time by the same pipeline without kills (>= 0.5).
 
+With ``--learner-ranks N`` the learner trains on N ranks (ddp, the tiny model, under torchrun)
+and a quarter of the kills SIGKILL one learner rank instead (``Drill.kill_rank``): torchrun ends
+the learner and starts it again, resuming from its checkpoint, without the drill's help.
+
 Usage: ``python bench/chaos.py --quick --json OUT`` (about 5 minutes). The last line printed
 holds the figures.
 """
@@ -45,8 +49,10 @@ def trained_by(fates: list[Any], until: float) -> int:
 
 
 def phase(work: Path, name: str, bootstrap: str, redis: PrivateRedis, model: Path, seconds: float, *,
-          chaos: bool, rng: random.Random, every: tuple[float, float], max_turns: int = 1) -> dict[str, Any]:
-    config_path = drill_config(work, name, bootstrap, redis.url, model, max_turns=max_turns)
+          chaos: bool, rng: random.Random, every: tuple[float, float], max_turns: int = 1,
+          learner_ranks: int = 1) -> dict[str, Any]:
+    config_path = drill_config(work, name, bootstrap, redis.url, model, max_turns=max_turns,
+                               learner_ranks=learner_ranks)
     config = load_config(str(config_path))
     drill = Drill(config_path, work / name / "logs")
     drill.start_all()
@@ -58,8 +64,12 @@ def phase(work: Path, name: str, bootstrap: str, redis: PrivateRedis, model: Pat
             time.sleep(0.5)
             drill.check_alive()
             if chaos and time.monotonic() >= next_kill:
-                victim = drill.kill_random(rng)
-                print(f"[{time.monotonic() - started:5.0f} s] killed {victim.name}", flush=True)
+                if learner_ranks > 1 and rng.random() < 0.25:  # one learner rank, mid-step or not
+                    print(f"[{time.monotonic() - started:5.0f} s] killed learner rank {drill.kill_rank(rng)}",
+                          flush=True)
+                else:
+                    victim = drill.kill_random(rng)
+                    print(f"[{time.monotonic() - started:5.0f} s] killed {victim.name}", flush=True)
                 next_kill = time.monotonic() + rng.uniform(*every)
             if chaos and not redis_restarted and time.monotonic() - started > seconds / 2:
                 redis.restart()
@@ -67,7 +77,7 @@ def phase(work: Path, name: str, bootstrap: str, redis: PrivateRedis, model: Pat
                 print(f"[{time.monotonic() - started:5.0f} s] restarted Redis", flush=True)
         active_end = time.time()
         drill.stop(("sampler",))
-        result = asyncio.run(wait_drained(config, timeout_s=180, learner_runs=drill.killed["learner"] + 1))
+        result = asyncio.run(wait_drained(config, timeout_s=180, learner_runs=drill.learner_runs_expected()))
     finally:
         drill.stop()
     figures = result.figures()
@@ -83,6 +93,9 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--multi-turn", action="store_true",
                         help="episodes of up to 2 turns (the executor's feedback between them)")
+    parser.add_argument("--learner-ranks", type=int, default=1,
+                        help="train with this many learner ranks (ddp, the tiny model); the kills then include "
+                             "single ranks (torchrun restarts the learner)")
     parser.add_argument("--json", dest="json_out", help="write the headline figures here")
     args = parser.parse_args()
     seconds = args.seconds or (100.0 if args.quick else 300.0)
@@ -99,10 +112,10 @@ def main() -> None:
         bootstrap = f"127.0.0.1:{port}"
         turns = 2 if args.multi_turn else 1
         calm = phase(work, "calm", bootstrap, redis, model, seconds, chaos=False, rng=rng, every=(15, 30),
-                     max_turns=turns)
+                     max_turns=turns, learner_ranks=args.learner_ranks)
         print(f"without kills: {calm['trained_in_time']} groups trained in {seconds:.0f} s", flush=True)
         storm = phase(work, "storm", bootstrap, redis, model, seconds, chaos=True, rng=rng, every=(15, 30),
-                      max_turns=turns)
+                      max_turns=turns, learner_ranks=args.learner_ranks)
         print(f"with {storm['kills']} kills: {storm['trained_in_time']} groups trained; lost {storm['lost']}, "
               f"trained twice {storm['duplicates']}", flush=True)
     finally:

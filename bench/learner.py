@@ -14,6 +14,21 @@
 * ``peak_rss_gb``: peak RSS of a separate learner stage process that loads the model (from a
   Hugging Face directory) and takes one step at micro_batch 8 (the default) x 128 tokens.
 
+Several ranks (bench/learner_ranks.py runs each side: the learner's Trainer, wrapped as the
+learner wraps it, on a fixed batch; the ranks use the allocator setting the learner's ranks use,
+``distributed.bound_heap``, the one-rank side too):
+
+* ``dp_step_ratio``: step time of 1 rank x 2 threads / step time of 2 ranks x 1 thread (DDP,
+  gloo), a random-init model of SmolLM2-135M's shape, 8 rollouts x 128 tokens; the first step a
+  warm-up. Target >= 0.9 on an idle 2-core machine.
+* ``fsdp_rss_ratio``: the larger peak RSS (VmHWM) of 2 FSDP ranks / the peak RSS of 1 rank, each
+  building a random-init 321M-parameter Llama and taking an AdamW step (4 rollouts x 64 tokens),
+  so that the fp32 state (16 bytes a parameter) dominates. Target <= 0.65.
+  ``fsdp_rss_ratio_135m``: the same at SmolLM2-135M's shape.
+* ``publish_peak_extra_gb``: the resident memory the publish adds to rank 0 of the 2 FSDP ranks
+  (321M parameters gathered one at a time, cast to bf16 and streamed to a weight store in Redis),
+  against ``publish_bf16_gb``, the size of one bf16 copy; ``publish_peak_extra_gb_1rank`` on one rank.
+
 Batch: ``--quick``: one group of 8 rollouts per step (one default micro-batch), 2 steps each;
 full: the default 4 groups x 8 per step, 4 steps. Sequences: 64 prompt + 64 completion tokens.
 Starts a local broker (Redis: $ROLLSTREAM_BENCH_REDIS or 127.0.0.1:6379), removes its keys,
@@ -49,8 +64,8 @@ from rollstream.config import (
     LearnerConfig,
     RLConfig,
     WeightsConfig,
-    to_toml,
 )
+from rollstream.config_load import to_toml
 from rollstream.infra import free_port, start_broker, stop_pid
 from rollstream.kafka import EventProducer, delete_topics, ensure_topics, topic_name
 from rollstream.learner.batch import micro_batches
@@ -244,7 +259,11 @@ async def main_async(args: argparse.Namespace) -> dict[str, float]:
                                    lambda config: stage_peak_rss(config, tmp, groups[:groups_per_step]), model_dir)
         finally:
             stop_pid(broker.pid)
+    from bench.learner_ranks import rank_figures
+
+    ranks = rank_figures(args.quick, redis_url, Path(tempfile.mkdtemp(prefix="bench-learner-ranks-")))
     return {
+        **ranks,
         "step_ratio": round(stage_tps / bare_tps, 3),
         "stage_tokens_per_s": round(stage_tps, 1),
         "bare_tokens_per_s": round(bare_tps, 1),
@@ -291,7 +310,7 @@ async def cleanup(infra: InfraConfig, redis_url: str) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="one group per step, 3 steps (< 2 min)")
+    parser.add_argument("--quick", action="store_true", help="one group per step, 2 steps each, the ranks side by side (< 5 min on an idle machine)")
     parser.add_argument("--json", type=Path, help="write the figures here")
     parser.add_argument("--model", default="smollm2", help='"smollm2" or a local Hugging Face directory')
     args = parser.parse_args()
@@ -299,7 +318,9 @@ def main() -> None:
     if args.json:
         args.json.write_text(json.dumps(result, indent=2))
     print(f"step_ratio={result['step_ratio']} broadcast_ratio={result['broadcast_ratio']} "
-          f"peak_rss_gb={result['peak_rss_gb']}")
+          f"peak_rss_gb={result['peak_rss_gb']} dp_step_ratio={result['dp_step_ratio']} "
+          f"fsdp_rss_ratio={result['fsdp_rss_ratio']} fsdp_rss_ratio_135m={result['fsdp_rss_ratio_135m']} "
+          f"publish_peak_extra_gb={result['publish_peak_extra_gb']}")
 
 
 if __name__ == "__main__":

@@ -32,9 +32,21 @@ from rollstream.config import Config
 STAGES = ("sampler", "generator", "executor", "stream", "learner")
 
 
-def drill_config(work: Path, name: str, bootstrap: str, redis_url: str, model: Path, *, max_turns: int = 1) -> Path:
+LEARNER_BACKEND = """backend = "sim"
+sim_per_token_s = 0.002"""
+# Several ranks train for real (the simulated learner trains nothing, so it has one rank); the
+# tiny model's steps take about as long as the simulated ones.
+LEARNER_RANKS = """parallel = "ddp"
+ranks = {ranks}
+micro_batch = 4
+torch_threads = 1"""
+
+
+def drill_config(work: Path, name: str, bootstrap: str, redis_url: str, model: Path, *, max_turns: int = 1,
+                 learner_ranks: int = 1) -> Path:
     """Write ``work/<name>.toml``: a drill's pipeline on simulated backends (docs/capacity.md), its
-    topics and keys under ``name``; returns its path."""
+    topics and keys under ``name``; returns its path. ``learner_ranks`` > 1: the learner trains the
+    tiny model for real on that many ranks (ddp, under torchrun)."""
     path = work / f"{name}.toml"
     path.write_text(f"""
 [infra]
@@ -79,8 +91,7 @@ pool_size = 8
 sweep_interval_s = 0.5
 
 [learner]
-backend = "sim"
-sim_per_token_s = 0.002
+{LEARNER_BACKEND if learner_ranks == 1 else LEARNER_RANKS.format(ranks=learner_ranks)}
 model = "{model}"
 broadcast_dtype = "float32"
 
@@ -145,6 +156,24 @@ class Drill:
         self.running.append(self.spawn(victim.stage, victim.index))
         self.restarts += 1
 
+    def kill_rank(self, rng: random.Random) -> int:
+        """SIGKILL one rank of a learner started with several (``learner.ranks``): torchrun ends the
+        others and starts them all again, resuming from the last checkpoint; the learner process
+        (the launcher) stays. Returns the rank killed."""
+        learner = next(p for p in self.running if p.stage == "learner")
+        ranks = rank_pids(learner.proc.pid)
+        if not ranks:
+            raise RuntimeError(f"learner pid {learner.proc.pid} has no ranks (not started with learner.ranks > 1?)")
+        rank = rng.choice(sorted(ranks))
+        os.kill(ranks[rank], signal.SIGKILL)
+        self.kills += 1
+        self.killed["learner-rank"] += 1
+        return rank
+
+    def learner_runs_expected(self) -> int:
+        """Learner runs once every kill was recovered from: each learner or rank kill starts another."""
+        return self.killed["learner"] + self.killed["learner-rank"] + 1
+
     def kill_random(self, rng: random.Random, stage: str | None = None) -> Process:
         candidates = [p for p in self.running if stage is None or p.stage == stage]
         victim = rng.choice(candidates)
@@ -169,6 +198,26 @@ class Drill:
         terminate([p.proc for p in doomed], timeout_s)
         for process in doomed:
             self.running.remove(process)
+
+
+def rank_pids(launcher_pid: int) -> dict[int, int]:
+    """The learner ranks a torchrun launcher (``rollstream learner --nproc N`` becomes one) started:
+    rank -> pid, from /proc (its children, with RANK in their environment). Linux only."""
+    ranks = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            if ppid != launcher_pid:
+                continue
+            environ = (entry / "environ").read_bytes().split(b"\0")
+        except (OSError, IndexError, ValueError):  # gone meanwhile
+            continue
+        for item in environ:
+            if item.startswith(b"RANK="):
+                ranks[int(item[5:])] = int(entry.name)
+    return ranks
 
 
 @dataclass

@@ -56,6 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "its step, checkpoints and exits (default 0: no time limit)")
     p.add_argument("--executors", type=int, default=1, help="executor processes")
     p.add_argument("--generators", type=int, default=1, help="generator processes")
+    p.add_argument("--learner-ranks", type=int, default=1, metavar="N",
+                   help="learner ranks (torchrun; learner.parallel, fsdp unless set); default 1")
     p.add_argument("--keep-infra", action="store_true", help="leave the local broker/Redis running afterwards")
 
     p = sub.add_parser("config", help="show the resolved configuration")
@@ -75,6 +77,13 @@ def build_parser() -> argparse.ArgumentParser:
         _common(p)
         if name == "learner":
             p.add_argument("--resume", action="store_true", help="continue exactly from the latest checkpoint")
+            p.add_argument("--nproc", type=int, default=None, metavar="N",
+                           help="ranks on this machine (default learner.ranks): N > 1 starts them through "
+                                "torchrun (learner.parallel ddp or fsdp); several machines: run torchrun yourself "
+                                "(docs/learner.md)")
+            p.add_argument("--max-restarts", type=int, default=None, metavar="R",
+                           help="N > 1: torchrun restarts every rank up to R times after one failed, each time "
+                                "resuming from the last checkpoint (default learner.max_restarts)")
 
     p = sub.add_parser("score", help="score completions offline through the real sandbox (no Kafka)")
     _common(p)
@@ -133,6 +142,35 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def launch_ranks(args: argparse.Namespace, config: Config, argv: list[str]) -> None:
+    """``rollstream learner`` with more than one rank on this machine: become torchrun (exec), which
+    starts the ranks as ``rollstream learner`` (with the same arguments) and restarts them all
+    after a failure (each restart resumes from the last checkpoint). Returns for one rank, and in
+    a rank a launcher started."""
+    import os
+
+    nproc = args.nproc if args.nproc is not None else config.learner.ranks
+    if nproc <= 1 or int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        return
+    if config.learner.parallel == "none":
+        raise ConfigError(f"--nproc {nproc}: set learner.parallel = 'ddp' or 'fsdp' (--set learner.parallel=fsdp)")
+    restarts = args.max_restarts if args.max_restarts is not None else config.learner.max_restarts
+    rest, skip = [], False
+    for item in argv:  # the ranks get every argument but the launcher's own
+        if skip:
+            skip = False
+        elif item in ("--nproc", "--max-restarts"):
+            skip = True
+        elif not item.startswith(("--nproc=", "--max-restarts=")):
+            rest.append(item)
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
+               f"--max-restarts={restarts}", "-m", "rollstream.cli", *rest, "--set", f"learner.ranks={nproc}"]
+    log.info("starting %d learner ranks: %s", nproc, " ".join(command))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(sys.executable, command)
+
+
 def _stage_runner(name: str) -> Callable[..., Any]:
     module, _ = STAGES[name]
     return importlib.import_module(module).run
@@ -151,6 +189,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             overrides += eval_overrides(args)  # the flags are short for --set eval.KEY=VALUE
         config = load_config(args.config, overrides, profile=profile)
+        if args.command == "learner":
+            launch_ranks(args, config, list(sys.argv[1:] if argv is None else argv))  # returns with one rank
         return dispatch(args, config)
     except RollstreamError as exc:
         print(f"rollstream: error: {exc}", file=sys.stderr)

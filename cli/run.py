@@ -18,7 +18,7 @@ import subprocess
 import sys
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +39,8 @@ class Child:
     proc: subprocess.Popen[bytes]
     log: Path
     metrics_port: int
+    argv: list[str] = field(default_factory=list)  # its `rollstream` arguments (a restart reuses them)
+    restarts: int = 0
 
 
 def _docker_image_present(image: str) -> bool:
@@ -64,6 +66,12 @@ def run_pipeline(config: Config, args: argparse.Namespace) -> int:
         f"archive.url={run_dir / 'archive'}",
     ]
     resolved = load_config(args.config, overrides, profile=profile)
+    ranks = getattr(args, "learner_ranks", 1)
+    if ranks > 1:  # several learner ranks (torchrun, started by `rollstream learner --nproc`)
+        overrides.append(f"learner.ranks={ranks}")
+        if resolved.learner.parallel == "none":
+            overrides.append("learner.parallel=fsdp")
+        resolved = load_config(args.config, overrides, profile=profile)
     if not _docker_image_present(resolved.executor.image):
         raise ConfigError(
             f"sandbox image {resolved.executor.image!r} not found: build it with "
@@ -91,8 +99,9 @@ def run_pipeline(config: Config, args: argparse.Namespace) -> int:
             for i in range(count):
                 port = infra.free_port()  # each process serves its metrics: the status line reads them
                 section = "archive" if stage == "archiver" else stage
-                children.append(_spawn(stage, i, [*cli_args, "--set", f"{section}.metrics_port={port}"], run_dir,
-                                       port))
+                extra = ["--nproc", str(ranks)] if stage == "learner" and ranks > 1 else []
+                children.append(_spawn(stage, i, [*cli_args, "--set", f"{section}.metrics_port={port}", *extra],
+                                       run_dir, port))
         code = _supervise(resolved, children, run_dir, max_minutes=args.max_minutes)
         return code
     finally:
@@ -115,7 +124,7 @@ def _spawn(stage: str, index: int, cli_args: list[str], run_dir: Path, metrics_p
         out.flush()
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     print(f"started {name} (pid {proc.pid}), log {log}")
-    return Child(name, proc, log, metrics_port)
+    return Child(name, proc, log, metrics_port, [stage, *cli_args])
 
 
 def _supervise(config: Config, children: list[Child], run_dir: Path, *, max_minutes: float = 0.0) -> int:
@@ -170,6 +179,13 @@ def _watch(config: Config, children: list[Child], learner: Child, watcher: Any, 
                 _summarise(watcher, run_dir)
                 print(f"checkpoints: {config.learner.checkpoint.dir}")
                 return 0
+            if child is learner and child.restarts < config.learner.max_restarts:
+                # The learner is restarted, not the run: it resumes from its last checkpoint (several
+                # ranks: torchrun restarted them already; this is the launcher's own failure, or one rank's).
+                learner = _restart_learner(child, children, run_dir)
+                print(_stamp(f"learner exited with {code}; restarted with --resume ({learner.restarts} of "
+                             f"{config.learner.max_restarts})"), flush=True)
+                break
             print(f"{child.name} exited with {code}; stopping the run. Last lines of {child.log}:")
             _print_tail(child, 30)
             return 1
@@ -177,6 +193,15 @@ def _watch(config: Config, children: list[Child], learner: Child, watcher: Any, 
             print(_stamp(asyncio.run(_progress(config))), flush=True)
             last_news = time.monotonic()
         time.sleep(0.5)
+
+
+def _restart_learner(old: Child, children: list[Child], run_dir: Path) -> Child:
+    stage, *cli_args = old.argv
+    args = cli_args if "--resume" in cli_args else [*cli_args, "--resume"]
+    new = _spawn(stage, 0, args, run_dir, old.metrics_port)
+    new.restarts = old.restarts + 1
+    children[children.index(old)] = new
+    return new
 
 
 def _stamp(line: str) -> str:

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+import msgspec
 import torch
 
 from rollstream.schemas.arrays import PackedArray
@@ -151,3 +152,60 @@ def micro_batches(items: Sequence[AdvantagedRollout], micro_batch: int, pad_id: 
     ordered = sorted(items, key=lambda i: len(i.rollout.prompt_token_ids) + len(i.rollout.completion_token_ids))
     return [collate(ordered[i : i + micro_batch], pad_id, family_weights)
             for i in range(0, len(ordered), micro_batch)]
+
+
+# --- a step across ranks -------------------------------------------------------------------------
+
+
+class UpdatePlan(msgspec.Struct, frozen=True, kw_only=True):
+    """One optimizer update of a step, split across the ranks (rank 0 sends it to the others).
+
+    ``tokens`` and ``sequences`` are the whole update's (every rank's) generated tokens and
+    rollouts with one: the loss's denominators, so the ranks' summed gradients are exactly the
+    one-rank gradient. ``micro_batches`` is the most any rank needs; each rank runs that many."""
+
+    shares: list[list[AdvantagedRollout]]  # [rank] -> that rank's rollouts
+    tokens: int
+    sequences: int
+    micro_batches: int
+
+
+def rollout_length(item: AdvantagedRollout) -> int:
+    """Tokens a forward pass of the rollout processes (prompt + completion)."""
+    return len(item.rollout.prompt_token_ids) + len(item.rollout.completion_token_ids)
+
+
+def split_by_tokens(items: Sequence[AdvantagedRollout], ranks: int) -> list[list[AdvantagedRollout]]:
+    """``items`` shared among ``ranks`` with balanced token counts: the longest first, each to the
+    rank holding the fewest tokens so far (the lowest rank on ties). Deterministic."""
+    shares: list[list[AdvantagedRollout]] = [[] for _ in range(ranks)]
+    held = [0] * ranks
+    for item in sorted(items, key=rollout_length, reverse=True):
+        rank = min(range(ranks), key=lambda r: (held[r], r))
+        shares[rank].append(item)
+        held[rank] += rollout_length(item)
+    return shares
+
+
+def plan_step(items: Sequence[AdvantagedRollout], updates_per_step: int, micro_batch: int,
+              ranks: int) -> list[UpdatePlan]:
+    """A step's rollouts as ``updates_per_step`` updates (every n-th rollout, as one rank always
+    split them), each shared among ``ranks`` by tokens."""
+    n_updates = max(1, min(updates_per_step, len(items)))
+    plans = []
+    for chunk in ([items[i] for i in range(u, len(items), n_updates)] for u in range(n_updates)):
+        shares = split_by_tokens(chunk, ranks) if ranks > 1 else [list(chunk)]
+        tokens = [sum(generated_mask(item)) for item in chunk]
+        plans.append(UpdatePlan(shares=shares, tokens=sum(tokens), sequences=sum(t > 0 for t in tokens),
+                                micro_batches=max(-(-len(share) // micro_batch) for share in shares)))
+    return plans
+
+
+def idle_batch(pad_id: int, device: str | torch.device = "cpu") -> Batch:
+    """A micro-batch with nothing to train (one pad token pair, no loss token): a rank with fewer
+    micro-batches than another runs these, so that every rank's forwards and backwards pair up."""
+    zeros = torch.zeros((1, 2), dtype=torch.float32, device=device)
+    return Batch(input_ids=torch.full((1, 2), pad_id, dtype=torch.long, device=device),
+                 attention_mask=torch.ones((1, 2), dtype=torch.long, device=device), loss_mask=zeros,
+                 behaviour_logprobs=zeros.clone(), advantages=torch.zeros(1, device=device),
+                 temperatures=torch.ones(1, device=device), rollout_ids=())

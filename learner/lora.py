@@ -4,6 +4,7 @@ every stage alike): the padding id, LoRA adapters, and the state dicts it broadc
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -72,3 +73,62 @@ def _cast(tensor: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
     tensor = tensor.detach()
     # Always a copy: the broadcast runs while the next step may already update the weights.
     return tensor.to(dtype=dtype, copy=True) if dtype is not None else tensor.clone()
+
+
+def iter_merged_weights(model: torch.nn.Module, dtype: torch.dtype | None = None) -> Iterator[tuple[str, torch.Tensor]]:
+    """:func:`merged_state_dict`, one tensor at a time: what a publish streams, so that no more
+    than a tensor (and a LoRA layer's adapters) is held besides the model. Sharded parameters
+    (FSDP's DTensors) are gathered here, one at a time: with several ranks every rank must
+    iterate (the gathers are collectives) and every rank gets the full tensors."""
+    from peft import PeftModel
+    from peft.tuners.lora import LoraLayer
+
+    with torch.no_grad():
+        if not isinstance(model, PeftModel):
+            for name, tensor in _untied_vars(model):
+                yield name, _cast(_full(tensor), dtype)
+            return
+        base = model.get_base_model()
+        layers = {f"{name}.weight": module for name, module in base.named_modules() if isinstance(module, LoraLayer)}
+        for name, tensor in _untied_vars(base):
+            if "lora_" in name:
+                continue
+            plain = name.replace(".base_layer.", ".")
+            value = _full(tensor)
+            module = layers.get(plain)
+            if module is not None:
+                value = value + _lora_delta(module)
+            yield plain, _cast(value, dtype)
+
+
+def _lora_delta(module: Any) -> torch.Tensor:
+    """``get_delta_weight`` summed over the active adapters, from gathered adapter weights."""
+    total = None
+    for adapter in module.active_adapters:
+        if adapter not in module.lora_A:
+            continue
+        delta = _full(module.lora_B[adapter].weight) @ _full(module.lora_A[adapter].weight)
+        if module.fan_in_fan_out:
+            delta = delta.T
+        delta = delta * module.scaling[adapter]
+        total = delta if total is None else total + delta
+    return total
+
+
+def _full(tensor: torch.Tensor) -> torch.Tensor:
+    """The whole tensor of a sharded one (a collective), or the tensor itself."""
+    full = getattr(tensor, "full_tensor", None)
+    return full() if full is not None else tensor
+
+
+def _untied_vars(model: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:
+    """State-dict entries, each parameter once (tied embeddings: the first name), by identity:
+    the same list on every rank, whatever each holds of it."""
+    seen: set[int] = set()
+    out = []
+    for name, tensor in model.state_dict(keep_vars=True).items():
+        if id(tensor) in seen:
+            continue
+        seen.add(id(tensor))
+        out.append((name, tensor))
+    return out

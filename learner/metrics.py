@@ -12,6 +12,8 @@ if TYPE_CHECKING:
 
 STEP_BUCKETS = (0.1, 0.5, 1, 2.5, 5, 10, 20, 40, 80, 160, 320, 640)
 STALENESS_BUCKETS = (-1, 0, 1, 2, 3, 4, 6, 8, 12, 16, 32)
+DEVICE_FIGURES = ("device_memory_allocated_bytes", "device_memory_peak_bytes", "device_memory_reserved_bytes",
+                  "device_utilization_percent", "device_temperature_celsius")
 STAT_GAUGES = ("clip_frac_low", "clip_frac_high", "is_mean", "is_max", "is_trunc_frac", "kl", "entropy")
 
 
@@ -35,6 +37,19 @@ class LearnerMetrics:
         self.rollouts = stage.counter("learner_rollouts", "Rollouts consumed, by outcome", ("outcome",))
         self.groups = stage.counter("learner_groups", "Groups consumed, by outcome", ("outcome",))
         self.checkpoints = stage.counter("learner_checkpoints", "Checkpoints written")
+        # Several ranks (learner/distributed.py): each rank's own figures, by rank.
+        self.ranks = stage.gauge("learner_ranks", "Ranks training the policy")
+        self.rank_step_seconds = stage.histogram("learner_rank_step_seconds", "Wall time of one step on each rank",
+                                                 STEP_BUCKETS, ("rank",))
+        self.rank_allreduce_seconds = stage.histogram(
+            "learner_rank_allreduce_seconds", "Time of one step's gradient all-reduce (DDP, timed by its comm hook) "
+            "and of the wait for the step's figures of every rank (all modes; FSDP's reduce-scatters overlap the "
+            "backward and are in the step time), on each rank", STEP_BUCKETS, ("rank",))
+        self.device = {name: stage.gauge(f"learner_{name}", f"CUDA {name.replace('_', ' ')} after the last step, by rank",
+                                         ("rank",))
+                       for name in DEVICE_FIGURES}
+        self.publish_peak_extra = stage.gauge("learner_publish_peak_extra_bytes", "Resident memory the last "
+                                              "weight publish added to the publishing rank at its peak")
         # Per task family, every rollout of every group the learner resolves (trained, stale or
         # filtered): the reward and pass rate of the policy, as the step records have them. Rewards
         # can be negative, so their sum is two counters (a histogram with negative buckets has no
@@ -68,6 +83,19 @@ class LearnerMetrics:
         self.tokens.inc(tokens)
         for name, gauge in self.stats.items():
             gauge.set(stats.get(name, 0.0))
+
+    def observe_ranks(self, ranks: list[dict[str, float]]) -> None:
+        """Each rank's figures of the last step (learner/distributed.py ``RANK_FIGURES``)."""
+        self.ranks.set(len(ranks))
+        for rank, figures in enumerate(ranks):
+            label = str(rank)
+            if "step_seconds" in figures:
+                self.rank_step_seconds.labels(label).observe(figures["step_seconds"])
+            if "allreduce_seconds" in figures:
+                self.rank_allreduce_seconds.labels(label).observe(figures["allreduce_seconds"])
+            for name, gauge in self.device.items():
+                if name in figures:
+                    gauge.labels(label).set(figures[name])
 
     def observe_rollouts(self, lags: Iterable[int], trained: int, stale: int, empty: int) -> None:
         for lag in lags:

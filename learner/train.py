@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 import uuid
 from collections import deque
@@ -44,43 +45,22 @@ from rollstream.config import Config
 from rollstream.infra import resolve_endpoints
 from rollstream.kafka import Delivery, EventConsumer, EventProducer, ensure_topics
 from rollstream.learner import checkpoint as ckpt
+from rollstream.learner import sharded_checkpoint as sharded_ckpt
 from rollstream.learner.batch import select_rollouts
-from rollstream.learner.lora import add_lora, merged_state_dict, pad_id_of
+from rollstream.learner.distributed import Leader, Ranks, device_figures, init_ranks, serve, shutdown
+from rollstream.learner.lora import merged_state_dict
 from rollstream.learner.metrics import LearnerMetrics
-from rollstream.learner.trainer import SimTrainer, Trainer
+from rollstream.learner.publish import PeakRSS, iterate_in_thread
+from rollstream.learner.setup import RECENT_GROUPS, Lineage, RecentIds, build_trainer  # noqa: F401 (re-exported)
+from rollstream.learner.trainer import Trainer
 from rollstream.lifecycle import stop_event
 from rollstream.metrics import StageMetrics, serve_metrics
-from rollstream.models import load_model, load_tokenizer
 from rollstream.redis import connect, count_outcomes, set_groups_consumed, set_policy_version
 from rollstream.schemas.events import GroupAdvantaged, GroupFate
+from rollstream.weight_files import open_weight_store
 from rollstream.weights import WeightStore
 
 log = logging.getLogger(__name__)
-RECENT_GROUPS = 20000  # group ids remembered (and checkpointed) to skip upstream duplicates
-
-
-class RecentIds:
-    """The last ``size`` ids, with O(1) membership."""
-
-    def __init__(self, size: int = RECENT_GROUPS) -> None:
-        self.order: deque[str] = deque()
-        self.members: set[str] = set()
-        self.size = size
-
-    def __contains__(self, item: str) -> bool:
-        return item in self.members
-
-    def extend(self, items: Any) -> None:
-        for item in items:
-            if item in self.members:
-                continue
-            self.order.append(item)
-            self.members.add(item)
-            if len(self.order) > self.size:
-                self.members.discard(self.order.popleft())
-
-    def __iter__(self) -> Any:
-        return iter(self.order)
 
 
 @dataclass
@@ -114,68 +94,59 @@ class Window:
         }
 
 
-@dataclass
-class Lineage:
-    """What the checkpoint carries besides weights and optimizer."""
-
-    step: int = 0
-    version: int = 0
-    groups_consumed: int = 0
-    recent: RecentIds = field(default_factory=RecentIds)
-
-
-def build_trainer(config: Config, resume_from: Path | None) -> tuple[Trainer, Any, Lineage, dict[int, int]]:
-    """Model, tokenizer and trainer, restored from ``resume_from`` when given (blocking: run in a thread)."""
-    c = config.learner
-    torch.manual_seed(config.rl.seed)
-    state = ckpt.load_state(resume_from) if resume_from is not None else None
-    if state is not None and not state.lora:
-        model = load_model(str(resume_from / "model"), c.device)
-    else:
-        model = load_model(c.model, c.device)
-    ref_model = None
-    if c.loss.kl_beta > 0 and c.lora is None:  # LoRA: the reference is the base with adapters off
-        ref_model = load_model(c.model, c.device).eval().requires_grad_(False)
-    if c.lora is not None:
-        model = add_lora(model, c.lora.rank)
-        if state is not None:
-            from peft import set_peft_model_state_dict
-            from safetensors.torch import load_file
-
-            set_peft_model_state_dict(model, load_file(str(resume_from / "adapter" / "adapter_model.safetensors")))
-    # Saved with every checkpoint: the checkpoint's own copy first; None when neither has one (test models).
-    tokenizer = load_tokenizer(str(resume_from / "model"), missing_ok=True) if resume_from is not None else None
-    if tokenizer is None:
-        tokenizer = load_tokenizer(c.model, missing_ok=True)
-    trainer_class = SimTrainer if c.backend == "sim" else Trainer
-    trainer = trainer_class(model, c, ref_model=ref_model, pad_id=pad_id_of(model, tokenizer), device=c.device)
-    lineage, offsets = Lineage(), {}
-    if state is not None:
-        ckpt.load_trainer_state(resume_from, trainer.optimizer, trainer.scheduler)
-        lineage = Lineage(state.step, state.policy_version, state.groups_consumed)
-        lineage.recent.extend(ckpt_recent_groups(resume_from))
-        offsets = state.offsets
-    return trainer, tokenizer, lineage, offsets
-
-
-def ckpt_recent_groups(path: Path) -> list[str]:
-    recent = path / "recent_groups.txt"
-    return recent.read_text().split() if recent.exists() else []
-
-
-def broadcast_weights(config: Config, model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    dtype = getattr(torch, config.learner.broadcast_dtype)
-    return merged_state_dict(model, dtype)  # adapters alone are refused at start-up (no generator loads them)
+def step_log_dir(config: Config) -> Path:
+    """Where ``steps.jsonl`` goes: the checkpoint directory, or with checkpoints on object
+    storage (no appends there) ``infra.state_dir/learner``."""
+    where = config.learner.checkpoint.dir
+    return Path(config.infra.state_dir) / "learner" if sharded_ckpt.is_url(where) else Path(where)
 
 
 async def run(config: Config, resume: bool = False) -> None:
-    """Run the learner until ``max_steps``, SIGTERM or SIGINT; ``resume`` continues from ``latest``."""
+    """Run the learner until ``max_steps``, SIGTERM or SIGINT; ``resume`` continues from ``latest``.
+
+    Under a launcher (torchrun, WORLD_SIZE > 1) every rank calls this: rank 0 runs the stage,
+    the others train their shares (learner/distributed.py). A rank restarted by the launcher
+    always resumes."""
     c = config.learner
-    root = Path(c.checkpoint.dir)
-    resume_from = ckpt.latest_checkpoint(root) if resume else None
-    if resume and resume_from is None:
-        log.warning("--resume: no checkpoint in %s; starting a new lineage", root)
-    trainer, tokenizer, lineage, offsets = await asyncio.to_thread(build_trainer, config, resume_from)
+    ranks = init_ranks(c)
+    if int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0 and not resume:
+        log.warning("restarted by the launcher (restart %s): resuming from the last checkpoint",
+                    os.environ["TORCHELASTIC_RESTART_COUNT"])
+        resume = True
+    try:
+        resume_from = agree(ranks, sharded_ckpt.latest_checkpoint(c.checkpoint.dir) if resume else None)
+        if resume and resume_from is None:
+            log.warning("--resume: no checkpoint in %s; starting a new lineage", c.checkpoint.dir)
+        trainer, tokenizer, lineage, offsets = await asyncio.to_thread(build_trainer, config, resume_from, ranks)
+        if ranks is not None and not ranks.leader:
+            serve(trainer, ranks)  # blocking, in the main thread (it sets signal handlers): nothing else runs here
+            return
+        leader = Leader(trainer, ranks) if ranks is not None else trainer
+        try:
+            await run_stage(config, leader, tokenizer, lineage, offsets, resume_from)
+        finally:
+            if ranks is not None:
+                leader.close()
+    finally:
+        shutdown(ranks)
+
+
+def agree(ranks: Ranks | None, resume_from: str | None) -> str | None:
+    """Rank 0's choice of checkpoint, for every rank (they must all load the same one)."""
+    if ranks is None:
+        return resume_from
+    from rollstream.learner.distributed import Command, receive, send
+
+    if ranks.leader:
+        send(ranks, Command(op="resume", path=resume_from or ""))
+        return resume_from
+    return receive(ranks).path or None
+
+
+async def run_stage(config: Config, trainer: Any, tokenizer: Any, lineage: Lineage, offsets: dict[int, int],
+                    resume_from: str | None) -> None:
+    """Rank 0 (or the only rank): Kafka, Redis, the loop."""
+    c = config.learner
     run_id = uuid.uuid4().hex[:12]
     log.info("learner run %s: step %d, version %d, from %s, offsets %s", run_id, lineage.step, lineage.version,
              resume_from or c.model, offsets)
@@ -187,8 +158,7 @@ async def run(config: Config, resume: bool = False) -> None:
     async with AsyncExitStack() as stack:
         redis = connect(endpoints.redis_url)
         stack.push_async_callback(redis.aclose)
-        store = WeightStore(redis, key_prefix=config.infra.key_prefix, chunk_bytes=config.weights.chunk_bytes,
-                            keep_versions=config.weights.keep_versions)
+        store = open_weight_store(redis, key_prefix=config.infra.key_prefix, settings=config.weights)
         await ensure_topics(config.infra, ["advantages", "policy", "fates"])
         producer = await stack.enter_async_context(
             EventProducer(config.infra, client_id=f"learner-{run_id}", metrics=stage_metrics, stage="learner"))
@@ -355,6 +325,9 @@ class LearnerLoop:
             self.lineage.version += 1
             self.metrics.observe_step(result.loss, result.grad_norm, result.tokens, result.seconds, result.lr,
                                       result.stats, self.lineage.version)
+            self.metrics.observe_ranks(result.ranks if result.ranks is not None else [
+                {"step_seconds": result.seconds, "allreduce_seconds": 0.0,
+                 **device_figures(torch.device(self.config.learner.device))}])
         self.lineage.groups_consumed += len(groups)
         self.lineage.recent.extend(g.group_id for g in groups)
         for group in groups:
@@ -386,7 +359,7 @@ class LearnerLoop:
             log.info("step %d: loss %.4f grad %.3f tokens %d (%.0f tok/s) stale %d groups %s", self.lineage.step,
                      result.loss, result.grad_norm, result.tokens, result.tokens / max(result.seconds, 1e-9),
                      selection.stale, record["groups"])
-        ckpt.append_step_log(self.config.learner.checkpoint.dir, record)
+        ckpt.append_step_log(step_log_dir(self.config), record)
         return result is not None
 
     def step_fates(self, deliveries: list[Delivery[GroupAdvantaged]], lags: list[int], version: int,
@@ -440,14 +413,25 @@ class LearnerLoop:
         return task.result()
 
     async def publish(self) -> None:
+        """Stream the weights to the store one tensor at a time (gathered across the ranks, LoRA
+        merged, cast to ``broadcast_dtype``): the publishing rank holds a tensor (Redis store) or
+        one file's worth (file store) besides the model; its peak extra memory is measured."""
         started = time.perf_counter()
-        weights = await asyncio.to_thread(broadcast_weights, self.config, self.trainer.model)
-        published = await self.store.publish(self.lineage.version, weights, step=self.lineage.step)
+        c = self.config.learner
+        dtype = getattr(torch, c.broadcast_dtype)
+        base = getattr(self.trainer.model, "get_base_model", lambda: self.trainer.model)()
+        files = {"config.json": base.config.to_json_string().encode()}
+        with PeakRSS() as peak:
+            published = await self.store.publish_stream(
+                self.lineage.version, iterate_in_thread(lambda: self.trainer.named_weights(dtype)),
+                step=self.lineage.step, files=files)
         await self.producer.send("policy", published)
         await set_policy_version(self.redis, self.config.infra, self.lineage.version)
         self.unpublished = 0
         self.metrics.broadcast_seconds.observe(time.perf_counter() - started)
-        log.info("published policy version %d (%d bytes)", published.version, published.num_bytes)
+        self.metrics.publish_peak_extra.set(peak.extra_bytes)
+        log.info("published policy version %d (%d bytes; the publish added %.1f MB at its peak)", published.version,
+                 published.num_bytes, peak.extra_bytes / 1e6)
 
     async def checkpoint(self) -> None:
         offsets = dict(self.consumer.safe_offsets())
@@ -459,13 +443,19 @@ class LearnerLoop:
             offsets=offsets, topic=self.consumer.topic, lora=self.config.learner.lora is not None,
             written_at=time.time())
         c = self.config.learner
-        merged = None
-        if c.lora is not None:
-            merged = await asyncio.to_thread(merged_state_dict, self.trainer.model)
-        path = await asyncio.to_thread(
-            ckpt.save_checkpoint, c.checkpoint.dir, state, model=self.trainer.model, tokenizer=self.tokenizer,
-            optimizer=self.trainer.optimizer, scheduler=self.trainer.scheduler, merged_weights=merged,
-            keep=c.checkpoint.keep, extra_files={"recent_groups.txt": "\n".join(self.lineage.recent)})
+        extra = {"recent_groups.txt": "\n".join(self.lineage.recent)}
+        if getattr(self.trainer, "ranks", None) is not None or sharded_ckpt.is_url(c.checkpoint.dir):
+            path = await asyncio.to_thread(
+                sharded_ckpt.save_checkpoint, c.checkpoint.dir, state, self.trainer, tokenizer=self.tokenizer,
+                keep=c.checkpoint.keep, shard_bytes=c.checkpoint.shard_bytes, extra_files=extra)
+        else:  # one process, a local directory: the single-process format (learner/checkpoint.py)
+            merged = None
+            if c.lora is not None:
+                merged = await asyncio.to_thread(merged_state_dict, self.trainer.model)
+            path = await asyncio.to_thread(
+                ckpt.save_checkpoint, c.checkpoint.dir, state, model=self.trainer.model, tokenizer=self.tokenizer,
+                optimizer=self.trainer.optimizer, scheduler=self.trainer.scheduler, merged_weights=merged,
+                keep=c.checkpoint.keep, extra_files=extra)
         await self.consumer.commit()  # only now: committed offsets never run ahead of a checkpoint
         self.checkpointed = (self.lineage.step, self.lineage.groups_consumed)
         self.metrics.checkpoints.inc()

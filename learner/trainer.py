@@ -16,17 +16,23 @@ pi_prox is the policy before the step's first update:
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from rollstream.config import LearnerConfig, OptimConfig
-from rollstream.learner.batch import Batch, micro_batches
+from rollstream.learner.batch import Batch, UpdatePlan, idle_batch, micro_batches, plan_step
+from rollstream.learner.lora import iter_merged_weights
 from rollstream.learner.loss import policy_loss, token_logprobs
 from rollstream.schemas.events import AdvantagedRollout
+
+if TYPE_CHECKING:
+    from rollstream.learner.distributed import Ranks
 
 MEAN_STATS = ("clip_frac_low", "clip_frac_high", "is_mean", "is_trunc_frac", "kl", "entropy")
 
@@ -40,6 +46,7 @@ class StepResult:
     seconds: float
     lr: float
     stats: dict[str, float]
+    ranks: list[dict[str, float]] | None = None  # several ranks: each one's figures (distributed.RANK_FIGURES)
 
 
 def build_optimizer(model: torch.nn.Module, optim: OptimConfig) -> tuple[torch.optim.Optimizer, object]:
@@ -63,8 +70,12 @@ class Trainer:
         ref_model: torch.nn.Module | None = None,
         pad_id: int = 0,
         device: str | torch.device = "cpu",
+        runner: torch.nn.Module | None = None,
+        ranks: Ranks | None = None,
     ) -> None:
-        self.model = model
+        self.model = model  # the parameters (FSDP: sharded in place; DDP: the module inside the wrapper)
+        self.runner = runner if runner is not None else model  # what the forward is called on (DDP: its wrapper)
+        self.ranks = ranks  # None: one rank, no torch.distributed
         self.settings = settings
         self.ref_model = ref_model
         self.pad_id = pad_id
@@ -76,48 +87,82 @@ class Trainer:
         """One policy version's worth of training on ``rollouts`` (already filtered for staleness)."""
         started = time.perf_counter()
         s = self.settings
-        n_updates = max(1, min(s.updates_per_step, len(rollouts)))
-        chunks = [list(rollouts[i::n_updates]) for i in range(n_updates)]
-        batches = [[b.to(self.device) for b in micro_batches(c, s.micro_batch, self.pad_id, s.family_loss_weights)]
-                   for c in chunks]
+        return self.train(plan_step(rollouts, s.updates_per_step, s.micro_batch, 1), started=started)
+
+    def train(self, plan: Sequence[UpdatePlan], rank: int = 0, *, started: float | None = None) -> StepResult:
+        """Train this rank's share (``plan[u].shares[rank]``) of every update of a step. With several
+        ranks every rank calls this with the same plan; the loss uses the update's global token and
+        sequence counts, gradients are summed across ranks, and the result is the whole step's."""
+        started = time.perf_counter() if started is None else started
+        s = self.settings
+        batches = []
+        for update in plan:
+            mini = [b.to(self.device) for b in micro_batches(update.shares[rank], s.micro_batch, self.pad_id,
+                                                             s.family_loss_weights)]
+            # Every rank runs as many micro-batches (FSDP's collectives pair up); an idle one adds nothing.
+            mini += [idle_batch(self.pad_id, self.device) for _ in range(update.micro_batches - len(mini))]
+            batches.append(mini)
         prox = None
-        if n_updates > 1:
-            prox = [[self._logprobs_no_grad(self.model, b) for b in mini] for mini in batches]
+        if len(plan) > 1:
+            prox = [[self._logprobs_no_grad(self.runner, b) for b in mini] for mini in batches]
         total_loss, norms, weighted, is_max, tokens = 0.0, [], {k: 0.0 for k in MEAN_STATS}, 0.0, 0
         for u, mini in enumerate(batches):
-            step_tokens = sum(b.num_tokens for b in mini)
-            step_sequences = sum(int((b.loss_mask.sum(1) > 0).sum()) for b in mini)
             for m, batch in enumerate(mini):
-                loss, stats = self._micro_step(
-                    batch, None if prox is None else prox[u][m], step_tokens, step_sequences
-                )
+                with self._gradient_sync(m == len(mini) - 1):
+                    loss, stats = self._micro_step(
+                        batch, None if prox is None else prox[u][m], plan[u].tokens, plan[u].sequences
+                    )
                 total_loss += loss
                 tokens += int(stats["tokens"])
                 is_max = max(is_max, stats["is_max"])
                 for key in MEAN_STATS:
                     weighted[key] += stats[key] * stats["tokens"]
-            norm = torch.nn.utils.clip_grad_norm_(self._params(), s.optim.grad_clip)
-            norms.append(float(norm))
+            norms.append(self._clip())
             self.optimizer.step()
             self.optimizer.zero_grad(set_to_none=True)
         lr = self.scheduler.get_last_lr()[0]
         self.scheduler.step()
+        rank_report = None
+        if self.ranks is not None:  # the step's figures are every rank's together
+            total_loss, tokens, weighted, is_max, rank_report = self.ranks.reduce_step(
+                total_loss, tokens, weighted, is_max, time.perf_counter() - started)
         stats = {k: v / max(tokens, 1) for k, v in weighted.items()}
         stats["is_max"] = is_max
         return StepResult(
-            loss=total_loss / n_updates,
+            loss=total_loss / len(plan),
             grad_norm=max(norms),
             tokens=tokens,
-            sequences=len(rollouts),
+            sequences=sum(len(share) for update in plan for share in update.shares),
             seconds=time.perf_counter() - started,
             lr=lr,
             stats=stats,
+            ranks=rank_report,
         )
+
+    def named_weights(self, dtype: torch.dtype | None) -> Iterator[tuple[str, torch.Tensor]]:
+        """The weights to publish (LoRA merged), one tensor at a time (learner/model.py)."""
+        return iter_merged_weights(self.model, dtype)
+
+    def save_sharded(self, location: str) -> None:
+        """This rank's shards of model and optimizer (learner/sharded_checkpoint.py)."""
+        from rollstream.learner.sharded_checkpoint import save_shards
+
+        save_shards(location, self, self.ranks)
+
+    def _gradient_sync(self, last: bool) -> Any:
+        """DDP all-reduces the gradients once per update, at its last micro-batch."""
+        no_sync = getattr(self.runner, "no_sync", None)
+        return no_sync() if no_sync is not None and not last else contextlib.nullcontext()
+
+    def _clip(self) -> float:
+        norm = torch.nn.utils.clip_grad_norm_(self._params(), self.settings.optim.grad_clip)
+        full = getattr(norm, "full_tensor", None)  # FSDP: a DTensor (already the global norm)
+        return float(full() if full is not None else norm)
 
     def _micro_step(
         self, batch: Batch, prox: torch.Tensor | None, step_tokens: int, step_sequences: int
     ) -> tuple[float, dict[str, float]]:
-        logprobs, entropy = completion_logprobs(self.model, batch)  # [B, T]
+        logprobs, entropy = completion_logprobs(self.runner, batch)  # [B, T]
         ref = self._ref_logprobs(batch) if self.settings.loss.kl_beta > 0 else None
         loss, stats = policy_loss(
             logprobs,
@@ -144,7 +189,7 @@ class Trainer:
         if disable is None:
             raise ValueError("kl_beta > 0 needs a reference model (or a LoRA model)")
         with disable():
-            return self._logprobs_no_grad(self.model, batch)
+            return self._logprobs_no_grad(self.runner, batch)
 
     def _logprobs_no_grad(self, model: torch.nn.Module, batch: Batch) -> torch.Tensor:
         with torch.no_grad():
@@ -157,6 +202,7 @@ class Trainer:
 def _keeps_logits(model: torch.nn.Module) -> bool:
     """Whether ``model``'s forward takes ``logits_to_keep`` (Hugging Face causal LMs do; a PEFT
     wrapper passes it on to the model it wraps)."""
+    model = getattr(model, "module", model)  # DDP's wrapper takes **kwargs; what it wraps decides
     inner = getattr(model, "get_base_model", lambda: model)()
     return "logits_to_keep" in inspect.signature(inner.forward).parameters
 

@@ -296,9 +296,13 @@ class CheckpointConfig(Section):
     every: NonNegInt = 10
     """Checkpoint every N steps (0 = only on SIGTERM and at the end)."""
     dir: str = "checkpoints"
-    """Where checkpoints go."""
+    """Where checkpoints go: a directory or any fsspec URL (s3://bucket/run/ckpt; written sharded,
+    with a commit marker, see docs/learner.md)."""
     keep: PositiveInt = 2
     """Newest checkpoints kept on disk."""
+    shard_bytes: Annotated[int, Meta(ge=1 << 20)] = 1 << 30
+    """Largest safetensors file of a checkpoint's Hugging Face export written by several ranks (the
+    export is gathered one tensor at a time and written in files of at most this size)."""
 
 
 class LoraConfig(Section):
@@ -337,6 +341,21 @@ class LearnerConfig(Section):
     weights: use a tiny model)."""
     sim_per_token_s: Annotated[float, Meta(ge=0.0)] = 0.0
     """backend = "sim": seconds per trained token of a step."""
+    # --- scaling the learner (docs/learner.md, "Scaling the learner") ---
+    parallel: Literal["none", "ddp", "fsdp"] = "none"
+    """How several ranks share the training: "ddp" (every rank a full replica, gradients
+    all-reduced), "fsdp" (FSDP2 `fully_shard`: parameters, gradients and optimizer state sharded
+    across the ranks). "none": one rank, one process (as before)."""
+    ranks: Annotated[int, Meta(ge=1, le=4096)] = 1
+    """Ranks of the learner (`rollstream learner --nproc N` starts them through torchrun; a
+    launcher's WORLD_SIZE wins). One rank runs without torch.distributed."""
+    max_restarts: Annotated[int, Meta(ge=0, le=1000)] = 3
+    """Multi-rank: how often torchrun restarts every rank after one failed (each restart resumes
+    from the last checkpoint); `rollstream run` restarts a failed one-rank learner as often."""
+    dist_backend: Literal["auto", "gloo", "nccl"] = "auto"
+    """torch.distributed backend: "auto" is nccl on CUDA devices, gloo on CPU."""
+    torch_threads: NonNegInt = 0
+    """torch intra-op CPU threads per rank (0: torch's default)."""
     loss: LossConfig = LossConfig()
     """[learner.loss]: the objective."""
     optim: OptimConfig = OptimConfig()
@@ -391,6 +410,13 @@ class WeightsConfig(Section):
     """Size of one Redis value of the weight store."""
     keep_versions: PositiveInt = 2
     """Versions kept in Redis; older ones are deleted."""
+    store: str = "redis"
+    """Where the weights of each version go: "redis" (chunks in Redis), or a directory / fsspec URL
+    (file:///shared/weights, s3://bucket/weights): each version a safetensors directory there that
+    SGLang's /update_weights_from_disk reads as it is; Redis keeps the manifest, the version and
+    the announcement."""
+    file_shard_bytes: Annotated[int, Meta(ge=1 << 20)] = 512 << 20
+    """store = URL: largest safetensors file of a version (the publishing rank holds one at a time)."""
 
 
 class ArchiveConfig(Section):
@@ -446,6 +472,14 @@ def check_consistency(config: Config) -> Config:
         raise ConfigError(f"executor.default_timeout_s ({config.executor.default_timeout_s:g}) is above "
                           f"executor.max_timeout_s ({config.executor.max_timeout_s:g}): raise the limit or lower "
                           "the default")
+    learner = config.learner
+    if learner.ranks > 1 and learner.parallel == "none":
+        raise ConfigError(f"learner.ranks = {learner.ranks} needs learner.parallel = 'ddp' or 'fsdp' "
+                          "(parallel = 'none' trains in one process)")
+    if learner.dist_backend == "nccl" and not learner.device.startswith("cuda"):
+        raise ConfigError(f"learner.dist_backend = 'nccl' needs a CUDA learner.device, not {learner.device!r}")
+    if learner.ranks > 1 and learner.backend == "sim":
+        raise ConfigError("learner.backend = 'sim' trains nothing: it runs with learner.ranks = 1")
     lora = config.learner.lora
     if lora is not None and lora.broadcast == "adapters":
         raise ConfigError(

@@ -29,7 +29,6 @@ Chunking and assembly are pure functions (:func:`pack`, :func:`unpack`).
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import time
 import warnings
@@ -133,6 +132,12 @@ def unpack(manifest: Manifest, chunks: Sequence[bytes]) -> dict[str, torch.Tenso
     return out
 
 
+async def aiter_items(state_dict: Mapping[str, torch.Tensor]) -> AsyncIterator[tuple[str, torch.Tensor]]:
+    """A state dict's items as the async stream :meth:`WeightStore.publish_stream` takes."""
+    for item in state_dict.items():
+        yield item
+
+
 def pipeline_batches(sizes: Sequence[int], budget: int) -> list[list[int]]:
     """Indices of consecutive chunks grouped so that one Redis pipeline carries at most
     ``budget`` bytes (or one chunk). A few MiB per round trip is fastest here: redis-py and
@@ -198,19 +203,32 @@ class WeightStore:
 
     async def publish(self, version: int, state_dict: Mapping[str, torch.Tensor], *, step: int) -> WeightsPublished:
         """Write ``state_dict`` as ``version``, move ``latest``, announce it, expire old versions."""
-        entries, chunks = await asyncio.to_thread(pack, state_dict, self.chunk_bytes)
-        digests = [chunk_digest(c) for c in chunks]
+        return await self.publish_stream(version, aiter_items(state_dict), step=step)
+
+    async def publish_stream(self, version: int, tensors: AsyncIterator[tuple[str, torch.Tensor]], *, step: int,
+                             files: Mapping[str, bytes] | None = None) -> WeightsPublished:
+        """:meth:`publish` from tensors that arrive one at a time (a learner gathering a sharded
+        model): each tensor's chunks are written once ``pipeline_bytes`` of them are pending, and
+        the tensor is let go, so the publisher never holds the whole state dict. ``files``
+        (config.json, for stores of directories) is not kept in Redis."""
+        entries: list[TensorEntry] = []
+        chunk_entries: list[ChunkEntry] = []
+        pending: list[tuple[int, memoryview]] = []
         with converted(f"publishing weights version {version}", into=WeightStoreError):
-            for batch in pipeline_batches([c.nbytes for c in chunks], self.pipeline_bytes):
-                async with self.client.pipeline(transaction=False) as pipe:
-                    for i in batch:
-                        pipe.set(self._chunk_key(version, i), chunks[i])
-                    await pipe.execute()
+            async for name, tensor in tensors:
+                [entry], chunks = pack({name: tensor}, self.chunk_bytes)
+                entries.append(msgspec.structs.replace(entry, first_chunk=len(chunk_entries)))
+                for chunk in chunks:
+                    pending.append((len(chunk_entries), chunk))
+                    chunk_entries.append(ChunkEntry(nbytes=chunk.nbytes, digest=chunk_digest(chunk)))
+                if sum(c.nbytes for _, c in pending) >= self.pipeline_bytes:
+                    await self._write_chunks(version, pending)
+                    pending = []
+            await self._write_chunks(version, pending)
             dtypes = {e.dtype for e in entries}
             manifest = Manifest(
                 version=version, step=step, dtype=dtypes.pop() if len(dtypes) == 1 else "mixed",
-                total_bytes=sum(c.nbytes for c in chunks), tensors=entries,
-                chunks=[ChunkEntry(nbytes=c.nbytes, digest=d) for c, d in zip(chunks, digests)],
+                total_bytes=sum(c.nbytes for c in chunk_entries), tensors=entries, chunks=chunk_entries,
                 created_at=time.time(),
             )
             manifest_bytes = _manifest_codec[0].encode(manifest)
@@ -227,6 +245,14 @@ class WeightStore:
             published_at=time.time(),
         )
 
+    async def _write_chunks(self, version: int, chunks: Sequence[tuple[int, memoryview]]) -> None:
+        for batch in pipeline_batches([c.nbytes for _, c in chunks], self.pipeline_bytes):
+            async with self.client.pipeline(transaction=False) as pipe:
+                for i in batch:
+                    index, chunk = chunks[i]
+                    pipe.set(self._chunk_key(version, index), chunk)
+                await pipe.execute()
+
     async def _expire_old(self, newest: int) -> None:
         versions = [int(v) for v in await self.client.zrange(f"{self.prefix}versions", 0, -1)]
         doomed = [v for v in versions if v <= newest - self.keep_versions]
@@ -237,7 +263,7 @@ class WeightStore:
                 keys = [self._manifest_key(v)]
                 raw = await self.client.get(self._manifest_key(v))
                 if raw is not None:
-                    keys += [self._chunk_key(v, i) for i in range(len(_decode_manifest(v, raw).chunks))]
+                    keys += self._data_keys(v, raw)
                 for key in keys:
                     if self.expire_grace_s > 0:
                         pipe.expire(key, max(1, int(self.expire_grace_s)))
@@ -245,6 +271,10 @@ class WeightStore:
                         pipe.unlink(key)  # Redis frees the chunks in the background
                 pipe.zrem(f"{self.prefix}versions", str(v))
             await pipe.execute()
+
+    def _data_keys(self, version: int, manifest: bytes) -> list[str]:
+        """The keys holding a version's tensors (its chunks), besides its manifest."""
+        return [self._chunk_key(version, i) for i in range(len(_decode_manifest(version, manifest).chunks))]
 
     async def latest_version(self) -> int | None:
         with converted("reading the latest weights version", into=WeightStoreError):

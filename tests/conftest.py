@@ -27,7 +27,7 @@ from rollstream.errors import RollstreamError
 from rollstream.infra import free_port, start_broker, stop_pid
 from tests.helpers import missing
 
-pytest_plugins = ["tests.fixtures.models", "tests.fixtures.sandbox"]
+pytest_plugins = ["tests.fixtures.models", "tests.fixtures.sandbox", "tests.fixtures.s3"]
 
 # tier -> (what it may use, the default per-test timeout in seconds: a hung test fails in minutes)
 TIERS: dict[str, tuple[str, int]] = {

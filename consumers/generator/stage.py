@@ -401,7 +401,7 @@ async def run(config: Config, *, backend: GenerationBackend | None = None, redis
     from rollstream.infra import resolve_endpoints
     from rollstream.lifecycle import stop_event
     from rollstream.redis import connect, get_policy_version
-    from rollstream.weights import WeightStore
+    from rollstream.weight_files import open_weight_store
 
     infra, gen = config.infra, config.generator
     stop = stop or stop_event(config.infra.stop_grace_s)
@@ -419,8 +419,7 @@ async def run(config: Config, *, backend: GenerationBackend | None = None, redis
         if redis is None:
             redis = connect(resolve_endpoints(config).redis_url)
             stack.push_async_callback(redis.aclose)
-        store = WeightStore(redis, key_prefix=infra.key_prefix, chunk_bytes=config.weights.chunk_bytes,
-                            keep_versions=config.weights.keep_versions)
+        store = open_weight_store(redis, key_prefix=infra.key_prefix, settings=config.weights)
         sync_seconds = metrics.histogram("generator_weight_sync_seconds", "Weight sync of one version: fetch "
                                          "(fetch, verify, prepare) and swap", labels=("phase",))
         sync = WeightSync(store, backend, poll_s=gen.weight_poll_s,

@@ -66,3 +66,50 @@ def test_every_stage_killed_once_loses_no_group_and_trains_none_twice(tmp_path: 
     assert result.lost == [], (result, logs)
     assert result.duplicate_trained == [], result
     assert result.learner_runs >= 2  # the killed learner resumed as a new run of the same lineage
+
+
+def test_a_learner_rank_killed_mid_step_loses_no_group_and_trains_none_twice(tmp_path: Path, broker: str) -> None:
+    """The learner on 2 ranks (ddp, `rollstream learner --nproc 2` under torchrun); one rank is
+    SIGKILLed once the learner has checkpointed and while it trains: torchrun ends the learner and
+    starts it again, it resumes from its checkpoint, and the topics show every issued group decided
+    once in the surviving lineage (the other stages keep running)."""
+    model = make_tiny_model_dir(tmp_path / "tiny", max_positions=2048)
+    redis = PrivateRedis(tmp_path / "redis", free_port())
+    redis.start()
+    config_path = drill_config(tmp_path, "ranks", broker, redis.url, model, learner_ranks=2)
+    config = load_config(str(config_path))
+    drill = Drill(config_path, tmp_path / "logs")
+    rng = random.Random(2)
+    steps = Path(config.learner.checkpoint.dir) / "steps.jsonl"
+
+    def learner_runs() -> int:
+        drill.check_alive()
+        try:
+            return asyncio.run(account(config)).learner_runs
+        except KafkaError:  # the stages have not created the topics yet
+            return 0
+
+    try:
+        drill.start_all()
+        # past the first checkpoint (every 2 steps)
+        wait_until_sync(lambda: drill.check_alive() or (steps.exists() and len(steps.read_text().splitlines()) >= 3),
+                        "3 learner steps", 240, 0.5)
+        killed = drill.kill_rank(rng)
+        # groups keep flowing until the restarted learner has decided some
+        wait_until_sync(lambda: learner_runs() >= 2, "the restarted learner decided groups", 240, 1.0)
+        drill.stop(("sampler",))
+        result = asyncio.run(wait_drained(config, timeout_s=180, learner_runs=drill.learner_runs_expected()))
+    finally:
+        drill.stop()
+        redis.kill()
+    logs = {p.name: p.read_text(errors="replace")[-3000:] for p in (tmp_path / "logs").glob("*.log")}
+    print(result.figures(), f"killed rank {killed}")
+    assert drill.killed["learner-rank"] == 1 and drill.restarts == 0  # torchrun restarted it, not the drill
+    learner_log = (tmp_path / "logs" / "learner-0.log").read_text(errors="replace")
+    runs = [line for line in learner_log.splitlines() if "INFO rollstream.learner.train: learner run" in line
+            and ": step " in line]
+    assert len(runs) == 2 and "/checkpoints/step-" in runs[1], runs  # the same process, restarted, resumed
+    assert result.issued > 0 and result.trained > 0, (result, logs)
+    assert result.lost == [], (result, logs)
+    assert result.duplicate_trained == [], result
+    assert result.learner_runs >= 2

@@ -1,7 +1,8 @@
 """Runs the learner stage in its own process, for the crash/resume test.
 
 ``python -m tests.learner.learner_proc CONFIG.toml [--resume] [--step-sleep S]``: ``--step-sleep``
-slows every optimizer step down so the test can SIGKILL the process between checkpoints.
+slows every optimizer step down so the test can SIGKILL the process between checkpoints. Under
+torchrun every rank runs it (learner.parallel ddp or fsdp).
 """
 
 from __future__ import annotations
@@ -58,15 +59,15 @@ def main() -> None:
     from rollstream.learner import train
     from rollstream.learner.trainer import Trainer
 
-    if args.step_sleep:
-        original = Trainer.step
+    if args.step_sleep:  # Trainer.train: what every rank runs for a step (one rank: inside Trainer.step)
+        original = Trainer.train
 
-        def slow_step(self, rollouts):  # type: ignore[no-untyped-def]
-            result = original(self, rollouts)
+        def slow_train(self, *a, **kw):  # type: ignore[no-untyped-def]
+            result = original(self, *a, **kw)
             time.sleep(args.step_sleep)
             return result
 
-        Trainer.step = slow_step  # type: ignore[method-assign]
+        Trainer.train = slow_train  # type: ignore[method-assign]
     asyncio.run(train.run(load_config(args.config, environ={}), resume=args.resume))
 
 

@@ -120,12 +120,10 @@ def test_step_log_appends(tmp_path: Path) -> None:
 
 
 def test_lora_broadcast_merged_equals_a_merged_model(learner_model_dir: str, tmp_path: Path) -> None:
-    from rollstream.learner.train import broadcast_weights
-
     cfg = make_config(learner_model_dir, tmp_path / "e", lora=True)
     trainer, *_ = build_trainer(cfg, None)
     trainer.step(group("g", [1.0, -1.0], seed=7).rollouts)
-    merged = broadcast_weights(cfg, trainer.model)
+    merged = dict(trainer.named_weights(torch.bfloat16))  # what a publish streams
     assert all(t.dtype == torch.bfloat16 for t in merged.values())
     assert not any("lora" in k or "base_layer" in k for k in merged)
     exact = merged_state_dict(trainer.model)  # fp32

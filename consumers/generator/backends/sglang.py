@@ -16,7 +16,10 @@ test_sglang_backend.py), never against a live SGLang server.
 * Weight updates: the state dict is written as safetensors (plus ``config.json`` when a
   model directory is known) under ``weights_dir/v{version}``, then
   ``POST /update_weights_from_disk`` with ``weight_version``. That directory must be readable
-  by the server at the same path (same host or a shared volume).
+  by the server at the same path (same host or a shared volume). With a file weight store
+  (``weights.store`` a directory or URL, rollstream/weight_files.py) the version's own directory
+  is passed as it is when it is on the local filesystem, or its files are copied under
+  ``weights_dir`` (object storage): nothing is re-serialised.
 * Health: ``GET /health_generate``.
 """
 
@@ -167,7 +170,7 @@ class SGLangBackend:
 
     async def load_weights(self, version: int, state_dict: Mapping[str, Any]) -> None:
         async with self._lock:
-            path = await asyncio.to_thread(self._write_checkpoint, version, state_dict)
+            path = await asyncio.to_thread(self._checkpoint_of, version, state_dict)
             body: dict[str, Any] = {
                 "model_path": str(path),
                 "weight_version": str(version),
@@ -183,7 +186,22 @@ class SGLangBackend:
             if response.status_code != 200 or not result.get("success", False):
                 raise BackendError(f"SGLang refused weights v{version}: {result.get('message', '')}")
             self._version = version
-            await asyncio.to_thread(self._prune, path)
+            if getattr(state_dict, "local_dir", None) is None:  # not a directory of the weight store itself
+                await asyncio.to_thread(self._prune, path)
+
+    def _checkpoint_of(self, version: int, state_dict: Mapping[str, Any]) -> Path:
+        """The directory the server loads: a file weight store's version directory as it is when
+        it is on this host's filesystem (weights.store; the server must read the same path), its
+        files copied here when it is elsewhere (object storage), else the tensors written here."""
+        local = getattr(state_dict, "local_dir", None)
+        if local is not None:
+            return Path(local)
+        download = getattr(state_dict, "download_to", None)
+        if download is not None:
+            path = self._weights_dir / f"v{version:08d}"
+            shutil.rmtree(path, ignore_errors=True)
+            return Path(download(str(path)))
+        return self._write_checkpoint(version, state_dict)
 
     def _write_checkpoint(self, version: int, state_dict: Mapping[str, Any]) -> Path:
         from safetensors.torch import save_file
