@@ -15,7 +15,7 @@ import msgspec
 import pytest
 
 from rollstream.config import Config, ExecutorConfig
-from rollstream.consumers import executor
+from rollstream.consumers.executor import stage as executor
 from rollstream.consumers.generator import stage as generator
 from rollstream.consumers.generator.backends.scripted import LOGPROB
 from rollstream.consumers.generator.turns import observation_ids

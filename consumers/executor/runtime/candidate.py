@@ -27,6 +27,7 @@ if __name__ != "__main__":  # on the host; in the sandbox these names come from 
         ProtocolError,
         Table,
         _text,
+        run_setup,
         std_name,
     )
     from rollstream.consumers.executor.runtime.proxies import (
@@ -504,14 +505,10 @@ def candidate_main(code_text, setup, names, program, req_fd, resp_fd, out_cap):
         return 1
     candidate.code = code
     channel.send("compiled", 0, "", [])
-    if setup is not None:
-        try:
-            if isinstance(setup, str):
-                raise SyntaxError(setup)
-            exec(setup, namespace)
-        except BaseException as exc:
-            channel.send("ready", 0, "setup_error", [type(exc).__name__, _text(exc, 500)])
-            return 1
+    failed = run_setup(setup, namespace)
+    if failed is not None:
+        channel.send("ready", 0, "setup_error", [type(failed).__name__, _text(failed, 500)])
+        return 1
     candidate.setup = {k: v for k, v in namespace.items() if k != "__builtins__"}
     classes = {k: v for k, v in candidate.setup.items() if isinstance(v, type)}
     candidate.setup_ids = {id(v): k for k, v in candidate.setup.items()

@@ -772,6 +772,20 @@ def _read_exact(fd, n):
     return b"".join(chunks)
 
 
+def run_setup(setup, namespace):
+    """Run the task's ``setup`` (a code object, or its compile error as text, or None) in
+    ``namespace``: None, or the exception it raised."""
+    if setup is None:
+        return None
+    try:
+        if isinstance(setup, str):
+            raise SyntaxError(setup)
+        exec(setup, namespace)
+    except BaseException as exc:
+        return exc
+    return None
+
+
 def _text(exc, limit):
     try:
         return str(exc)[:limit]

@@ -14,7 +14,7 @@ import sys
 
 if __name__ != "__main__":  # on the host; in the sandbox these names come from the files above
     from rollstream.consumers.executor.runtime.candidate import _line_of, print_exception, run_program_here
-    from rollstream.consumers.executor.runtime.codec import _text
+    from rollstream.consumers.executor.runtime.codec import _text, run_setup
     from rollstream.consumers.executor.runtime.proxies import raises
 
 
@@ -33,14 +33,10 @@ def harness(code, setup, tests, report, program=False, out_cap=1 << 16):
     namespace.update(__builtins__=builtins, raises=raises)
     sys.modules["__main__"] = sys.modules["solution"] = module
     sys.argv = ["tests"]
-    if setup is not None:
-        try:
-            if isinstance(setup, str):
-                raise SyntaxError(setup)
-            exec(setup, namespace)
-        except BaseException as exc:  # the task's own setup is broken
-            report({"e": "setup_error", "type": type(exc).__name__, "msg": str(exc)[:500]})
-            return 1
+    failed = run_setup(setup, namespace)
+    if failed is not None:  # the task's own setup is broken
+        report({"e": "setup_error", "type": type(failed).__name__, "msg": _text(failed, 500)})
+        return 1
     try:
         code = compile(code, "<completion>", "exec")
     except (SyntaxError, ValueError) as exc:  # ValueError: source contains NUL bytes

@@ -40,7 +40,7 @@ import types
 
 if __name__ != "__main__":  # on the host; in the sandbox these names come from the files above
     from rollstream.consumers.executor.runtime.channel import LinkDown
-    from rollstream.consumers.executor.runtime.codec import ProtocolError, _text
+    from rollstream.consumers.executor.runtime.codec import ProtocolError, _text, run_setup
     from rollstream.consumers.executor.runtime.proxies import (
         NEVER_IMPORT,
         Judge,
@@ -461,14 +461,10 @@ def judge_main(part, read_fd, write_fd, report, guarded=True):
     sys.modules[TEST_MODULE] = namespace_module
     sys.argv = ["tests"]
     guards.argv = list(sys.argv)
-    if setup is not None:
-        try:
-            if isinstance(setup, str):
-                raise SyntaxError(setup)
-            exec(setup, namespace)
-        except BaseException as exc:
-            report({"e": "setup_error", "type": type(exc).__name__, "msg": _text(exc, 500)})
-            return finish(judge, report)
+    failed = run_setup(setup, namespace)
+    if failed is not None:
+        report({"e": "setup_error", "type": type(failed).__name__, "msg": _text(failed, 500)})
+        return finish(judge, report)
     setup_objects = {k: v for k, v in namespace.items() if k not in ("__builtins__", "raises", "run_program")}
     judge.set_setup(setup_objects)
     status, detail = first_messages(judge)

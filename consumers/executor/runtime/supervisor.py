@@ -355,12 +355,21 @@ def candidate_child(host, link):
 
     Everything here runs in a fresh fork, where each page written is first copied: the less
     distinct code and data a child touches, the cheaper a job (docs/executor.md, Throughput)."""
-    status = 70
-    try:
+    def run():
         code, setup, names, program, out_cap, limits = load_part(host.candidate_part)
         _enter(host, limits, host.out_w, host.err_w, link[0], link[1])
         host.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)  # the completion's own process may see itself
-        status = candidate_main(code, setup, names, program, 3, 4, out_cap)
+        return candidate_main(code, setup, names, program, 3, 4, out_cap)
+
+    _completion_process(run)
+
+
+def _completion_process(run):
+    """Run a process the completion's code runs in; exit with its status (71: out of memory,
+    72: the runtime itself failed, said on stderr). Never returns."""
+    status = 70
+    try:
+        status = run()
         sys.stdout.flush()
         sys.stderr.flush()
     except MemoryError:
@@ -438,8 +447,7 @@ class Reporter:
 
 def child_main(host, link):
     """``trust: "in_process"``: setup, code and tests in this one forked process. Never returns."""
-    status = 70
-    try:
+    def run():
         code, setup, tests, key, report_fd, limits, program, out_cap = load_part(host.candidate_part)
         # The report channel sits on a random descriptor and every event carries a per-job key:
         # code that just writes to fd 3 cannot fake test results.
@@ -451,15 +459,9 @@ def child_main(host, link):
         def report(event, _write=os.write, _encode=_event_line):
             _write(report_fd, _encode(event, key))
 
-        status = harness(code, setup, tests, report, program, out_cap)
-        sys.stdout.flush()
-        sys.stderr.flush()
-    except MemoryError:
-        status = 71
-    except BaseException as exc:
-        status = 72
-        _say(exc)
-    os._exit(status)
+        return harness(code, setup, tests, report, program, out_cap)
+
+    _completion_process(run)
 
 
 JOB_MAINS = {b"j": judge_child, b"c": candidate_child, b"i": child_main}
