@@ -29,7 +29,7 @@ from rollstream.consumers.executor.sandbox import (
 from rollstream.consumers.executor.score import evaluate, score_file
 from rollstream.errors import SandboxError
 from rollstream.schemas.events import RewardSpec
-from tests.helpers import containers_of
+from tests.helpers import containers_of, wait_until
 
 pytestmark = pytest.mark.sandbox
 
@@ -142,8 +142,10 @@ async def test_recycled_after_n_executions(sandbox_image: str, owner: str):
         assert (
             len({r.sandbox_id for r in results[:3]}) == 1 and results[3].sandbox_id != results[0].sandbox_id
         )
-        await asyncio.sleep(0.5)
-        assert len(await containers_of(owner)) == 1  # the retired one is gone
+        async def one_left() -> bool:
+            return len(await containers_of(owner)) == 1
+
+        await wait_until(one_left, "the retired container removed", timeout_s=15)
     assert await containers_of(owner) == []  # and closing removes the rest
 
 
@@ -289,7 +291,15 @@ async def test_container_dying_while_idle_is_not_blamed_on_the_next_code(
     (warm,) = list(pool._all)
     async with aiodocker.Docker() as docker:
         await docker.containers.container(warm.container.id).kill()
-    await asyncio.sleep(0.5)
+
+        async def gone() -> bool:
+            try:
+                info = await docker.containers.container(warm.container.id).show()
+            except aiodocker.DockerError:
+                return True  # auto-removed
+            return not info["State"]["Running"]
+
+        await wait_until(gone, "the killed container stopped", timeout_s=15)
     spec = RewardSpec(tests=["assert f() == 1"])
     evaluation = await evaluate(pool, registry, spec, "def f():\n    return 1", "idle/0")
     assert (evaluation.scored.execution.error_kind, evaluation.scored.reward) == ("none", 1.0)
