@@ -61,16 +61,17 @@ def ngrams(toks: Sequence[str], n: int) -> list[tuple[str, ...]]:
     return [tuple(toks[i:i + n]) for i in range(len(toks) - n + 1)]
 
 
-def template_ngrams(texts: Sequence[str], n: int, share: float = TEMPLATE_SHARE) -> frozenset[tuple[str, ...]]:
-    """The n-grams that at least ``share`` of ``texts`` contain (at least two of them): the
-    prompt template a source puts around every task ("Write a Python function", "Return the
-    complete function in a ```python code block")."""
+def template_ngrams(texts: Sequence[str], n: int, share: float = TEMPLATE_SHARE,
+                    enough: int | None = None) -> frozenset[tuple[str, ...]]:
+    """The n-grams that at least ``share`` of ``texts`` contain (at least two of them), or at least
+    ``enough`` of them: the prompt template a source puts around every task ("Write a Python
+    function", "Return the complete function in a ```python code block")."""
     if len(texts) < 2:
         return frozenset()
     counts: Counter[tuple[str, ...]] = Counter()
     for text in texts:
         counts.update(set(ngrams(tokens(text), n)))
-    floor = max(2, share * len(texts))
+    floor = max(2, min(share * len(texts), enough or len(texts)))
     return frozenset(g for g, c in counts.items() if c >= floor)
 
 
