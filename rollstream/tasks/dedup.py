@@ -31,6 +31,7 @@ NEAR_THRESHOLD = 0.7
 SHINGLE = 3  # tokens per shingle
 NUM_PERM = 128
 TEMPLATE_SHARE = 0.3  # an n-gram in at least this share of a source's prompts is template
+TEMPLATE_MIN_TEXTS = 10  # ... of a source of at least this many
 _TOKEN = re.compile(r"\w+|[^\w\s]")
 _BUILTINS = frozenset(dir(builtins))
 
@@ -63,10 +64,10 @@ def ngrams(toks: Sequence[str], n: int) -> list[tuple[str, ...]]:
 
 def template_ngrams(texts: Sequence[str], n: int, share: float = TEMPLATE_SHARE,
                     enough: int | None = None) -> frozenset[tuple[str, ...]]:
-    """The n-grams that at least ``share`` of ``texts`` contain (at least two of them), or at least
-    ``enough`` of them: the prompt template a source puts around every task ("Write a Python
+    """The n-grams that at least ``share`` of ``texts`` contain, or at least ``enough`` of them (none
+    when there are fewer than 10 texts): the prompt template a source puts around every task ("Write a Python
     function", "Return the complete function in a ```python code block")."""
-    if len(texts) < 2:
+    if len(texts) < TEMPLATE_MIN_TEXTS:  # too few to tell a template from tasks that are alike
         return frozenset()
     counts: Counter[tuple[str, ...]] = Counter()
     for text in texts:

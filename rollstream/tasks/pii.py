@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import functools
 import ipaddress
+import logging
 import re
 import sys
 from collections import Counter
@@ -74,6 +75,7 @@ def maybe_sensitive(text: str) -> bool:
 @functools.lru_cache(maxsize=1)
 def _presidio() -> tuple[Any, ...]:
     """presidio's pattern recognisers, built once per process (imported lazily: ~1.5 s)."""
+    logging.getLogger("presidio-analyzer").setLevel(logging.WARNING)  # it logs each recogniser it loads
     blocked = [name for name in ("torch", "transformers") if name not in sys.modules]
     for name in blocked:  # an ImportError for presidio's optional NLP engines; removed right after
         sys.modules[name] = None  # type: ignore[assignment]

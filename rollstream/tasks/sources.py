@@ -44,7 +44,6 @@ from rollstream.schemas.tasks import TaskSpec, decode_task
 from rollstream.tasks.dedup import NEAR_THRESHOLD, duplicate_clusters
 
 SUITE_DIR = Path(__file__).resolve().parent / "suite"
-WRONG_SOLUTIONS = SUITE_DIR / "_wrong_solutions.jsonl"  # {"task_id", "wrong_solution"} per line
 INSTRUCTION = "Complete the following Python function. Return the complete function in a ```python code block.\n\n"
 
 
@@ -116,8 +115,7 @@ def builtin_tasks() -> list[TaskSpec]:
 
 def wrong_solutions() -> dict[str, str]:
     """task id -> the built-in suite's wrong solution for it (each fails a visible test)."""
-    lines = WRONG_SOLUTIONS.read_text().splitlines()
-    return {row["task_id"]: row["wrong_solution"] for row in map(json.loads, filter(str.strip, lines))}
+    return {t.task_id: t.wrong_solutions[0] for t in builtin_tasks() if t.wrong_solutions}
 
 
 def jsonl_tasks(path: Path) -> list[TaskSpec]:
