@@ -92,6 +92,25 @@ async def scrub_rates(config: ExecutorConfig, n: int, rounds: int) -> tuple[floa
     return total / seconds[True], total / seconds[False], replaced
 
 
+async def scrub_microseconds(config: ExecutorConfig) -> tuple[float, float]:
+    """(µs the scrubbing of one record costs on the clean output, on the leaky one), in process."""
+    registry = default_registry()
+    scrubber = Scrubber(StageMetrics("executor"))
+    base = make_reward("g", 0)
+    async with DockerSandboxPool(msgspec.structs.replace(config, pool_size=1)) as pool:
+        records = []
+        for code in (CLEAN, LEAKY):
+            evaluation = await evaluate(pool, registry, SPEC, f"```python\n{code}```", "m")
+            records.append(msgspec.structs.replace(base, execution=evaluation.scored.execution))
+    costs = []
+    for record, n in zip(records, (5000, 500)):
+        started = time.perf_counter()
+        for _ in range(n):
+            scrubber.reward(record, SPEC)
+        costs.append((time.perf_counter() - started) / n * 1e6)
+    return costs[0], costs[1]
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="6 mutants per task, fewer scrub rounds")
@@ -106,6 +125,7 @@ async def main() -> None:
     load_before = os.getloadavg()[0]
     check = await checks_per_s(Config(executor=executor), args.quick)
     with_scrub, without, replaced = await scrub_rates(executor, 300 if args.quick else 1000, 3 if args.quick else 5)
+    clean_us, leaky_us = await scrub_microseconds(executor)
     figures = {
         "tasks_checked_per_s": check["tasks_checked_per_s"],
         "scrub_overhead": round(with_scrub / without, 3),
@@ -113,7 +133,8 @@ async def main() -> None:
         "check_executions_per_s": check["executions_per_s"], "mutants_per_task": check["mutants_per_task"],
         "failing_tasks": check["failing"], "mean_mutation_score": check["mean_mutation_score"],
         "executions_per_s_scrubbed": round(with_scrub, 1), "executions_per_s_unscrubbed": round(without, 1),
-        "placeholders_written": replaced, "pool_size": args.pool_size, "concurrency": args.concurrency,
+        "placeholders_written": replaced, "scrub_us_clean_record": round(clean_us, 1),
+        "scrub_us_leaky_record": round(leaky_us, 1), "pool_size": args.pool_size, "concurrency": args.concurrency,
         "load_average_before": round(load_before, 2), "load_average_after": round(os.getloadavg()[0], 2),
     }
     print(f"checked {check['tasks']} tasks in {check['seconds']} s: {check['tasks_checked_per_s']} tasks/s "
