@@ -24,7 +24,7 @@ from rollstream.testing import make_action, make_rollout
 from tests.helpers import read_events
 
 pytestmark = pytest.mark.sandbox
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]  # the repository: its subprocesses import this checkout
 
 
 def action(group: str, index: int, code: str, **spec) -> ActionGenerated:
