@@ -11,7 +11,8 @@ Measures, in one run:
   on output that is mostly clean like real runs: every completion prints a few lines (a traceback-like
   line, a list, a status line) to stdout and stderr, and one in 50 also prints an e-mail address.
   Each execution is what the executor does per action: ``evaluate`` through the pool, then (with
-  scrubbing) the reward record scrubbed. The two modes alternate in rounds, side by side.
+  scrubbing) the reward record scrubbed as the stage does it (``Scrubber.outgoing``: a worker
+  thread for text the prefilter passes). The two modes alternate in rounds, side by side.
 
 Usage: ``python bench/intake.py --quick --json OUT`` (needs dockerd and the sandbox image). Starts
 only containers labelled with its own owner label. The last line printed is the JSON of the figures.
@@ -79,7 +80,7 @@ async def scrub_rates(config: ExecutorConfig, n: int, rounds: int) -> tuple[floa
                 evaluation = await evaluate(pool, registry, SPEC, f"```python\n{code}```", f"b{i}")
             record = msgspec.structs.replace(base, execution=evaluation.scored.execution)
             if scrub:  # what the executor stage does to each record before it is produced
-                record = scrubber.reward(record, SPEC)
+                record, _ = await scrubber.outgoing(record, [], SPEC)
             return record.execution.stderr_tail.count("<EMAIL>")
 
         await asyncio.gather(*(one(i, True) for i in range(50)))  # warm-up

@@ -13,10 +13,12 @@ and counted per kind in ``rollstream_executor_scrubbed_total{kind}``.
 * The completion is never rewritten (``ActionGenerated`` and the assistant turns of a
   continuation stay as the model wrote them), so replay re-scores exactly what it wrote.
 * A cheap prefilter (one regex) skips clean text; on mostly clean output that is nearly all of it.
+  What it passes is scrubbed off the stage's event loop, in a worker thread.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 
 import msgspec
@@ -45,6 +47,27 @@ class Scrubber:
     def warm() -> None:
         """Load the detectors (about 1.5 s, once per process), so that the first hit does not wait."""
         pii.find("warm-up: someone@example.com")
+
+    async def outgoing(self, reward: RewardScored, audits: list[SandboxAudit], spec: RewardSpec
+                       ) -> tuple[RewardScored, list[SandboxAudit]]:
+        """:meth:`reward` and :meth:`audit` of one execution's records. Text the prefilter passes is
+        scrubbed in a worker thread: crafted output (4000 characters of phone-like digit groups) costs
+        the recognisers up to ~0.3 s, which must not stall the stage's loop."""
+        execution = reward.execution
+        texts = [execution.stdout_tail, execution.stderr_tail, execution.error_message,
+                 *(v for a in audits for v in a.violations)]
+        if not self.enabled or not any(t and pii.maybe_sensitive(t) for t in texts):
+            return reward, audits
+        return await asyncio.to_thread(lambda: (self.reward(reward, spec), [self.audit(a, spec) for a in audits]))
+
+    async def outgoing_prompt(self, prompt: PromptIssued, spec: RewardSpec) -> PromptIssued:
+        """:meth:`prompt`, in a worker thread when the prefilter passes some of its text."""
+        texts = [m.content for m in prompt.messages if m.role != "assistant"]
+        if prompt.continuation is not None:
+            texts.append(prompt.continuation.observation)
+        if not self.enabled or not any(t and pii.maybe_sensitive(t) for t in texts):
+            return prompt
+        return await asyncio.to_thread(self.prompt, prompt, spec)
 
     def text(self, text: str, exempt: Sequence[str]) -> str:
         if not self.enabled or not text or not pii.maybe_sensitive(text):

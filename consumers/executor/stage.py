@@ -257,14 +257,13 @@ class Executor:
                     self.guard.released(delivery)
                 self.consumer.done(delivery)
                 return
-        reward = self.scrubber.reward(reward, action.reward)
-        audits = [self.scrubber.audit(audit, action.reward) for audit in audits]
+        reward, audits = await self.scrubber.outgoing(reward, audits, action.reward)
         # the episode's reward for its whole trajectory, or the next turn of this one sample
         outcome: tuple[str, Event] = after_turn(action, reward, result.events if result is not None else [],
                                                 workspace=result.files if result is not None else ())
         if outcome[0] == "prompts":
             self.own.continued.inc()
-            outcome = ("prompts", self.scrubber.prompt(outcome[1], action.reward))
+            outcome = ("prompts", await self.scrubber.outgoing_prompt(outcome[1], action.reward))
         else:
             reward = outcome[1]
         await self.producer.send_many([outcome] + [("audit", audit) for audit in audits])

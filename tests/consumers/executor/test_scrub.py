@@ -53,3 +53,12 @@ def test_clean_records_pass_untouched_and_scrub_false_turns_it_off() -> None:
     out = Scrubber().audit(audit, SPEC)
     assert out.violations == ["judge_failed:bad reply from <IP_ADDRESS>", "stray_processes:2"]
     assert msgspec.structs.replace(out, violations=audit.violations) == audit
+
+
+async def test_the_stage_s_path_scrubs_off_the_event_loop_only_what_the_prefilter_passes() -> None:
+    scrubber = Scrubber()
+    clean = scored("ok: 3 items")
+    assert await scrubber.outgoing(clean, [], SPEC) == (clean, [])
+    leaky = scored("from 8.8.4.4")
+    reward, audits = await scrubber.outgoing(leaky, [], SPEC)
+    assert reward.execution.stderr_tail == "from <IP_ADDRESS>" and audits == []
