@@ -125,7 +125,7 @@ async def main() -> None:
                               recycle_after=1_000_000)
     load_before = os.getloadavg()[0]
     check = await checks_per_s(Config(executor=executor), args.quick)
-    with_scrub, without, replaced = await scrub_rates(executor, 300 if args.quick else 1000, 3 if args.quick else 5)
+    with_scrub, without, replaced = await scrub_rates(executor, 200 if args.quick else 500, 6 if args.quick else 10)
     clean_us, leaky_us = await scrub_microseconds(executor)
     figures = {
         "tasks_checked_per_s": check["tasks_checked_per_s"],
