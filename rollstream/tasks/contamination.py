@@ -53,7 +53,8 @@ def field_text(task: TaskSpec, field: str) -> str:
     if field == "prompt":
         return prompt_text(task)
     if field == "tests":
-        return "\n".join([*task.reward.tests, *task.heldout_tests, *(t for s in task.reward.subtasks for t in s.tests)])
+        steps = (t for s in task.reward.subtasks for t in s.tests)  # a chain's tests are its steps' (once each)
+        return "\n".join(dict.fromkeys([*task.reward.tests, *task.heldout_tests, *steps]))
     return task.reference_solution or ""
 
 
