@@ -114,7 +114,8 @@ def select_tasks(config: Config) -> list[Any]:
     options = config.eval
     tasks = load_tasks(options.sources or config.sampler.sources)
     if options.split != "all":
-        trained, held_out = split_tasks(tasks, config.sampler.holdout_fraction, config.sampler.holdout_seed)
+        trained, held_out = split_tasks(tasks, config.sampler.holdout_fraction, config.sampler.holdout_seed,
+                                        near_threshold=config.intake.near_duplicate_threshold)
         if not held_out:
             raise ValueError("eval.split needs sampler.holdout_fraction > 0 (the split the run trained with)")
         tasks = held_out if options.split == "heldout" else trained

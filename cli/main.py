@@ -90,6 +90,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("inputs", nargs="+", help="TASKS.jsonl COMPLETIONS.jsonl, or one JSONL of {task, completion}")
     p.add_argument("--output", "-o", default="-", help="where to write one JSON verdict per line (default stdout)")
 
+    p = sub.add_parser("tasks", help="task intake: check tasks (reference and wrong solutions, mutants, duplicates, "
+                                     "contamination, personal data) and write the report the sampler reads")
+    _common(p)
+    p.add_argument("action", choices=["check"], help="check: run every check and write the intake report")
+    p.add_argument("sources", nargs="+", metavar="SOURCE", help="task sources: builtin, jsonl:PATH, humaneval, hf:PATH")
+    p.add_argument("--quick", action="store_true", help="at most 6 mutants per task (intake.max_mutants otherwise)")
+    p.add_argument("--json", dest="json_out", help="write this run's checks (and clusters) as JSON here")
+    p.add_argument("--verbose", "-v", action="store_true", help="show every surviving mutant of a weak task")
+
     p = sub.add_parser("sandbox", help="build the sandbox image")
     _common(p)
     p.add_argument("action", choices=["build"])
@@ -238,6 +247,10 @@ def dispatch(args: argparse.Namespace, config: Config) -> int:
         from rollstream.consumers.executor.score import score_main
 
         return asyncio.run(score_main(config, args.inputs, args.output))
+    if command == "tasks":
+        from rollstream.cli.intake import check_main
+
+        return check_main(config, args)
     if command == "sandbox":
         from rollstream.consumers.executor.image import build_image
 

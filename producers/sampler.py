@@ -18,6 +18,9 @@ Guarantees:
 * **Backpressure.** Never more than ``(rl.max_staleness + 1) * rl.groups_per_step`` groups
   issued but not resolved (``issued - groups_resolved``); while at the cap it is paused and
   says so in the log and in ``rollstream_paused{stage="sampler"}``.
+* **Intake.** Tasks are taken as ``rollstream tasks check`` left them (its report, by task
+  digest): under ``intake.mode = "enforce"`` a task that failed a check, or was never checked,
+  is quarantined, logged with its reasons and counted; under ``"warn"`` it is logged only.
 * **Stops** after ``sampler.max_groups`` issued groups or ``sampler.epochs`` epochs (0 =
   never), or on SIGTERM, after the batch in flight is acknowledged and persisted.
 """
@@ -37,12 +40,14 @@ import msgspec
 import redis.asyncio as aioredis
 
 from rollstream.config import Config
+from rollstream.errors import ConfigError
 from rollstream.kafka import EventConsumer, EventProducer, ensure_topics
 from rollstream.metrics import StageMetrics, serve_metrics
 from rollstream.producers.mixture import AdaptiveStats, epoch_plan, family_probabilities, informative
 from rollstream.redis import connect, get_policy_version, groups_resolved, key
 from rollstream.schemas.events import GroupAdvantaged, Message, PromptIssued, RewardSpec, SamplingParams
 from rollstream.schemas.tasks import TaskSpec
+from rollstream.tasks.intake import apply_intake, load_report, report_path
 from rollstream.tasks.sources import load_tasks, split_tasks
 
 log = logging.getLogger(__name__)
@@ -268,6 +273,39 @@ class Sampler:
                     self.family_score.labels(family).set(score)
 
 
+def intake_tasks(config: Config, tasks: list[TaskSpec], metrics: StageMetrics) -> list[TaskSpec]:
+    """The tasks to train on, by the intake report (``rollstream tasks check``) and ``intake.mode``:
+    every task that failed a check (or was never checked) is logged with its reasons; under
+    ``enforce`` it is quarantined and counted in ``rollstream_sampler_quarantined_tasks{reason}``."""
+    mode = config.intake.mode
+    if mode == "off":
+        return tasks
+    path = report_path(config)
+    report = load_report(path)
+    if report is None:
+        log.warning("no intake report at %s: run `rollstream tasks check %s` (intake.mode = %s)", path,
+                    " ".join(config.sampler.sources), mode)
+    kept, failing = apply_intake(tasks, report, config.intake)
+    gauge = metrics.gauge("sampler_quarantined_tasks", "Tasks held back by the intake report (intake.mode = "
+                          "enforce), by reason", ("reason",))
+    verb = "quarantined" if mode == "enforce" else "trained on anyway (intake.mode = warn)"
+    unchecked = [q.task_id for q in failing if q.reasons == ["unchecked"]]
+    for q in failing:
+        if q.reasons != ["unchecked"]:
+            log.warning("task %s fails intake (%s): %s", q.task_id, ", ".join(q.reasons), verb)
+    if unchecked:
+        log.warning("%d tasks are not in the intake report %s (%s%s): %s", len(unchecked), path,
+                    ", ".join(unchecked[:5]), ", ..." if len(unchecked) > 5 else "", verb)
+    if mode == "enforce":
+        for reason, count in Counter(r for q in failing for r in q.reasons).items():
+            gauge.labels(reason).set(count)
+        log.info("intake: %d tasks pass, %d quarantined", len(kept), len(failing))
+        if not kept:
+            raise ConfigError(f"intake.mode = enforce quarantined every task of {config.sampler.sources}: run "
+                              "`rollstream tasks check` on them and fix what it reports")
+    return kept
+
+
 async def run(config: Config, *, stop: asyncio.Event | None = None) -> None:
     """Run the sampler until done (max_groups / epochs) or ``stop`` (default: SIGTERM/SIGINT)."""
     if stop is None:
@@ -275,11 +313,12 @@ async def run(config: Config, *, stop: asyncio.Event | None = None) -> None:
 
         stop = stop_event(config.infra.stop_grace_s)
     tasks, held_out = split_tasks(load_tasks(config.sampler.sources), config.sampler.holdout_fraction,
-                                  config.sampler.holdout_seed)
+                                  config.sampler.holdout_seed, near_threshold=config.intake.near_duplicate_threshold)
     if held_out:
         log.info("%d tasks held out of training (sampler.holdout_fraction %.2f), %d to sample from",
                  len(held_out), config.sampler.holdout_fraction, len(tasks))
     metrics = StageMetrics("sampler")
+    tasks = intake_tasks(config, tasks, metrics)
     serve_metrics(config.sampler.metrics_port, metrics)
     await ensure_topics(config.infra, ["prompts", "advantages"])
     async with contextlib.AsyncExitStack() as stack:

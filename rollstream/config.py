@@ -439,6 +439,39 @@ class ArchiveConfig(Section):
     """Prometheus metrics port (0 = off)."""
 
 
+class IntakeConfig(Section):
+    """Task intake: ``rollstream tasks check`` writes a report of every task's checks (its reference
+    and wrong solutions through the sandbox, mutation score, duplicates, contamination, personal
+    data); the sampler reads it by task digest. And the executor's scrubbing of what leaves a sandbox."""
+
+    mode: Literal["off", "warn", "enforce"] = "warn"
+    """What the sampler does with the report: "off" ignores it; "warn" logs every task that failed a
+    check (or was never checked) and trains on it; "enforce" quarantines those tasks (logged with
+    their reasons and counted in rollstream_sampler_quarantined_tasks), never silently."""
+    report: str = ""
+    """The intake report `rollstream tasks check` writes and the sampler reads (JSON, keyed by task
+    digest); empty means ``<infra.state_dir>/intake.json``."""
+    min_mutation_score: Probability = 0.7
+    """A task whose tests kill less than this share of its reference's mutants (possibly
+    equivalent ones left out) is flagged weak (`weak_tests`)."""
+    max_mutants: NonNegInt = 0
+    """Mutants run per task (0 = all of them; `rollstream tasks check --quick` uses 6)."""
+    mutant_timeout_s: PositiveFloat = 2.0
+    """Wall-clock limit of one mutant's run (a removed `i += 1` loops forever); at most the task's own."""
+    near_duplicate_threshold: Annotated[float, Meta(gt=0.0, le=1.0)] = 0.7
+    """Estimated Jaccard similarity (MinHash) of prompts or normalised references at which two tasks
+    are near duplicates (clustered, and held out together)."""
+    contamination_ngram: Annotated[int, Meta(ge=4, le=64)] = 13
+    """n of the n-grams compared with the evaluation sets."""
+    contamination_threshold: Annotated[float, Meta(gt=0.0, le=1.0)] = 0.5
+    """A training task whose prompt, tests or reference has this share of its tokens in n-grams of
+    one evaluation task is contaminated."""
+    scrub: bool = True
+    """The executor replaces personal data and secrets in stdout/stderr tails, error messages, audit
+    records and observations with typed placeholders (<EMAIL>, <SECRET>, ...); text of the task
+    itself is kept."""
+
+
 class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     infra: InfraConfig = InfraConfig()
     rl: RLConfig = RLConfig()
@@ -450,6 +483,7 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     weights: WeightsConfig = WeightsConfig()
     eval: EvalConfig = EvalConfig()
     archive: ArchiveConfig = ArchiveConfig()
+    intake: IntakeConfig = IntakeConfig()
 
 
 def check_consistency(config: Config) -> Config:

@@ -11,6 +11,7 @@ A task is what a prompt sampler issues and what the executor scores against::
                 "timeout_s": 5.0},
      "heldout_tests": ["assert reverse_words('') == ''"],   # for eval only
      "reference_solution": "def reverse_words(s): ...",    # optional, for checks
+     "wrong_solutions": ["def reverse_words(s): return s"],  # optional: each must fail a test
      "difficulty": 1}
 
 ``prompt`` is shorthand for ``messages = [{"role": "user", "content": prompt}]``.
@@ -37,6 +38,10 @@ class TaskSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     sampling: SamplingParams | None = None
     max_turns: Annotated[int, Meta(ge=1, le=64)] = 1
     difficulty: Annotated[int, Meta(ge=0, le=10)] = 1
+    # Plausible but wrong solutions, each of which must fail at least one visible test (task
+    # intake, `rollstream tasks check`; the scripted generator's answers). Added with a default, so
+    # task files written before it still load (schemas/events.py's rule).
+    wrong_solutions: Annotated[list[Text], Meta(max_length=100)] = []
 
     def __post_init__(self) -> None:
         if (self.prompt is None) == (self.messages is None):

@@ -14,6 +14,9 @@ Guarantees:
 * Hostile code is a reward, never a stalled pipeline: timeouts, crashes, OOM, output floods and
   attacks on the sandbox become verdicts (see docs/executor.md); the pool replaces damaged
   containers in the background.
+* Personal data and secrets in what leaves a sandbox (tails, error messages, audit records,
+  observations) are replaced by typed placeholders before anything is produced (``intake.scrub``,
+  consumers/executor/scrub.py); completions are never rewritten.
 * Bad input never stops the stage: undecodable actions are dead-lettered by the consumer; an
   action whose reward spec names an unknown kind or component is dead-lettered here. An action
   the generator could not complete (``error`` set) gets reward 0 with error kind ``infra`` and
@@ -51,6 +54,7 @@ from rollstream.consumers.executor.reference import ReferenceCheck, ReferenceChe
 from rollstream.consumers.executor.rewards import RewardRegistry, default_registry
 from rollstream.consumers.executor.sandbox import DockerSandboxPool, RunResult, SandboxBackend
 from rollstream.consumers.executor.score import audit_record, evaluate
+from rollstream.consumers.executor.scrub import Scrubber
 from rollstream.guard import IntakeGuard
 from rollstream.kafka import Delivery, EventConsumer, EventProducer, ensure_topics
 from rollstream.metrics import StageMetrics, serve_metrics
@@ -183,6 +187,7 @@ class Executor:
         self.references = ReferenceChecks(backend, reported=self.reference_checked)
         self.gate = asyncio.Semaphore(self.concurrency)
         self.verdicts: Tally[str] = Tally()
+        self.scrubber = Scrubber(metrics, enabled=config.intake.scrub)  # personal data out of what leaves
 
     async def run(self, stop: asyncio.Event) -> None:
         in_flight: set[asyncio.Task[None]] = set()
@@ -252,11 +257,13 @@ class Executor:
                     self.guard.released(delivery)
                 self.consumer.done(delivery)
                 return
+        reward, audits = await self.scrubber.outgoing(reward, audits, action.reward)
         # the episode's reward for its whole trajectory, or the next turn of this one sample
         outcome: tuple[str, Event] = after_turn(action, reward, result.events if result is not None else [],
                                                 workspace=result.files if result is not None else ())
         if outcome[0] == "prompts":
             self.own.continued.inc()
+            outcome = ("prompts", await self.scrubber.outgoing_prompt(outcome[1], action.reward))
         else:
             reward = outcome[1]
         await self.producer.send_many([outcome] + [("audit", audit) for audit in audits])
@@ -342,6 +349,9 @@ async def run(
         redis = connect(resolve_endpoints(config).redis_url)
         stack.push_async_callback(redis.aclose)
         guard = IntakeGuard(redis, infra, STAGE, metrics)
+        if config.intake.scrub:  # the detectors load in the background (~1.5 s), not on the first hit
+            warm = asyncio.get_running_loop().run_in_executor(None, Scrubber.warm)
+            stack.callback(warm.cancel)
         consumer = await stack.enter_async_context(
             EventConsumer(
                 infra,

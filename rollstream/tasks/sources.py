@@ -18,8 +18,11 @@ resume position and the adaptive statistics are keyed by task id.
 ``split_tasks(tasks, fraction, seed)`` holds whole tasks out of training, the same ones for
 the sampler (which never issues them) and for ``rollstream eval --split heldout`` (which
 evaluates exactly them): in each family, the ``fraction`` of its tasks that come first in an
-order fixed by a hash of (seed, task id). So every family the run trains on has held-out
-tasks, and which ones does not depend on the order or number of the other tasks.
+order fixed by a hash of (seed, task id), with every cluster of duplicates
+(``dedup.duplicate_clusters``: the same or nearly the same prompt or reference) kept whole on
+one side. So every family the run trains on has held-out tasks, no held-out task has a twin
+in training, and which ones are held out depends on the other tasks only through the
+clusters.
 """
 
 from __future__ import annotations
@@ -38,9 +41,9 @@ import msgspec
 from rollstream.errors import ConfigError
 from rollstream.schemas.events import RewardSpec
 from rollstream.schemas.tasks import TaskSpec, decode_task
+from rollstream.tasks.dedup import NEAR_THRESHOLD, duplicate_clusters
 
 SUITE_DIR = Path(__file__).resolve().parent / "suite"
-WRONG_SOLUTIONS = SUITE_DIR / "_wrong_solutions.jsonl"  # {"task_id", "wrong_solution"} per line
 INSTRUCTION = "Complete the following Python function. Return the complete function in a ```python code block.\n\n"
 
 
@@ -59,18 +62,36 @@ def load_tasks(specs: Iterable[str]) -> list[TaskSpec]:
     return tasks
 
 
-def split_tasks(tasks: list[TaskSpec], fraction: float, seed: int = 0) -> tuple[list[TaskSpec], list[TaskSpec]]:
-    """(trained, held out): per family, ``ceil(fraction * size)`` tasks held out, chosen by a
-    hash of (seed, task id); both lists keep the input order. ``fraction`` 0 holds nothing out."""
+def split_tasks(tasks: list[TaskSpec], fraction: float, seed: int = 0, *,
+                near_threshold: float = NEAR_THRESHOLD) -> tuple[list[TaskSpec], list[TaskSpec]]:
+    """(trained, held out): per family, about ``ceil(fraction * size)`` tasks held out, whole
+    duplicate clusters at a time (rollstream/tasks/dedup.py), chosen by a hash of (seed, task
+    id); both lists keep the input order. ``fraction`` 0 holds nothing out.
+
+    A cluster belongs to the family of its member that ranks first (lowest hash) and counts
+    against that family's share; clusters are taken in the order of their first member's rank
+    while the family's held-out count is below its share. Without duplicates this is exactly
+    "the ``ceil(fraction * size)`` first tasks of each family in hash order"."""
     if fraction <= 0:
         return list(tasks), []
-    by_family: dict[str, list[TaskSpec]] = {}
+    rank = {t.task_id: hashlib.sha256(f"{seed}/{t.task_id}".encode()).digest() for t in tasks}
+    family_of = {t.task_id: t.family for t in tasks}
+    groups = {t.task_id: [t.task_id] for t in tasks}
+    for cluster in duplicate_clusters(tasks, near_threshold):
+        for member in cluster.members:
+            groups[member] = cluster.members
+    units = sorted({tuple(sorted(g, key=rank.__getitem__)) for g in groups.values()}, key=lambda g: rank[g[0]])
+    sizes: dict[str, int] = {}
     for task in tasks:
-        by_family.setdefault(task.family, []).append(task)
+        sizes[task.family] = sizes.get(task.family, 0) + 1
+    share = {family: math.ceil(fraction * size) for family, size in sizes.items()}
+    taken: dict[str, int] = dict.fromkeys(sizes, 0)
     held: set[str] = set()
-    for members in by_family.values():
-        ranked = sorted(members, key=lambda t: hashlib.sha256(f"{seed}/{t.task_id}".encode()).digest())
-        held.update(t.task_id for t in ranked[: math.ceil(fraction * len(members))])
+    for unit in units:
+        family = family_of[unit[0]]
+        if taken[family] < share[family]:
+            held.update(unit)
+            taken[family] += sum(family_of[m] == family for m in unit)
     return [t for t in tasks if t.task_id not in held], [t for t in tasks if t.task_id in held]
 
 
@@ -94,8 +115,7 @@ def builtin_tasks() -> list[TaskSpec]:
 
 def wrong_solutions() -> dict[str, str]:
     """task id -> the built-in suite's wrong solution for it (each fails a visible test)."""
-    lines = WRONG_SOLUTIONS.read_text().splitlines()
-    return {row["task_id"]: row["wrong_solution"] for row in map(json.loads, filter(str.strip, lines))}
+    return {t.task_id: t.wrong_solutions[0] for t in builtin_tasks() if t.wrong_solutions}
 
 
 def jsonl_tasks(path: Path) -> list[TaskSpec]:

@@ -6,9 +6,9 @@ reference solution to compute the expected value of every visible and held-out t
 that the wrong solution fails at least one visible test, and writes one TaskSpec per line
 (sorted by task id, so the output is deterministic). The tasks of ``judged_kinds.py`` (classes,
 printed output, programs, in-place mutation, expected exceptions) come with literal tests;
-the suite check runs their references and wrong solutions through the real sandbox. The wrong solutions go to
-``_wrong_solutions.jsonl`` (``{"task_id", "wrong_solution"}``), which the suite check
-(tests/rollstream/tasks/test_suite.py) uses; files starting with ``_`` are not task files.
+the suite check runs their references and wrong solutions through the real sandbox. The wrong solutions are
+each task's ``wrong_solutions``, which the suite check (tests/rollstream/tasks/test_suite.py) and
+``rollstream tasks check`` use.
 
 ``--check`` verifies that the files on disk equal what would be written.
 """
@@ -19,8 +19,6 @@ import argparse
 import sys
 from collections import defaultdict
 from pathlib import Path
-
-import msgspec
 
 from rollstream.schemas.events import RewardSpec
 from rollstream.schemas.tasks import TaskSpec, encode_task
@@ -35,7 +33,6 @@ from rollstream.tasks.suite.authoring import Def
 from rollstream.tasks.suite.judged_kinds import J
 
 SUITE_DIR = Path(__file__).resolve().parent
-WRONG_FILE = "_wrong_solutions.jsonl"
 PROMPT = (
     "Write a Python function `{signature}` that {description}.\n\n"
     "For example, `{call}` should return `{expected}`.\n\n"
@@ -103,6 +100,7 @@ def build_task(d: Def) -> tuple[TaskSpec, str]:
         heldout_tests=[_test(d.name, a, e) for a, e in heldout],
         reference_solution=reference,
         difficulty=d.difficulty,
+        wrong_solutions=[wrong],
     )
     return task, wrong
 
@@ -118,6 +116,7 @@ def build_judged(j: J) -> tuple[TaskSpec, str]:
         heldout_tests=list(j.heldout),
         reference_solution=j.reference,
         difficulty=j.difficulty,
+        wrong_solutions=[j.wrong],
     )
     return task, j.wrong
 
@@ -125,12 +124,11 @@ def build_judged(j: J) -> tuple[TaskSpec, str]:
 def render(defs: list[Def | J]) -> dict[str, bytes]:
     """File name -> content of every suite file."""
     by_family: dict[str, list[TaskSpec]] = defaultdict(list)
-    wrong_lines = []
     seen = set()
     errors = []
     for d in defs:
         try:
-            task, wrong = build_judged(d) if isinstance(d, J) else build_task(d)
+            task, _ = build_judged(d) if isinstance(d, J) else build_task(d)
         except Exception as exc:  # noqa: BLE001 - report every bad definition at once
             errors.append(f"{d.family}/{d.name}: {exc!r}")
             continue
@@ -138,14 +136,12 @@ def render(defs: list[Def | J]) -> dict[str, bytes]:
             raise ValueError(f"duplicate task id {task.task_id}")
         seen.add(task.task_id)
         by_family[d.family].append(task)
-        wrong_lines.append((task.task_id, msgspec.json.encode({"task_id": task.task_id, "wrong_solution": wrong})))
     if errors:
         raise ValueError("bad suite definitions:\n" + "\n".join(errors))
     files = {
         f"{family}.jsonl": b"".join(encode_task(t) + b"\n" for t in sorted(tasks, key=lambda t: t.task_id))
         for family, tasks in sorted(by_family.items())
     }
-    files[WRONG_FILE] = b"".join(line + b"\n" for _, line in sorted(wrong_lines))
     return files
 
 
@@ -160,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1 if stale else 0
     for name, content in files.items():
         (SUITE_DIR / name).write_bytes(content)
-    counts = {n: c.count(b"\n") for n, c in files.items() if n != WRONG_FILE}
+    counts = {n: c.count(b"\n") for n, c in files.items()}
     print(f"{sum(counts.values())} tasks in {len(counts)} families: {counts}")
     return 0
 

@@ -394,8 +394,12 @@ JUDGED = [
       prints its grade: 'A' for 90 and above, 'B' for 80-89, 'C' for 70-79, 'D' for 60-69 and 'F'
       below 60.""",
       ("assert run_program('95\\n') == 'A\\n'", "assert run_program('80\\n') == 'B\\n'",
-       "assert run_program('59\\n') == 'F\\n'"),
-      ("assert run_program('70\\n') == 'C\\n'", "assert run_program('69\\n') == 'D\\n'"),
+       "assert run_program('59\\n') == 'F\\n'", "assert run_program('90\\n') == 'A\\n'",
+       "assert run_program('89\\n') == 'B\\n'", "assert run_program('79\\n') == 'C\\n'",
+       "assert run_program('70\\n') == 'C\\n'", "assert run_program('69\\n') == 'D\\n'",
+       "assert run_program('60\\n') == 'D\\n'"),
+      ("assert run_program('100\\n') == 'A\\n'", "assert run_program('75\\n') == 'C\\n'",
+       "assert run_program('0\\n') == 'F\\n'"),
       _src("""
       score = int(input())
       if score >= 90:
@@ -579,7 +583,8 @@ JUDGED = [
       """Write a Python function `checked_repeat(s: str, n: int) -> str` that returns s repeated n
       times, raising TypeError when n is not an int and ValueError when n is negative.""",
       ("assert checked_repeat('ab', 2) == 'abab'", "with raises(ValueError):\n    checked_repeat('a', -1)",
-       "with raises(TypeError):\n    checked_repeat('a', 1.5)"),
+       "with raises(TypeError):\n    checked_repeat('a', 1.5)", "with raises(TypeError):\n    checked_repeat('a', -1.5)",
+       "assert checked_repeat('a', 0) == ''"),
       ("assert checked_repeat('x', 0) == ''", "with raises(TypeError):\n    checked_repeat('a', '2')"),
       _src("""
       def checked_repeat(s: str, n: int) -> str:

@@ -146,7 +146,7 @@ DEFS = [
       ["12345", "0", "7"], ["10", "999999"], 0),
     T(R, "sum_digits_rec(n: int) -> int", "recursively returns the sum of the decimal digits of n (n >= 0)",
       "return n if n < 10 else n % 10 + sum_digits_rec(n // 10)", "return n % 10",
-      ["123", "0", "99"], ["5", "1010"], 0),
+      ["123", "0", "99", "10"], ["5", "1010"], 0),
     T(R, "max_rec(nums: list[int]) -> int", "recursively returns the largest element of the non-empty list nums",
       "if len(nums) == 1:\n    return nums[0]\nrest = max_rec(nums[1:])\nreturn nums[0] if nums[0] > rest else rest", "return nums[0]",
       ["[3, 8, 2]", "[5]", "[-1, -7]"], ["[1, 2, 3, 4]", "[0, 0]"], 0),

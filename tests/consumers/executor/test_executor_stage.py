@@ -19,12 +19,12 @@ from rollstream.config_load import to_toml
 from rollstream.consumers.executor.stage import run
 from rollstream.kafka import EventProducer, ensure_topics
 from rollstream.schemas import DeadLetter, codec
-from rollstream.schemas.events import ActionGenerated, RewardScored, RewardSpec, SandboxAudit
+from rollstream.schemas.events import ActionGenerated, PromptIssued, RewardScored, RewardSpec, SandboxAudit
 from rollstream.testing import make_action, make_rollout
 from tests.helpers import read_events
 
 pytestmark = pytest.mark.sandbox
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]  # the repository: its subprocesses import this checkout
 
 
 def action(group: str, index: int, code: str, **spec) -> ActionGenerated:
@@ -164,3 +164,44 @@ async def test_sigkill_mid_batch_then_restart_loses_no_action(
         a.rollout.rollout_id: (1.0 if "time.sleep" in a.completion_text else 0.5)
         for a in actions  # a*b: 0*0 == 0
     }
+
+
+LEAKS = ("jane.roe@acme-mail.com", "+1 (415) 555-2671", "8.8.4.4", "4111 1111 1111 1111", "AKIAIOSFODNN7EXAMPLE",
+         "ghp_abcdefghijklmnopqrstuvwxyz0123456789", "sk-proj-abcdefghijklmnopqrstuvwxyz0123456789ABCD")
+PLACEHOLDERS = ("<EMAIL>", "<PHONE>", "<IP_ADDRESS>", "<CREDIT_CARD>", "<SECRET>", "<SECRET>", "<SECRET>")
+
+
+async def test_personal_data_and_secrets_are_scrubbed_from_what_leaves_the_sandbox(
+    config: Config, sandbox_image: str, owner: str
+):
+    """Each kind printed to stderr reaches ``rewards`` (what the archive sinks) as its placeholder,
+    the task's own IP address is kept, and a continuation's observation is scrubbed while the
+    model's own turn is not rewritten."""
+    config = stage_config(config, sandbox_image, owner)
+    await ensure_topics(config.infra, ["actions", "rewards", "audit", "prompts"])
+    printed = "; ".join(LEAKS) + "; parsed 93.184.216.34"
+    code = f"import sys\nprint({printed!r}, file=sys.stderr)\ndef add(a, b):\n    return a + b"
+    tests = ["assert add(1, 2) == 3", "assert add(0, 0) == 0, 'parsed 93.184.216.34'"]
+    once = msgspec.structs.replace(action("g9", 0, code), reward=RewardSpec(entry_point="add", tests=tests))
+    failing = f"import sys\nprint({printed!r}, file=sys.stderr)\nraise ValueError('no user jane.roe@acme-mail.com')"
+    again = msgspec.structs.replace(action("g9", 1, failing), reward=RewardSpec(entry_point="add", tests=tests),
+                                    max_turns=2)
+    async with EventProducer(config.infra, client_id="test") as producer:
+        await producer.send_many([("actions", once), ("actions", again)])
+    stop = asyncio.Event()
+    stage = asyncio.create_task(run(config, stop=stop))
+    try:
+        rewards = await read_topic(config, "rewards", RewardScored, lambda got: len(got) >= 1)
+        prompts = await read_topic(config, "prompts", PromptIssued, lambda got: len(got) >= 1)
+    finally:
+        stop.set()
+        await asyncio.wait_for(stage, 60)
+    tail = rewards[0].execution.stderr_tail
+    assert rewards[0].reward == 1.0 and all(leak not in tail for leak in LEAKS), tail
+    assert tail.strip() == "; ".join(PLACEHOLDERS) + "; parsed 93.184.216.34"  # the task's own address kept
+    continuation = prompts[0].continuation
+    assert continuation is not None and all(leak not in continuation.observation for leak in LEAKS)
+    assert "<EMAIL>" in continuation.observation and "<SECRET>" in continuation.observation
+    assert all(leak not in m.content for m in prompts[0].messages for leak in LEAKS)
+    assistant = [m.content for m in continuation.messages if m.role == "assistant"]
+    assert assistant == [again.completion_text] and "jane.roe@acme-mail.com" in assistant[0]  # never rewritten

@@ -84,7 +84,27 @@ def test_the_held_out_split_is_whole_tasks_of_every_family_and_stable() -> None:
     assert len(trained) + len(held) == len(tasks)
     assert {t.family for t in held} == {t.family for t in tasks}  # every family keeps some back
     # the same tasks whatever else is in the list: removing other tasks does not move the split
-    some = [t for t in tasks if t.family == "strings"]
-    assert {t.task_id for t in split_tasks(some, 0.25, seed=0)[1]} == {t.task_id for t in held if t.family == "strings"}
+    # (of a family none of whose tasks has a duplicate in another family)
+    some = [t for t in tasks if t.family == "conditionals"]
+    assert {t.task_id for t in split_tasks(some, 0.25, seed=0)[1]} == {t.task_id for t in held
+                                                                        if t.family == "conditionals"}
     assert {t.task_id for t in split_tasks(tasks, 0.25, seed=1)[1]} != {t.task_id for t in held}
     assert split_tasks(tasks, 0.0) == (tasks, [])
+
+
+def test_the_held_out_split_keeps_every_duplicate_cluster_whole() -> None:
+    """Functionally identical siblings (the same reference, nearly the same prompt or code) are
+    held out together or trained on together, for any seed."""
+    from rollstream.tasks.dedup import duplicate_clusters
+    from rollstream.tasks.sources import builtin_tasks, split_tasks
+
+    tasks = builtin_tasks()
+    clusters = duplicate_clusters(tasks)
+    assert any({"bits/single_number", "bits/xor_all"} <= set(c.members) for c in clusters)
+    assert any({"recursion/climb_stairs", "recursion/fibonacci"} <= set(c.members) for c in clusters)
+    for seed in range(5):
+        trained, held = split_tasks(tasks, 0.25, seed=seed)
+        held_ids = {t.task_id for t in held}
+        for cluster in clusters:
+            assert len(held_ids & set(cluster.members)) in (0, len(cluster.members)), (seed, cluster.members)
+        assert len(held) >= 0.25 * len(tasks) - 1

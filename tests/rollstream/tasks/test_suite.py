@@ -162,3 +162,20 @@ async def test_every_chain_step_through_the_real_sandbox_with_the_code_carried(s
         results = await asyncio.gather(*(one(j) for j in jobs))
     wrong = [(t, s, c) for t, s, c, passed in results if passed != c]
     assert not wrong, wrong  # passes with the code carried, fails without it
+
+
+@pytest.mark.sandbox
+async def test_the_suite_passes_its_own_intake(sandbox_image: str, owner: str) -> None:
+    """`rollstream tasks check builtin --quick`: every reference passes its visible and held-out
+    tests, every wrong solution fails, every task's tests kill at least intake.min_mutation_score of
+    its mutants (6 per task), and nothing is contaminated or personal."""
+    from rollstream.cli.intake import run_checks
+    from rollstream.config import Config
+
+    config = Config(executor=ExecutorConfig(image=sandbox_image, owner=owner, pool_size=2, concurrency=4))
+    checks, static, figures = await run_checks(config, builtin_tasks(), quick=True)
+    failing = {c.task_id: (c.reasons, [(s.change, s.tells_apart) for s in c.survivors]) for c in checks if c.reasons}
+    assert failing == {}
+    assert all(c.mutants_run > 0 and c.reference_passes for c in checks)
+    assert len(static.clusters) >= 10  # reported, held out together (tests/rollstream/tasks/test_sources.py)
+    print(figures)

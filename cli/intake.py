@@ -1,0 +1,263 @@
+"""``rollstream tasks check SOURCE [...] [--quick] [--json OUT]``: every task checked before it can
+reward anything.
+
+Through the executor's warm sandbox pool (``consumers/executor/sandbox.py``) and its scoring
+(``consumers/executor/score.py``), exactly as the executor would score a completion:
+
+* the reference passes every visible test and every held-out test;
+* every wrong solution the task carries fails at least one visible test;
+* mutants of the reference (``rollstream/tasks/mutants.py``) are killed by the visible tests: the
+  mutation score is killed / (run - possibly equivalent); survivors are checked against the
+  reference on varied inputs taken from the tests' own calls.
+
+And without the sandbox (``rollstream/tasks/intake.py``): duplicate clusters, contamination by
+the evaluation sets in use (the held-out split of ``sampler.holdout_fraction``, HumanEval, every
+``eval.sources``), personal data and secrets in prompts and tests.
+
+Writes the intake report the sampler reads (``intake.report``, merged by task digest), prints a
+summary table per family and the failing tasks with their reasons; ``--json OUT`` writes this
+run's checks. Exit status 0 when every task passes, 1 when some fail.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import functools
+import json
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from rollstream.config import Config
+from rollstream.consumers.executor.reference import ReferenceChecks
+from rollstream.consumers.executor.rewards import RewardRegistry, default_registry
+from rollstream.consumers.executor.sandbox import DockerSandboxPool, SandboxBackend
+from rollstream.consumers.executor.score import evaluate
+from rollstream.schemas.events import RewardSpec
+from rollstream.schemas.tasks import TaskSpec
+from rollstream.tasks import mutants as mutation
+from rollstream.tasks.intake import (
+    StaticChecks,
+    Survivor,
+    TaskCheck,
+    digest,
+    reasons_of,
+    report_path,
+    save_report,
+    static_checks,
+)
+from rollstream.tasks.sources import humaneval_tasks, load_tasks, split_tasks
+
+QUICK_MUTANTS = 6
+SURVIVORS_SHOWN = 3
+
+
+def fenced(code: str) -> str:
+    return f"```python\n{code}\n```\n"
+
+
+class Sandbox:
+    """The pool, the executor's reward rules and reference checks, and a gate on concurrency."""
+
+    def __init__(self, pool: SandboxBackend, concurrency: int) -> None:
+        self.pool = pool
+        self.registry: RewardRegistry = default_registry()
+        self.references = ReferenceChecks(pool)
+        self.gate = asyncio.Semaphore(concurrency)
+        self.executions = 0
+
+    async def passes(self, spec: RewardSpec, code: str, job: str) -> tuple[bool, Any]:
+        """(the code passed every test of ``spec``, its execution record)."""
+        async with self.gate:
+            evaluation = await evaluate(self.pool, self.registry, spec, fenced(code), job,
+                                        references=self.references if spec.reference else None, task_id=job)
+        self.executions += 1
+        execution = evaluation.scored.execution
+        return execution.passed, evaluation
+
+
+def _equivalence_checkable(task: TaskSpec) -> bool:
+    """Whether a survivor can be compared with the reference by calling both: a function entry
+    point whose result (not its printed output) is what the tests check."""
+    spec = task.reward
+    if not spec.entry_point or spec.program or not task.reference_solution:
+        return False
+    if any("redirect_std" in t for t in spec.tests):
+        return False
+    return f"def {spec.entry_point}(" in task.reference_solution
+
+
+async def check_mutants(box: Sandbox, task: TaskSpec, spec: RewardSpec, limit: int, timeout_s: float
+                        ) -> tuple[int, int, int, int, list[Survivor]]:
+    """(mutants in all, run, killed, possibly equivalent, survivors)."""
+    chosen, total = mutation.mutants(task.reference_solution or "", limit)
+    spec = msgspec.structs.replace(spec, timeout_s=min(spec.timeout_s, timeout_s))
+    results = await asyncio.gather(*(box.passes(spec, m.source, f"{task.task_id}/mutant-{i}")
+                                     for i, m in enumerate(chosen)))
+    survivors = [m for m, (passed, _) in zip(chosen, results) if passed]
+    inputs: list = []
+    if survivors and _equivalence_checkable(task):
+        inputs = mutation.varied_arguments(mutation.call_arguments(list(task.reward.tests), spec.entry_point))
+    judged = await asyncio.gather(*(_tells_apart(box, task, spec, m, inputs) for m in survivors))
+    out = [Survivor(operator=m.operator, line=m.line, change=m.change, source=m.source,
+                    possibly_equivalent=equivalent, tells_apart=apart) for m, (equivalent, apart) in zip(survivors, judged)]
+    killed = len(chosen) - len(survivors)
+    return total, len(chosen), killed, sum(s.possibly_equivalent for s in out), out
+
+
+async def _tells_apart(box: Sandbox, task: TaskSpec, spec: RewardSpec, mutant: mutation.Mutant, inputs: list
+                       ) -> tuple[bool, str]:
+    """(the mutant agreed with the reference on every varied input, an input where it did not)."""
+    if not inputs:
+        return False, ""
+    setup = f"{spec.setup}\n{mutation.renamed_reference(task.reference_solution or '')}"
+    tests = mutation.equivalence_tests(spec.entry_point, inputs)
+    check = msgspec.structs.replace(spec, setup=setup, tests=tests, reference="", all_or_nothing=False)
+    passed, evaluation = await box.passes(check, mutant.source, f"{task.task_id}/equivalence")
+    if passed:
+        return True, ""
+    result = evaluation.result
+    failed = sorted(e["i"] for e in (result.events if result else []) if e.get("e") == "test" and e.get("ok") is not True
+                    and isinstance(e.get("i"), int) and 0 <= e["i"] < len(inputs))
+    return False, mutation.described_input(spec.entry_point, inputs[failed[0]]) if failed else ""
+
+
+async def check_task(box: Sandbox, task: TaskSpec, static: StaticChecks, config: Config, limit: int) -> TaskCheck:
+    """Every check of one task (the sandbox's runs, the static findings merged in)."""
+    spec = task.issued_reward()
+    reference = task.reference_solution or ""
+    found: dict[str, Any] = {}
+    if reference and spec.tests:
+        passed, evaluation = await box.passes(spec, reference, f"{task.task_id}/reference")
+        found["reference_passes"] = passed
+        found["reference_message"] = evaluation.scored.execution.error_message[:500]
+        if task.heldout_tests:
+            heldout = msgspec.structs.replace(spec, tests=list(task.heldout_tests))
+            found["heldout_passes"] = (await box.passes(heldout, reference, f"{task.task_id}/heldout"))[0]
+        if passed:
+            total, run, killed, equivalent, survivors = await check_mutants(
+                box, task, spec, limit, config.intake.mutant_timeout_s)
+            scored = run - equivalent
+            found.update(mutants_total=total, mutants_run=run, mutants_killed=killed, possibly_equivalent=equivalent,
+                         survivors=survivors, mutation_score=round(killed / scored, 4) if scored else 1.0)
+    if task.wrong_solutions and spec.tests:
+        wrong = await asyncio.gather(*(box.passes(spec, code, f"{task.task_id}/wrong-{i}")
+                                       for i, code in enumerate(task.wrong_solutions)))
+        found["wrong_passing"] = [i for i, (passed, _) in enumerate(wrong) if passed]
+    check = TaskCheck(task_id=task.task_id, family=task.family, digest=digest(task),
+                      wrong_solutions=len(task.wrong_solutions), duplicates=static.duplicates.get(task.task_id, []),
+                      contamination=static.contamination.get(task.task_id, []),
+                      personal_data=static.personal_data.get(task.task_id, []), **found)
+    return msgspec.structs.replace(check, reasons=reasons_of(check, config.intake))
+
+
+def evaluation_sets(config: Config, tasks: list[TaskSpec]) -> tuple[list[TaskSpec], list[TaskSpec]]:
+    """(the held-out split of ``tasks``, the other evaluation tasks: HumanEval and eval.sources)."""
+    _, held_out = split_tasks(tasks, config.sampler.holdout_fraction, config.sampler.holdout_seed,
+                              near_threshold=config.intake.near_duplicate_threshold)
+    others = humaneval_tasks()
+    if config.eval.sources:
+        others += load_tasks(config.eval.sources)
+    return held_out, others
+
+
+async def run_checks(config: Config, tasks: list[TaskSpec], *, quick: bool = False,
+                     backend: SandboxBackend | None = None, advance: Callable[[], None] | None = None
+                     ) -> tuple[list[TaskCheck], StaticChecks, dict[str, Any]]:
+    """(every task's check, the static findings, figures: seconds, executions, tasks_checked_per_s)."""
+    started = time.monotonic()
+    held_out, others = evaluation_sets(config, tasks)
+    static = static_checks(tasks, others, held_out, config.intake)
+    limit = QUICK_MUTANTS if quick else config.intake.max_mutants
+
+    async def all_tasks(pool: SandboxBackend) -> tuple[list[TaskCheck], int]:
+        box = Sandbox(pool, config.executor.concurrency)
+
+        async def one(task: TaskSpec) -> TaskCheck:
+            check = await check_task(box, task, static, config, limit)
+            if advance is not None:
+                advance()
+            return check
+        return list(await asyncio.gather(*(one(t) for t in tasks))), box.executions
+
+    if backend is None:
+        async with DockerSandboxPool(config.executor) as pool:
+            checks, executions = await all_tasks(pool)
+    else:
+        checks, executions = await all_tasks(backend)
+    seconds = time.monotonic() - started
+    figures = {"tasks": len(tasks), "seconds": round(seconds, 2), "executions": executions,
+               "tasks_checked_per_s": round(len(tasks) / seconds, 3) if seconds else 0.0,
+               "executions_per_s": round(executions / seconds, 1) if seconds else 0.0,
+               "mutants_per_task": limit or "all"}
+    return checks, static, figures
+
+
+def family_rows(checks: list[TaskCheck]) -> list[list[Any]]:
+    by_family: dict[str, list[TaskCheck]] = defaultdict(list)
+    for check in checks:
+        by_family[check.family].append(check)
+    rows = []
+    for family, members in [*sorted(by_family.items()), ("ALL", checks)]:
+        scores = [c.mutation_score for c in members if c.mutation_score is not None]
+        count = functools.partial(_count, members)
+        rows.append([family, len(members), sum(c.passed for c in members),
+                     f"{sum(scores) / len(scores):.3f}" if scores else "-", count("weak_tests"),
+                     count("reference_fails") + count("reference_fails_heldout"), count("wrong_solution_passes"),
+                     sum(bool(c.duplicates) for c in members), count("contaminated"), count("personal_data")])
+    return rows
+
+
+def _count(checks: list[TaskCheck], reason: str) -> int:
+    return sum(reason in c.reasons for c in checks)
+
+
+COLUMNS = ["family", "tasks", "pass", "mutation score", "weak", "reference fails", "wrong passes", "duplicated",
+           "contaminated", "personal data"]
+
+
+def check_main(config: Config, args: argparse.Namespace) -> int:
+    from rollstream.cli.tables import progress, table
+
+    tasks = load_tasks(args.sources)
+    with progress("checking tasks", len(tasks)) as advance:
+        checks, static, figures = asyncio.run(run_checks(config, tasks, quick=args.quick, advance=advance))
+    path = report_path(config)
+    save_report(path, checks, static.clusters)
+    print(table(COLUMNS, family_rows(checks), right=COLUMNS[1:]))
+    failing = [c for c in checks if c.reasons]
+    for check in failing:
+        print(f"FAIL {check.task_id}: {', '.join(check.reasons)}" + _details(check, args.verbose))
+    if static.clusters:
+        print(f"{len(static.clusters)} duplicate clusters ({sum(len(c.members) for c in static.clusters)} tasks): "
+              + "; ".join(f"{c.kind} {' '.join(c.members)}" for c in static.clusters[:10])
+              + (" ..." if len(static.clusters) > 10 else ""))
+    print(f"checked {len(checks)} tasks in {figures['seconds']} s ({figures['tasks_checked_per_s']} tasks/s, "
+          f"{figures['executions']} sandbox executions); {len(failing)} fail; report: {path}")
+    if args.json_out:
+        out = {"figures": figures, "tasks": msgspec.to_builtins(checks), "clusters": msgspec.to_builtins(static.clusters)}
+        Path(args.json_out).write_text(json.dumps(out, indent=1) + "\n")
+    return 1 if failing else 0
+
+
+def _details(check: TaskCheck, verbose: bool) -> str:
+    lines = []
+    if "reference_fails" in check.reasons:
+        lines.append(f"reference: {check.reference_message}")
+    if "weak_tests" in check.reasons:
+        lines.append(f"mutation score {check.mutation_score} ({check.mutants_killed} of "
+                     f"{check.mutants_run - check.possibly_equivalent} killed)")
+        shown = [s for s in check.survivors if not s.possibly_equivalent]
+        for survivor in shown[: len(shown) if verbose else SURVIVORS_SHOWN]:
+            apart = f"; differs on {survivor.tells_apart}" if survivor.tells_apart else ""
+            lines.append(f"survivor line {survivor.line} ({survivor.operator}: {survivor.change}){apart}")
+    for overlap in check.contamination[:2]:
+        lines.append(f"overlaps {overlap.eval_task} ({overlap.field}, {overlap.share:.0%}): {overlap.spans[0][:120]!r}")
+    for found in check.personal_data[:3]:
+        lines.append(f"{found.kind} in {found.where}: {found.text[:60]!r}")
+    return "".join(f"\n    {line}" for line in lines)

@@ -1,0 +1,195 @@
+"""Task intake: the report of every task's checks, and what the sampler does with it.
+
+``rollstream tasks check SOURCE ...`` (cli/intake.py) runs the checks that need the sandbox
+(reference and wrong solutions, mutants) and the ones here that do not (duplicates,
+contamination, personal data: :func:`static_checks`), and writes an :class:`IntakeReport`: one
+:class:`TaskCheck` per task, keyed by the task's :func:`digest` (its whole TaskSpec, so an
+edited task is unchecked again). The sampler never drives a sandbox: at load time it reads the
+report and, by ``intake.mode``, warns about or quarantines (:func:`apply_intake`) every task
+whose check failed or that was never checked, each with its reasons.
+
+Reasons a task fails (``TaskCheck.reasons``): ``no_reference``, ``reference_fails``,
+``reference_fails_heldout``, ``wrong_solution_passes``, ``weak_tests`` (mutation score below
+``intake.min_mutation_score``), ``contaminated``, ``personal_data``. Duplicates are reported
+(``duplicates``, and the report's clusters) and kept whole on one side of the held-out split;
+they are not a reason on their own.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import msgspec
+
+from rollstream.config import Config, IntakeConfig
+from rollstream.errors import ConfigError
+from rollstream.schemas.tasks import TaskSpec, encode_task
+from rollstream.tasks import contamination, dedup, pii
+from rollstream.tasks.contamination import Overlap
+from rollstream.tasks.dedup import Cluster
+
+REPORT_VERSION = 1
+REASONS = ("no_reference", "reference_fails", "reference_fails_heldout", "wrong_solution_passes", "weak_tests",
+           "contaminated", "personal_data")
+
+
+class Survivor(msgspec.Struct, frozen=True, kw_only=True):
+    """A mutant of the reference that passed every visible test."""
+
+    operator: str
+    line: int
+    change: str
+    source: str
+    possibly_equivalent: bool  # agreed with the reference on every varied input
+    tells_apart: str = ""  # an input on which it differs from the reference (a test to add)
+
+
+class PersonalData(msgspec.Struct, frozen=True, kw_only=True):
+    where: str  # prompt | tests
+    kind: str  # pii.KINDS
+    text: str
+
+
+class TaskCheck(msgspec.Struct, frozen=True, kw_only=True):
+    task_id: str
+    family: str
+    digest: str
+    reasons: list[str] = []  # why it fails intake (empty: it passes)
+    reference_passes: bool | None = None  # None: no reference (or not run)
+    heldout_passes: bool | None = None  # None: no held-out tests
+    reference_message: str = ""
+    wrong_solutions: int = 0
+    wrong_passing: list[int] = []  # indices of wrong solutions that passed every visible test
+    mutants_total: int = 0  # every mutant the reference has
+    mutants_run: int = 0
+    mutants_killed: int = 0
+    possibly_equivalent: int = 0
+    mutation_score: float | None = None  # killed / (run - possibly equivalent)
+    survivors: list[Survivor] = []
+    duplicates: list[str] = []  # the other members of its duplicate cluster
+    contamination: list[Overlap] = []
+    personal_data: list[PersonalData] = []
+
+    @property
+    def passed(self) -> bool:
+        return not self.reasons
+
+
+class IntakeReport(msgspec.Struct, kw_only=True):
+    version: int = REPORT_VERSION
+    tasks: dict[str, TaskCheck] = {}  # digest -> check
+    clusters: list[Cluster] = []  # of the last check's tasks
+
+
+def digest(task: TaskSpec) -> str:
+    """What identifies a task's content: a hash of its whole spec."""
+    return hashlib.sha256(encode_task(task)).hexdigest()[:32]
+
+
+def report_path(config: Config) -> Path:
+    return Path(config.intake.report or os.path.join(config.infra.state_dir, "intake.json"))
+
+
+def load_report(path: Path) -> IntakeReport | None:
+    """The report at ``path``; None when there is none. ConfigError when it cannot be read."""
+    if not path.exists():
+        return None
+    try:
+        report = msgspec.json.decode(path.read_bytes(), type=IntakeReport)
+    except (OSError, msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise ConfigError(f"intake report {path}: {exc}; run `rollstream tasks check` again") from exc
+    return report if report.version == REPORT_VERSION else IntakeReport()
+
+
+def save_report(path: Path, checks: Sequence[TaskCheck], clusters: Sequence[Cluster]) -> IntakeReport:
+    """Merge ``checks`` into the report at ``path`` (by digest) and write it atomically."""
+    report = load_report(path) or IntakeReport()
+    report.tasks.update({c.digest: c for c in checks})
+    report.clusters = list(clusters)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_bytes(msgspec.json.format(msgspec.json.encode(report), indent=1))
+    os.replace(temporary, path)
+    return report
+
+
+def reasons_of(check: TaskCheck, config: IntakeConfig) -> list[str]:
+    """The reasons ``check`` fails intake (in REASONS order)."""
+    reasons = []
+    if check.reference_passes is None:
+        reasons.append("no_reference")
+    elif not check.reference_passes:
+        reasons.append("reference_fails")
+    if check.heldout_passes is False:
+        reasons.append("reference_fails_heldout")
+    if check.wrong_passing:
+        reasons.append("wrong_solution_passes")
+    if check.mutation_score is not None and check.mutation_score < config.min_mutation_score:
+        reasons.append("weak_tests")
+    if check.contamination:
+        reasons.append("contaminated")
+    if check.personal_data:
+        reasons.append("personal_data")
+    return reasons
+
+
+def personal_data(task: TaskSpec) -> list[PersonalData]:
+    """Personal data and secrets in the task's prompt and tests."""
+    found = []
+    for where, text in (("prompt", dedup.prompt_text(task)),
+                        ("tests", "\n".join([task.reward.setup, *task.reward.tests, *task.heldout_tests]))):
+        found += [PersonalData(where=where, kind=f.kind, text=f.text[:200]) for f in pii.find(text)]
+    return found
+
+
+class StaticChecks(msgspec.Struct, frozen=True, kw_only=True):
+    clusters: list[Cluster]
+    duplicates: dict[str, list[str]]  # task id -> the other members of its cluster
+    contamination: dict[str, list[Overlap]]  # task id -> overlaps (training tasks only)
+    personal_data: dict[str, list[PersonalData]]
+    held_out: list[str]  # the held-out split's task ids (the evaluation side, not checked for contamination)
+
+
+def static_checks(tasks: Sequence[TaskSpec], eval_tasks: Sequence[TaskSpec], held_out: Sequence[TaskSpec],
+                  config: IntakeConfig) -> StaticChecks:
+    """Duplicates among ``tasks``, contamination of the training tasks (``tasks`` less
+    ``held_out``) by ``held_out`` and ``eval_tasks``, personal data in every task."""
+    clusters = dedup.duplicate_clusters(tasks, config.near_duplicate_threshold)
+    duplicates = {m: [o for o in c.members if o != m] for c in clusters for m in c.members}
+    held_ids = {t.task_id for t in held_out}
+    train = [t for t in tasks if t.task_id not in held_ids]
+    evaluation = list({t.task_id: t for t in [*held_out, *eval_tasks]}.values())
+    index = contamination.EvalIndex(train, evaluation, config.contamination_ngram)
+    overlaps = {t.task_id: found for t in train if (found := index.overlaps(t, config.contamination_threshold))}
+    found_pii = {t.task_id: found for t in tasks if (found := personal_data(t))}
+    return StaticChecks(clusters=clusters, duplicates=duplicates, contamination=overlaps, personal_data=found_pii,
+                        held_out=sorted(held_ids))
+
+
+class Quarantined(msgspec.Struct, frozen=True, kw_only=True):
+    task_id: str
+    family: str
+    reasons: list[str]
+
+
+def apply_intake(tasks: Sequence[TaskSpec], report: IntakeReport | None, config: IntakeConfig
+                 ) -> tuple[list[TaskSpec], list[Quarantined]]:
+    """(the tasks to train on, the tasks that fail intake with their reasons). ``off``: every task,
+    nothing reported; ``warn``: every task, the failing ones reported; ``enforce``: the failing ones
+    (and the ones the report does not know: ``unchecked``) quarantined."""
+    if config.mode == "off":
+        return list(tasks), []
+    checks = report.tasks if report is not None else {}
+    failing = []
+    keep = []
+    for task in tasks:
+        check = checks.get(digest(task))
+        reasons = ["unchecked"] if check is None else reasons_of(check, config)
+        if reasons:
+            failing.append(Quarantined(task_id=task.task_id, family=task.family, reasons=reasons))
+        if not reasons or config.mode == "warn":
+            keep.append(task)
+    return keep, failing

@@ -1,0 +1,189 @@
+"""Task intake without the sandbox: duplicate clusters, contamination, personal data and secrets,
+mutants and the inputs that tell them apart, and what the sampler does with the report."""
+
+from __future__ import annotations
+
+import ast
+
+import msgspec
+import pytest
+
+from rollstream.config import IntakeConfig
+from rollstream.schemas.events import RewardSpec
+from rollstream.schemas.tasks import TaskSpec
+from rollstream.tasks import mutants, pii
+from rollstream.tasks.contamination import EvalIndex
+from rollstream.tasks.dedup import duplicate_clusters, normalised_code
+from rollstream.tasks.intake import (
+    IntakeReport,
+    TaskCheck,
+    apply_intake,
+    digest,
+    load_report,
+    personal_data,
+    reasons_of,
+    save_report,
+    static_checks,
+)
+from rollstream.tasks.sources import builtin_tasks, humaneval_tasks
+
+pytestmark = pytest.mark.unit
+
+# one of each kind, as a person or a leaked config would write them
+SAMPLES = {
+    "EMAIL": "jane.roe@acme-mail.com",
+    "PHONE": "+1 (415) 555-2671",
+    "IP_ADDRESS": "8.8.4.4",
+    "CREDIT_CARD": "4111 1111 1111 1111",
+    "SECRET": "AKIAIOSFODNN7EXAMPLE",
+}
+SECRETS = [
+    "ghp_abcdefghijklmnopqrstuvwxyz0123456789",
+    "xoxb-123456789012-abcdefghijkl",
+    "sk-proj-abcdefghijklmnopqrstuvwxyz0123456789ABCD",
+    "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEAx\n-----END RSA PRIVATE KEY-----",
+    "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.c2lnbmF0dXJl",
+]
+
+
+def task(task_id: str, prompt: str, reference: str, tests: list[str] | None = None, family: str = "f") -> TaskSpec:
+    name = ast.parse(reference).body[0].name  # type: ignore[attr-defined]
+    return TaskSpec(task_id=task_id, family=family, prompt=prompt, reference_solution=reference,
+                    reward=RewardSpec(entry_point=name, tests=tests or [f"assert {name}(1) is not None"]))
+
+
+def test_a_duplicate_and_a_near_duplicate_are_clustered() -> None:
+    tasks = [
+        task("f/double", "Write a function double(n) that returns twice n.", "def double(n):\n    return n * 2\n"),
+        # the same reference with other names and a docstring: an exact duplicate
+        task("f/twice", "Write twice(x), x multiplied by two.", 'def twice(x):\n    """Twice."""\n    return x * 2\n'),
+        # nearly the same prompt and a different body: a near duplicate
+        task("f/count_vowels", "Write a function count_vowels(s) that returns how many vowels (a, e, i, o, u) the "
+             "string s contains, ignoring case, so count_vowels('Hello') is 2.",
+             "def count_vowels(s):\n    return sum(c in 'aeiou' for c in s.lower())\n"),
+        task("f/count_vowels2", "Write a function count_vowels(s) that returns how many vowels (a, e, i, o, u) the "
+             "string s contains, ignoring case, so count_vowels('Banana') is 3.",
+             "def count_vowels(s):\n    n = 0\n    for c in s.lower():\n        n += c in 'aeiou'\n    return n\n"),
+        task("f/unrelated", "Write a function parse_port(s) that parses a TCP port.",
+             "def parse_port(s):\n    p = int(s)\n    if not 0 < p < 65536:\n        raise ValueError(s)\n    return p\n"),
+    ]
+    assert normalised_code(tasks[0].reference_solution) == normalised_code(tasks[1].reference_solution)
+    clusters = {tuple(c.members): c for c in duplicate_clusters(tasks)}
+    assert set(clusters) == {("f/double", "f/twice"), ("f/count_vowels", "f/count_vowels2")}
+    assert clusters[("f/double", "f/twice")].kind == "exact"
+    near = clusters[("f/count_vowels", "f/count_vowels2")]
+    assert near.kind == "near" and near.pairs[0][2] == "prompt" and 0.7 <= near.pairs[0][3] < 1.0
+
+
+def test_a_training_task_copied_from_humaneval_is_contaminated_with_its_spans() -> None:
+    humaneval = humaneval_tasks()
+    original = next(t for t in humaneval if t.task_id == "HumanEval/12")
+    copied = msgspec.structs.replace(original, task_id="mine/longest", family="mine",
+                                     prompt="Here is a small exercise for you.\n" + (original.prompt or ""))
+    suite = builtin_tasks()
+    index = EvalIndex([*suite, copied], humaneval)
+    overlaps = index.overlaps(copied)
+    assert overlaps and {o.eval_task for o in overlaps} == {"HumanEval/12"}
+    assert {o.field for o in overlaps} == {"prompt", "tests", "reference"} and min(o.share for o in overlaps) > 0.5
+    assert any("def longest(strings: List[str])" in span for o in overlaps for span in o.spans)
+    # the built-in suite shares its prompt template and small idioms with HumanEval, nothing more
+    assert [t.task_id for t in suite if index.overlaps(t)] == []
+
+
+def test_each_kind_of_personal_data_and_secret_is_found_in_a_prompt() -> None:
+    for kind, value in SAMPLES.items():
+        found = personal_data(TaskSpec(task_id="p/x", prompt=f"Write f(). Contact: {value} for questions.",
+                                       reward=RewardSpec(entry_point="f", tests=["assert f() == 1"])))
+        assert [(f.where, f.kind, f.text) for f in found] == [("prompt", kind, value)], kind
+    for secret in SECRETS:
+        assert [f.kind for f in pii.find(f"config = '{secret}'")] == ["SECRET"], secret
+
+
+def test_scrubbing_replaces_each_kind_and_keeps_the_task_s_own_text() -> None:
+    text = "\n".join(f"{kind.lower()}: {value}" for kind, value in SAMPLES.items()) + "\nparsed 93.184.216.34"
+    scrubbed = pii.scrub(text + "\n" + "\n".join(SECRETS), exempt=["assert parse('93.184.216.34') == 4"])
+    for kind, value in SAMPLES.items():
+        assert value not in scrubbed.text and f"{kind.lower()}: <{kind}>" in scrubbed.text
+    assert "93.184.216.34" in scrubbed.text  # it came from the task's tests
+    assert all(secret.splitlines()[0] not in scrubbed.text for secret in SECRETS)
+    assert scrubbed.counts == {"EMAIL": 1, "PHONE": 1, "IP_ADDRESS": 1, "CREDIT_CARD": 1, "SECRET": 1 + len(SECRETS)}
+
+
+def test_ordinary_output_is_not_personal_data() -> None:
+    clean = ("Traceback (most recent call last):\n  File \"<completion>\", line 12, in f\nValueError: 12345678\n"
+             "192.168.0.1 10.0.0.255 0.0.0.0 255.255.255.255 127.0.0.1\n2020-06-04 1234 5678 [1, 2, 3] 3.14159\n"
+             "user@localhost total=4242 id=a1b2c3d4")
+    assert pii.find(clean) == [] and pii.scrub(clean).text == clean
+    assert not pii.maybe_sensitive("ok\nresult = [1, 2, 3]\n")
+    # the suite's parsing tasks print private and special addresses: none of it is anyone's
+    assert [t.task_id for t in builtin_tasks() if personal_data(t)] == []
+
+
+def test_mutants_cover_every_operator_and_are_distinct_programs() -> None:
+    reference = ("def f(nums, k):\n    \"\"\"Doc.\"\"\"\n    total = 0\n    for n in nums:\n"
+                 "        if n > k and not n % 2 == 1:\n            total += n * 2\n    return total\n")
+    found = mutants.all_mutants(reference)
+    assert {m.operator for m in found} == set(mutants.OPERATORS)
+    sources = [m.source for m in found]
+    assert len(sources) == len(set(sources)) and all(compile(s, "<m>", "exec") for s in sources)
+    assert all('"""Doc."""' in s or "Doc" in s for s in sources)  # the docstring is never mutated
+    changes = {m.change for m in found}
+    assert {"> -> >=", "and -> or", "removed not", "0 -> 1", "* -> //", "return None"} <= changes
+    assert any(c.startswith("removed: total += n * 2") for c in changes)
+    few, total = mutants.mutants(reference, 6)
+    assert total == len(found) and len(few) == 6 and len({m.operator for m in few}) == 6
+
+
+def test_survivors_are_told_apart_on_inputs_varied_from_the_tests() -> None:
+    tests = ["assert clamp(5, 0, 10) == 5", "assert clamp(-1, 0, 10) == 0", "assert clamp(x=3, low=1, high=2) == 2"]
+    calls = mutants.call_arguments(tests, "clamp")
+    assert calls == [((5, 0, 10), {}), ((-1, 0, 10), {}), ((), {"x": 3, "low": 1, "high": 2})]
+    varied = mutants.varied_arguments(calls, limit=24)
+    assert varied[:3] == calls and len(varied) == 24 and len(set(map(repr, varied))) == 24
+    assert ((6, 0, 10), {}) in varied
+    checks = mutants.equivalence_tests("clamp", varied[:2])
+    setup = mutants.renamed_reference("def clamp(x, low, high):\n    return max(low, min(x, high))\n")
+    namespace: dict = {}
+    exec(setup, namespace)  # noqa: S102 - our own literal
+    exec("def clamp(x, low, high):\n    return min(high, max(x, low))\n", namespace)  # noqa: S102 - equivalent
+    for check in checks:
+        exec(check, dict(namespace))  # noqa: S102 - passes: they agree
+    exec("def clamp(x, low, high):\n    return max(low, min(x, high + 1))\n", namespace)  # noqa: S102
+    with pytest.raises(AssertionError):
+        exec(mutants.equivalence_tests("clamp", [((11, 0, 10), {})])[0], dict(namespace))  # noqa: S102
+
+
+def test_the_sampler_quarantines_failing_and_unchecked_tasks_only_when_enforced(tmp_path) -> None:
+    good, weak, new = builtin_tasks()[:3]
+    passing = TaskCheck(task_id=good.task_id, family=good.family, digest=digest(good), reference_passes=True,
+                        mutation_score=0.9)
+    failing = TaskCheck(task_id=weak.task_id, family=weak.family, digest=digest(weak), reference_passes=True,
+                        mutation_score=0.5, wrong_passing=[0])
+    path = tmp_path / "intake.json"
+    save_report(path, [passing, failing], [])
+    report = load_report(path)
+    assert isinstance(report, IntakeReport) and set(report.tasks) == {digest(good), digest(weak)}
+    enforce = IntakeConfig(mode="enforce")
+    kept, held = apply_intake([good, weak, new], report, enforce)
+    assert kept == [good]
+    assert {q.task_id: q.reasons for q in held} == {weak.task_id: ["wrong_solution_passes", "weak_tests"],
+                                                    new.task_id: ["unchecked"]}
+    assert apply_intake([good, weak, new], report, IntakeConfig(mode="warn"))[0] == [good, weak, new]
+    assert apply_intake([good, weak, new], None, IntakeConfig(mode="off")) == ([good, weak, new], [])
+    # the threshold is read when the report is used: a lower one lets the weak task's score pass
+    assert reasons_of(failing, IntakeConfig(min_mutation_score=0.4)) == ["wrong_solution_passes"]
+    # an edited task is a new digest: unchecked again
+    edited = msgspec.structs.replace(good, difficulty=good.difficulty + 1)
+    assert apply_intake([edited], report, enforce)[1][0].reasons == ["unchecked"]
+
+
+def test_static_checks_of_the_suite_with_a_held_out_split() -> None:
+    from rollstream.tasks.sources import split_tasks
+
+    suite = builtin_tasks()
+    _, held = split_tasks(suite, 0.25)
+    found = static_checks(suite, humaneval_tasks(), held, IntakeConfig())
+    assert found.personal_data == {}
+    assert set(found.contamination).isdisjoint(found.held_out)  # the held-out side is what is compared with
+    for cluster in found.clusters:  # clusters are whole on one side, so never contaminate across the split
+        assert len(set(cluster.members) & set(found.held_out)) in (0, len(cluster.members))
