@@ -220,7 +220,7 @@ async def containers_of(owner: str) -> list[dict]:
 
 async def container_processes(container_id: str) -> int:
     """How many processes run in the container (``docker top``; 0 when it is gone). An idle sandbox
-    runs two (the runner and its zygote); more while a job runs."""
+    runs five (the runner, its two zygotes and the judge and candidate forked ahead)."""
     top = await asyncio.create_subprocess_exec("docker", "top", container_id, "-o", "pid",
                                                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL)
     out, _ = await top.communicate()

@@ -27,7 +27,6 @@ from rollstream.kafka import EventProducer, ensure_topics
 from rollstream.schemas.events import ActionGenerated, RewardScored, RewardSpec
 from rollstream.testing import make_action, make_prompt, make_rollout, make_tiny_model_dir
 from tests.helpers import (
-    container_processes,
     containers_of,
     end,
     read_events,
@@ -108,11 +107,30 @@ def generating(port: int) -> bool:
         return False
 
 
-def job_running(owner: str) -> bool:
-    async def running() -> bool:
-        return any([await container_processes(c["Id"]) > 2 for c in await containers_of(owner)])
+SLEEP_SYSCALLS = {"35", "230"}  # nanosleep, clock_nanosleep (x86-64): time.sleep in the completion
 
-    return asyncio.run(running())
+
+def job_running(owner: str) -> bool:
+    """A process of one of ``owner``'s sandboxes sleeps in a sleep syscall: the completion's
+    ``time.sleep`` runs (the runner itself never sleeps so while a job is in flight)."""
+    async def pids() -> list[str]:
+        found = []
+        for c in await containers_of(owner):
+            top = await asyncio.create_subprocess_exec("docker", "top", c["Id"], "-o", "pid",
+                                                       stdout=asyncio.subprocess.PIPE,
+                                                       stderr=asyncio.subprocess.DEVNULL)
+            out, _ = await top.communicate()
+            found += out.split()[1:]
+        return [p.decode() for p in found]
+
+    for pid in asyncio.run(pids()):
+        try:
+            with open(f"/proc/{pid}/syscall") as f:
+                if f.read().split(" ", 1)[0] in SLEEP_SYSCALLS:
+                    return True
+        except OSError:  # ended meanwhile
+            continue
+    return False
 
 
 def test_sigterm_ends_a_busy_generator_within_the_bound_and_its_prompt_is_redone(
@@ -171,7 +189,7 @@ def test_sigterm_ends_an_executor_with_a_long_sandbox_job_within_the_bound_and_t
     log = tmp_path / "executor.log"
     busy = start_worker(tmp_path / "slow.toml", log, "executor")
     try:
-        # the job is running in its sandbox (for 50 s): a third process beside the runner and its zygote
+        # the job is running in its sandbox (for 50 s)
         wait_until_sync(lambda: job_running(owner) or busy.poll() is not None, "the job runs in its sandbox", 90)
         assert busy.poll() is None, log.read_text()[-3000:]
         took = _stop_and_time(busy)
