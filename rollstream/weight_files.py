@@ -38,7 +38,7 @@ from msgspec import Meta
 
 from rollstream.errors import WeightStoreError, converted
 from rollstream.schemas import WeightsPublished
-from rollstream.weights import DTYPE_NAMES, DTYPES, WeightStore, checksum
+from rollstream.weights import DTYPE_NAMES, DTYPES, WeightStore
 
 log = logging.getLogger(__name__)
 INDEX = "model.safetensors.index.json"
@@ -214,17 +214,8 @@ class FileWeightStore(WeightStore):
                 version=version, step=step, url=where, dtype=dtypes.pop() if len(dtypes) == 1 else "mixed",
                 total_bytes=sum(e.nbytes for e in entries), files=entries, tensors=writer.placed,
                 created_at=time.time())
-            raw = _codec[0].encode(manifest)
-            async with self.client.pipeline(transaction=True) as pipe:
-                pipe.set(self._manifest_key(version), raw)
-                pipe.zadd(f"{self.prefix}versions", {str(version): version})
-                pipe.set(f"{self.prefix}latest", version)
-                await pipe.execute()
-            await self.client.publish(self.channel, str(version))
-            await self._expire_old(version)
-        return WeightsPublished(version=version, step=step, manifest_key=self._manifest_key(version),
-                                checksum=checksum(raw), num_bytes=manifest.total_bytes, dtype=manifest.dtype,
-                                published_at=time.time())
+            return await self._commit(version, step, _codec[0].encode(manifest), manifest.total_bytes,
+                                      manifest.dtype)
 
     def _clear(self, where: str) -> None:
         """A directory left by a publish that died before its manifest (it is no version yet)."""

@@ -231,19 +231,22 @@ class WeightStore:
                 total_bytes=sum(c.nbytes for c in chunk_entries), tensors=entries, chunks=chunk_entries,
                 created_at=time.time(),
             )
-            manifest_bytes = _manifest_codec[0].encode(manifest)
-            async with self.client.pipeline(transaction=True) as pipe:
-                pipe.set(self._manifest_key(version), manifest_bytes)
-                pipe.zadd(f"{self.prefix}versions", {str(version): version})
-                pipe.set(f"{self.prefix}latest", version)
-                await pipe.execute()
-            await self.client.publish(self.channel, str(version))
-            await self._expire_old(version)
-        return WeightsPublished(
-            version=version, step=step, manifest_key=self._manifest_key(version),
-            checksum=checksum(manifest_bytes), num_bytes=manifest.total_bytes, dtype=manifest.dtype,
-            published_at=time.time(),
-        )
+            return await self._commit(version, step, _manifest_codec[0].encode(manifest), manifest.total_bytes,
+                                      manifest.dtype)
+
+    async def _commit(self, version: int, step: int, manifest: bytes, num_bytes: int, dtype: str) -> WeightsPublished:
+        """Make ``version`` exist (its data is written): its manifest, the versions index and
+        ``latest`` in one transaction; then announce it and expire old versions."""
+        async with self.client.pipeline(transaction=True) as pipe:
+            pipe.set(self._manifest_key(version), manifest)
+            pipe.zadd(f"{self.prefix}versions", {str(version): version})
+            pipe.set(f"{self.prefix}latest", version)
+            await pipe.execute()
+        await self.client.publish(self.channel, str(version))
+        await self._expire_old(version)
+        return WeightsPublished(version=version, step=step, manifest_key=self._manifest_key(version),
+                                checksum=checksum(manifest), num_bytes=num_bytes, dtype=dtype,
+                                published_at=time.time())
 
     async def _write_chunks(self, version: int, chunks: Sequence[tuple[int, memoryview]]) -> None:
         for batch in pipeline_batches([c.nbytes for _, c in chunks], self.pipeline_bytes):
