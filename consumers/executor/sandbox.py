@@ -7,7 +7,8 @@ happened, with the violations seen). Guarantees:
   size-capped tmpfs ``/work`` (noexec), all capabilities dropped, no-new-privileges, uid 65534,
   pids/memory/CPU limits, no IPC namespace sharing and no ``/dev/shm``, no mounts of the host,
   no Docker socket, logging off (output only travels over the attach stream, capped).
-* Each execution is a fresh fork of the in-container runner (``consumers/executor/runtime/supervisor.py``) with a hard
+* Each execution runs in fresh processes forked by the in-container runner's zygotes
+  (``consumers/executor/runtime/supervisor.py``, ``zygotes.py``: a judge and a candidate) with a hard
   wall-clock limit enforced twice: by the runner (SIGKILL of every process in the container) and
   by this host side (the container is killed when the runner does not answer in time).
 * A container is reused only while the runner reports it clean (no process left, empty
@@ -169,7 +170,7 @@ class SandboxBackend(Protocol):
 
 # The sandbox's runtime, in order: each uses the names of those before it.
 RUNTIME = ("codec.py", "channel.py", "proxies.py", "candidate.py", "judge.py", "inprocess.py", "workspace.py",
-           "supervisor.py")
+           "zygotes.py", "cleanup.py", "warmup.py", "supervisor.py")
 # The command line carries a bootstrap; the runtime itself arrives on stdin (a -c argument is
 # capped at 128 KiB by the kernel).
 BOOTSTRAP = "import sys;exec(compile(sys.stdin.buffer.read(int(sys.stdin.buffer.readline())),'<runner>','exec'))"

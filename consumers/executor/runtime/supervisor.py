@@ -46,10 +46,7 @@ next, so nothing a job leaves reaches the next one.
 """
 
 import ctypes
-import fcntl
-import gc
 import json
-import marshal
 import os
 import resource
 import select
@@ -57,28 +54,25 @@ import signal
 import socket
 import sys
 import time
-from json.encoder import encode_basestring_ascii as _json_string  # json.dumps' own quoting
 
 if __name__ != "__main__":  # on the host (linters, readers): what the sandbox gets from the files above
-    from rollstream.consumers.executor.runtime.candidate import _ERR, _OUT, candidate_main, print_exception
-    from rollstream.consumers.executor.runtime.codec import Decoder, Encoder, Table, dumps, loads
-    from rollstream.consumers.executor.runtime.inprocess import harness
-    from rollstream.consumers.executor.runtime.judge import (
-        Guards,
-        _allowed_devices,
-        _stdlib_dirs,
-        install_guards,
-        judge_main,
-    )
-    from rollstream.consumers.executor.runtime.proxies import _State
+    from rollstream.consumers.executor.runtime.cleanup import cleanup, sysv_ipc_objects
+    from rollstream.consumers.executor.runtime.warmup import warm_up
     from rollstream.consumers.executor.runtime.workspace import (
         WORK,
-        _wipe,
         collect_workspace,
         restore_workspace,
     )
+    from rollstream.consumers.executor.runtime.zygotes import (
+        MAX_TESTS,
+        PR_SET_DUMPABLE,
+        ZYGOTE_GRACE_S,
+        _high,
+        _write_part,
+        prefork,
+        start_zygotes,
+    )
 
-MQUEUE = "/dev/mqueue"
 CHILD_ENV = {
     "PATH": "/usr/local/bin:/usr/bin:/bin",
     "HOME": WORK,
@@ -87,20 +81,11 @@ CHILD_ENV = {
     "PYTHONDONTWRITEBYTECODE": "1",
 }
 MAX_REPORT_BYTES = 1 << 20
-MAX_TESTS = 1000  # RewardSpec's own limit on tests per task
-ZYGOTE_GRACE_S = 2.0  # how long the zygote may take to report after its job was killed
 REPORT_DRAIN_S = 0.02  # how often the report pipe is emptied while a job runs (it wakes nobody)
-PR_SET_DUMPABLE = 4
-FIRST_HOST_FD = 10  # the runner's descriptors sit at or above this; a job's process uses 0-5
 # The container's pids cgroup counter (v1, v2): every task in the container, zombies included.
 TASK_COUNTERS = ("/sys/fs/cgroup/pids/pids.current", "/sys/fs/cgroup/pids.current")
 # OOM kills in the container's memory cgroup (v2, or v1 on kernels >= 4.13).
 OOM_COUNTERS = ("/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control")
-# Modules every job is likely to use, imported once before the zygote forks (shared pages).
-PRELOAD = ("math", "re", "collections", "itertools", "functools", "operator", "string", "heapq", "bisect",
-           "copy", "random", "json", "decimal", "fractions", "datetime", "enum", "io", "contextlib",
-           "pickle", "unittest", "unittest.result", "typing", "dataclasses", "textwrap", "statistics",
-           "importlib.machinery", "sysconfig", "stat")
 
 
 def compile_trusted(host, source, filename):
@@ -207,13 +192,6 @@ class Host:
         self.ahead.clear()
 
 
-def _high(fd):
-    """``fd`` moved to a number of at least FIRST_HOST_FD (the original closed)."""
-    moved = fcntl.fcntl(fd, fcntl.F_DUPFD, FIRST_HOST_FD)
-    os.close(fd)
-    return moved
-
-
 def _open_first(paths):
     for path in paths:
         try:
@@ -224,293 +202,6 @@ def _open_first(paths):
 
 
 # ---------------------------------------------------------------- the zygote and the job's processes
-
-def start_zygotes(host):
-    """Fork the two zygotes, once per container: the runner's heap holds jobs once it has served
-    one and a zygote must never hold any, so a container that lost a zygote is replaced."""
-    if host.zygotes_started:
-        raise RuntimeError("a zygote is gone; this container must be replaced")
-    host.zygotes_started = True
-    for role in (b"C", b"J"):
-        pid = os.fork()
-        if pid == 0:
-            zygote_main(host, role)
-        fd = os.pidfd_open(pid)
-        host.zygotes[pid] = fd
-        host.poller.register(fd, select.POLLIN)
-    prefork(host, (b"C", b"J"))
-
-
-def prefork(host, roles):
-    """Ask these zygotes to fork their next child now, while the container waits for work, and
-    wait until they say they did: the runner knows every process the container should hold
-    (a child that is not one of them outlived its job)."""
-    asked = set()
-    for role in roles:
-        try:
-            socket.send_fds(host.judge_cmd if role == b"J" else host.candidate_cmd, [b"p"], [])
-        except OSError:
-            continue
-        asked.add(role)
-    pending, deadline = b"", time.monotonic() + ZYGOTE_GRACE_S
-    while asked and time.monotonic() < deadline:
-        if not select.select([host.status_r], [], [], max(0.0, deadline - time.monotonic()))[0]:
-            break
-        try:
-            pending += os.read(host.status_r, 256)
-        except BlockingIOError:
-            continue
-        while b"\n" in pending:
-            line, pending = pending.split(b"\n", 1)
-            fields = line.split()
-            if len(fields) == 3 and fields[1] == b"F" and fields[0] in asked:
-                host.ahead[fields[0]] = fields[2].decode()
-                asked.discard(fields[0])
-
-
-def zygote_main(host, role):
-    """Forks this zygote's children, one at a time. Commands on its socket: "p" forks the next
-    child ahead of its job (the runner sends it once the last job is cleaned up, so the fork and
-    the child's setup happen while the container waits for work); the child itself then takes
-    the job's command ("j": a judge; "c": a candidate; "i": an in-process child) and the job's pipe
-    ends from the same socket. A job command that reaches the zygote (no child was waiting) is
-    forked for at once. Reports each child's stop at once and its end. Never returns."""
-    try:
-        for fd in (0, 1, 2):  # never hold the runner's channel to the host
-            os.dup2(host.null, fd)
-        own, other = ((host.judge_cmd_zygote, host.candidate_cmd_zygote) if role == b"J"
-                      else (host.candidate_cmd_zygote, host.judge_cmd_zygote))
-        for sock in (host.judge_cmd, host.candidate_cmd, other):
-            sock.close()
-        for fd in (host.pid_r, host.status_r, host.out_r, host.err_r, host.jout_r, host.jerr_r, host.rep_r):
-            os.close(fd)
-        if role == b"J":  # judges inherit: every catchable signal ignored, the guards in
-            _ignore_signals()
-            install_guards(out_fds=(host.jout_w, host.jerr_w))
-            gc.freeze()
-        sys.stdin = host.stdin  # what every child has (an empty stdin, its argv): set once, here
-        sys.argv = ["solution"]
-        host.own = own
-        while True:
-            command, fds, _, _ = socket.recv_fds(own, 1, 2)
-            if command != b"p" and command not in JOB_MAINS:
-                break
-            pid = os.fork()
-            if pid == 0:
-                _job_process(host, role, command, fds)  # never returns
-            for fd in fds:
-                os.close(fd)
-            if command == b"p":  # the runner counts it as this zygote's until a job takes it
-                os.write(host.status_w, b"%s F %d\n" % (role, pid))
-            while True:
-                _, status = os.waitpid(pid, os.WUNTRACED)
-                if not os.WIFSTOPPED(status):
-                    break
-                os.write(host.status_w, b"%s S %d\n" % (role, pid))
-            os.write(host.status_w, b"%s E %d %d\n" % (role, pid, status))
-    except BaseException:
-        pass
-    os._exit(0)
-
-
-def _job_process(host, role, command, fds):
-    """A zygote's child: its own process group; forked ahead of its job ("p"), it waits for the
-    job's command on the zygote's socket; it reports its pid and runs the job. Never returns."""
-    os.setpgid(0, 0)  # its own process group (killed as one)
-    if command == b"p":
-        _touch()
-        command, fds, _, _ = socket.recv_fds(host.own, 1, 2)
-        if command not in JOB_MAINS:  # the runner went away
-            os._exit(0)
-    os.write(host.pid_w, b"%s %d\n" % (role, os.getpid()))
-    JOB_MAINS[command](host, [_high(fd) for fd in fds])
-
-
-def _ignore_signals():
-    """Every catchable signal ignored (inherited by each judge). SIGCHLD keeps its default
-    (ignored, but children stay waitable)."""
-    for number in range(1, signal.NSIG):
-        if number in (signal.SIGKILL, signal.SIGSTOP, signal.SIGCHLD):
-            continue
-        try:
-            signal.signal(number, signal.SIG_IGN)
-        except (OSError, ValueError, RuntimeError):
-            continue
-
-
-def _touch():
-    """While waiting for its job: make the pages every job writes first (the codec's, the
-    channel's) this process's own now, not on the job's time. Made-up data only."""
-    table = Table(0)
-    encoder = Encoder(table, None)
-    items = [encoder.item([1, "x", (2.5, None)]), encoder.item({"k": b"v"})]
-    message = loads(dumps(["q", 1, "call", items, encoder.finish(), encoder.changes(), None, "", ""]))
-    decoder = Decoder(Table(1), 0, None)
-    decoder.message(message[4], message[5])
-    [decoder.item(item) for item in message[3]]
-
-
-def candidate_child(host, link):
-    """The candidate: the completion and its answers to the judge. Never returns.
-
-    Everything here runs in a fresh fork, where each page written is first copied: the less
-    distinct code and data a child touches, the cheaper a job (docs/executor.md, Throughput)."""
-    def run():
-        code, setup, names, program, out_cap, limits = load_part(host.candidate_part)
-        _enter(host, limits, host.out_w, host.err_w, link[0], link[1])
-        host.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)  # the completion's own process may see itself
-        return candidate_main(code, setup, names, program, 3, 4, out_cap)
-
-    _completion_process(run)
-
-
-def _completion_process(run):
-    """Run a process the completion's code runs in; exit with its status (71: out of memory,
-    72: the runtime itself failed, said on stderr). Never returns."""
-    status = 70
-    try:
-        status = run()
-        sys.stdout.flush()
-        sys.stderr.flush()
-    except MemoryError:
-        status = 71
-    except BaseException as exc:
-        status = 72
-        _say(exc)
-    os._exit(status)
-
-
-def judge_child(host, link):
-    """The judge: this job's setup and tests, against the candidate. Never returns; exits 0 only
-    after reporting ``done``. It stays non-dumpable (no ptrace, no /proc/<pid>/{mem,fd} for
-    same-uid code), as fork leaves it."""
-    status = 73
-    try:
-        part, limits, hook = load_part(host.judge_part)
-        _enter(host, limits, host.jout_w, host.jerr_w, link[0], link[1], host.rep_w)
-        report = Reporter(5)
-        if hook is not None and host.test_hooks:  # tests only: a judge compromised on purpose
-            exec(hook, {"__name__": "hook", "report": report})
-        judge_main(part, 3, 4, report)
-        report.flush()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        status = 0
-    except MemoryError:
-        status = 74
-    except BaseException as exc:
-        _say(exc)
-    os._exit(status)
-
-
-def _enter(host, limits, out, err, *extra):
-    """A job's process: /dev/null as stdin, ``out``/``err`` as stdout/stderr, ``extra`` as 3, 4,
-    ...; every other descriptor closed (the other processes' pipe ends, the job parts); its
-    limits (address space, CPU, file size). The runner's descriptors all sit above 5, so no
-    dup2 here overwrites one still to be moved."""
-    os.dup2(host.null, 0)
-    os.dup2(out, 1)
-    os.dup2(err, 2)
-    for target, source in enumerate(extra, 3):
-        os.dup2(source, target)
-    os.closerange(3 + len(extra), 65536)
-    memory, cpu, fsize = limits
-    resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
-    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu))
-    resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
-
-
-class Reporter:
-    """The judge's events, as JSON lines on its report pipe (written in batches)."""
-
-    def __init__(self, fd):
-        self.fd, self.lines, self.size, self.count = fd, [], 0, 0
-
-    def __call__(self, event):
-        if self.count >= 4 * MAX_TESTS:
-            return
-        self.count += 1
-        line = _event_line(event)
-        self.lines.append(line)
-        self.size += len(line)
-        if self.size > 32768:
-            self.flush()
-
-    def flush(self):
-        data = b"".join(self.lines)
-        self.lines.clear()
-        self.size = 0
-        view = memoryview(data)
-        while view:
-            view = view[os.write(self.fd, view):]
-
-
-def child_main(host, link):
-    """``trust: "in_process"``: setup, code and tests in this one forked process. Never returns."""
-    def run():
-        code, setup, tests, key, report_fd, limits, program, out_cap = load_part(host.candidate_part)
-        # The report channel sits on a random descriptor and every event carries a per-job key:
-        # code that just writes to fd 3 cannot fake test results.
-        _enter(host, limits, host.out_w, host.err_w, host.rep_w)
-        os.dup2(3, report_fd)
-        os.close(3)
-        host.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
-
-        def report(event, _write=os.write, _encode=_event_line):
-            _write(report_fd, _encode(event, key))
-
-        return harness(code, setup, tests, report, program, out_cap)
-
-    _completion_process(run)
-
-
-JOB_MAINS = {b"j": judge_child, b"c": candidate_child, b"i": child_main}
-
-
-def _say(exc):
-    try:
-        os.write(2, f"runner child: {type(exc).__name__}: {exc}\n".encode())
-    except BaseException:
-        pass
-
-
-def _event_line(event, key=None):
-    """One event as a JSON line (with the job's key for an in-process child). By hand rather
-    than with json.dumps, which builds a fresh encoder per call: in a forked child that alone
-    copied some 60 pages per job."""
-    parts = []
-    for name, value in event.items():
-        if value is None:
-            text = "null"
-        elif value is True:
-            text = "true"
-        elif value is False:
-            text = "false"
-        elif type(value) is int:
-            text = int.__repr__(value)
-        elif type(value) is list:
-            text = "[" + ",".join(_json_string(v) for v in value if type(v) is str) + "]"
-        else:
-            text = _json_string(value if type(value) is str else str(value)[:500])
-        parts.append(f'"{name}":{text}')
-    if key is not None:
-        parts.append(f'"k":"{key}"')
-    return ("{" + ",".join(parts) + "}\n").encode()
-
-
-def load_part(fd):
-    """A child's part of the job: PID 1's marshal of trusted data (never the candidate's)."""
-    data = os.pread(fd, os.fstat(fd).st_size, 0)
-    os.close(fd)
-    return marshal.loads(data)
-
-
-def _write_part(fd, part):
-    data = marshal.dumps(part)
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, data, 0)
-
-
 # ---------------------------------------------------------------- PID 1's side of a job
 
 class Capture:
@@ -812,206 +503,11 @@ def _events(capture, key):
     return events
 
 
-def _pids():
-    return [p for p in os.listdir("/proc") if p.isdigit() and p != "1"]
-
-
-def cleanup(host, collect=None):
-    """Make sure no process is left but init and the zygotes, call ``collect()`` (nothing of the
-    job runs any more), then wipe the writable places. Returns (processes that outlived the job,
-    problems). Three tasks in the container's pids cgroup are PID 1 and the zygotes: nothing to
-    reap or kill, the usual case. Otherwise everything but PID 1 is killed, zygotes included
-    (the container is then replaced)."""
-    problems = []
-    survivors = 0
-    expected = 1 + len(host.zygotes) + len(host.ahead)  # a child forked ahead waits for the next job
-    if not host.zygotes or host.tasks() != expected:
-        _reap()  # zombies of the job's orphans, reparented to init, keep the count up
-        live = set(_live_pids(()))
-        for role, pid in list(host.ahead.items()):
-            if pid not in live:  # a child forked ahead that died before its job: its zygote forks anew
-                del host.ahead[role]
-        survivors = len(live - {str(pid) for pid in host.zygotes} - set(host.ahead.values()))
-        count = host.tasks()
-        if survivors or (count is not None and count > 1 + len(host.zygotes) + len(host.ahead)):
-            host.drop_zygotes()
-            problems += _kill_all()
-    if collect is not None:
-        collect()
-    if os.listdir(WORK):
-        _wipe(WORK)
-        if os.listdir(WORK):
-            problems.append("cleanup_failed:work_dir")
-    try:
-        if os.listdir(MQUEUE):  # creating queues is disabled by sysctl; checked anyway
-            _wipe(MQUEUE)
-            problems.append("cleanup_failed:mqueue")
-    except OSError:
-        pass
-    return survivors, problems
-
-
-def _reap():
-    while True:
-        try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
-
-
-def _live_pids(spare):
-    """Processes other than init and ``spare`` that are not zombies."""
-    live = []
-    for p in _pids():
-        if p in spare:
-            continue
-        try:
-            with open(f"/proc/{p}/stat", "rb") as f:
-                state = f.read().rsplit(b")", 1)[1].split()[0]
-        except (OSError, IndexError):
-            continue
-        if state != b"Z":
-            live.append(p)
-    return live
-
-
-def _kill_all():
-    """Kill every process but init (``kill(-1)`` is atomic with respect to fork, so a fork bomb
-    cannot outrun it) and reap them all."""
-    for _ in range(600):
-        try:
-            os.kill(-1, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        _reap()
-        if not _pids():
-            return []
-        time.sleep(0.0005)
-    return ["cleanup_failed:processes"]
-
-
-def sysv_ipc_objects():
-    """SysV IPC objects in this IPC namespace (creating them is disabled by sysctl)."""
-    found = 0
-    for kind in ("shm", "msg", "sem"):
-        try:
-            with open(f"/proc/sysvipc/{kind}") as f:
-                found += len(f.read().splitlines()) - 1
-        except OSError:
-            continue
-    return found
-
-
 def _reply(obj):
     data = (json.dumps(obj) + "\n").encode()
     view = memoryview(data)
     while view:
         view = view[os.write(1, view) :]
-
-
-def warm_up():
-    """Import and exercise, in PID 1, what every job will use, so that it is built once and
-    shared copy-on-write instead of rebuilt in each child; then freeze the heap so no child's GC
-    walks (and copies) it. Only made-up data passes through here: the zygote, forked next, must
-    hold nothing of any job."""
-    for name in PRELOAD:
-        try:
-            __import__(name)
-        except ImportError:
-            continue
-    namespace = {"__name__": "warmup"}
-    exec(compile("def f(x):\n    return [x, {'a': 1}, 'x' * 2]\n", "<warmup>", "exec"), namespace)
-    exec(compile("assert f(1)[0] == 1", "<warmup test>", "exec"), namespace)
-    json.loads(_event_line({"e": "test", "i": 0, "ok": False, "line": None, "msg": "\u00e9"}))
-    try:
-        exec(compile("def g():\n    1 / 0\ng()", "<warmup>", "exec"), namespace)
-    except ZeroDivisionError as exc:
-        stderr, sys.stderr = sys.stderr, open(os.devnull, "w")
-        try:
-            print_exception(exc)
-        finally:
-            sys.stderr.close()
-            sys.stderr = stderr
-    _stdlib_dirs()
-    _allowed_devices()
-    _warm_protocol()
-    gc.collect()
-    gc.freeze()
-    ctypes.CDLL(None).malloc_trim(0)  # give back what the imports and the warm-up freed: fewer pages per fork
-
-
-WARM_CODE = """
-class S:
-    def __init__(self):
-        self.items = []
-    def push(self, x):
-        self.items.append(x)
-    def pop(self):
-        return self.items.pop()
-    def __len__(self):
-        return len(self.items)
-def f(x):
-    if x < 0:
-        raise ValueError('negative')
-    return [x, 1.5, 'x', None, True, (x,), {x: {x}}]
-def g(n):
-    yield from range(n)
-"""
-WARM_TESTS = (
-    "assert f(1) == [1, 1.5, 'x', None, True, (1,), {1: {1}}]",
-    "s = S()\ns.push([1, (2,)])\nassert s.pop() == [1, (2,)] and len(s) == 0",
-    "with raises(ValueError):\n    f(-1)",
-    "assert list(g(3)) == [0, 1, 2]\nassert f(2) != f(3)",
-)
-
-
-def _warm_protocol(rounds=12):
-    """Made-up jobs between a judge and a candidate, each side run here in turn against the other
-    in a fork: the interpreter specialises the code both sides run, here, once, instead of in
-    every job's fork. (Forks, not threads: importing threading alone would cost every later fork
-    a hundred page faults.)"""
-    saved = sys.stdout, sys.stderr, sys.argv, sys.modules.get("__main__")
-    tests = [compile(t, f"<warm {i}>", "exec") for i, t in enumerate(WARM_TESTS)]
-    names = ["S", "f", "g", "s"]
-    part = (None, tests, names, "f", [], ["f()"], False)
-    try:
-        for side in ("judge", "candidate"):
-            for _ in range(rounds):
-                req_r, req_w = os.pipe()
-                resp_r, resp_w = os.pipe()
-                pid = os.fork()
-                if pid == 0:  # the other side
-                    try:
-                        if side == "judge":
-                            os.close(req_w)
-                            candidate_main(WARM_CODE, None, names, False, req_r, resp_w, 1 << 16)
-                        else:
-                            os.close(req_r)
-                            judge_main(part, resp_r, req_w, lambda event: None, guarded=False)
-                    finally:
-                        os._exit(0)
-                try:
-                    if side == "judge":
-                        judge_main(part, resp_r, req_w, lambda event: None, guarded=False)
-                    else:
-                        os.close(req_w)
-                        req_w = None
-                        candidate_main(WARM_CODE, None, names, False, req_r, resp_w, 1 << 16)
-                finally:
-                    for fd in (req_r, req_w, resp_r, resp_w):
-                        if fd is not None:
-                            os.close(fd)
-                    os.waitpid(pid, 0)
-    finally:
-        sys.stdout, sys.stderr, sys.argv = saved[:3]
-        sys.modules["__main__"] = saved[3]
-        sys.modules.pop("solution", None)
-        Guards.current = None  # the zygotes hold no job, made-up or not
-        _State.judge = None
-        _OUT.drain()
-        _ERR.drain()
 
 
 def main():
