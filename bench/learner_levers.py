@@ -9,6 +9,8 @@ load hits them alike; one warm-up step each first. Per lever, before -> after:
   fused chunked pass (learner/loss.py ``SampledLogprob``); prefix sharing off on both.
 * ``prefix_sharing``: ``learner.prefix_sharing`` false -> true (fused pass on both).
 * ``bf16``: ``learner.dtype`` float32 -> bfloat16 (prefix sharing on both).
+* ``--overlap``: two steps each followed by a publish, the publish awaited against overlapped
+  with the next step (``learner.overlap_publish``), alternating.
 * ``publish_s``: one publish of the bf16 weights to a Redis weight store (gather, cast, stream),
   when $ROLLSTREAM_BENCH_REDIS (default 127.0.0.1:6379) answers.
 
@@ -123,6 +125,54 @@ async def publish_seconds(model: torch.nn.Module, repeats: int) -> list[float]:
     return times
 
 
+async def publish_overlap(model: torch.nn.Module, items: list[AdvantagedRollout], reps: int) -> dict[str, list[float]]:
+    """Seconds of two steps each followed by a publish to Redis (the learner loop's own
+    ``publish``), with the publish awaited (``overlap_publish`` false) or overlapped with the next
+    step's forward and backward (true); the two alternate, one warm-up pair first."""
+    from types import SimpleNamespace
+
+    from rollstream.config import Config, InfraConfig
+    from rollstream.learner.train import LearnerLoop, Lineage
+    from rollstream.redis import connect, delete_prefix
+    from rollstream.weights import WeightStore
+
+    class Announcements:
+        async def send(self, *args: object) -> None: ...
+
+    client = connect(os.environ.get("ROLLSTREAM_BENCH_REDIS", "redis://127.0.0.1:6379/0"))
+    prefix = f"bench:overlap:{uuid.uuid4().hex[:8]}:"
+    metrics = SimpleNamespace(broadcast_seconds=SimpleNamespace(observe=lambda _: None),
+                              publish_peak_extra=SimpleNamespace(set=lambda _: None))
+    times: dict[str, list[float]] = {"awaited": [], "overlapped": []}
+    try:
+        await client.ping()
+        store = WeightStore(client, key_prefix=prefix, keep_versions=1, expire_grace_s=0)
+        for rep in range(reps + 1):
+            for mode in times:
+                settings = LearnerConfig(micro_batch=8, optim=OptimConfig(lr=1e-6, warmup_steps=0),
+                                         overlap_publish=mode == "overlapped")
+                trainer = Trainer(model, settings)
+                config = Config(infra=InfraConfig(key_prefix=prefix), learner=settings)
+                loop = LearnerLoop(config, trainer, None, Lineage(step=0, version=rep * 10), None,  # type: ignore[arg-type]
+                                   Announcements(), store, client, metrics, "bench")  # type: ignore[arg-type]
+                started = time.perf_counter()
+                for _ in range(2):
+                    await asyncio.to_thread(trainer.step, items)
+                    loop.lineage.version += 1
+                    await loop.publish(overlap=loop.overlap)
+                await loop.publish_done()
+                elapsed = time.perf_counter() - started
+                print(f"rep {rep} publish {mode}: {elapsed:.2f} s for 2 steps + 2 publishes", flush=True)
+                if rep:
+                    times[mode].append(round(elapsed, 3))
+    except OSError as exc:
+        print(f"no Redis for the overlap figure: {exc}", file=sys.stderr)
+    finally:
+        await delete_prefix(client, prefix)
+        await client.aclose()
+    return times
+
+
 def real_model_gradient_check(model: torch.nn.Module, items: list[AdvantagedRollout]) -> float:
     """|grad(shared) - grad(plain)| / |grad(plain)| of one group's loss on the real model."""
     from rollstream.learner.batch import collate
@@ -146,10 +196,20 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--overlap", action="store_true", help="only the publish overlap figure")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     model = load_model(args.model)
     items = make_rollouts(model.config.vocab_size)
+    if args.overlap:
+        load = os.getloadavg()
+        times = asyncio.run(publish_overlap(model, items, args.reps))
+        result = {"two_steps_and_publishes_s": times, "loadavg": {"before": load, "after": os.getloadavg()},
+                  "median_s": {k: statistics.median(v) for k, v in times.items() if v}}
+        print(json.dumps(result, indent=2))
+        if args.json:
+            args.json.write_text(json.dumps(result, indent=2))
+        return
     names = args.variants.split(",")
     times: dict[str, list[float]] = {n: [] for n in names}
     load = {"before": os.getloadavg()}
