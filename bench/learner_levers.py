@@ -8,7 +8,8 @@ load hits them alike; one warm-up step each first. Per lever, before -> after:
 * ``fused_logprob``: the full [B, T, V] log-softmax + gather (the formula before) against the
   fused chunked pass (learner/loss.py ``SampledLogprob``); prefix sharing off on both.
 * ``prefix_sharing``: ``learner.prefix_sharing`` false -> true (fused pass on both).
-* ``bf16``: ``learner.dtype`` float32 -> bfloat16 (prefix sharing on both).
+* ``bf16``: ``learner.dtype`` float32 -> bfloat16 (prefix sharing on both);
+  ``bf16_logprob_abs_diff``: the sampled tokens' log-probs under bf16 against fp32 (nats).
 * ``--overlap``: two steps each followed by a publish, the publish awaited against overlapped
   with the next step (``learner.overlap_publish``), alternating.
 * ``publish_s``: one publish of the bf16 weights to a Redis weight store (gather, cast, stream),
@@ -189,6 +190,19 @@ def real_model_gradient_check(model: torch.nn.Module, items: list[AdvantagedRoll
     return float((grads[1] - grads[0]).norm() / grads[0].norm())
 
 
+def bf16_logprob_drift(model: torch.nn.Module, items: list[AdvantagedRollout]) -> dict[str, float]:
+    """How far the learner's sampled-token log-probs under bf16 autocast are from fp32 (nats)."""
+    from rollstream.learner.batch import collate
+    from rollstream.learner.trainer import completion_logprobs
+
+    batch = collate(items[:4])
+    with torch.no_grad():
+        fp32, _ = completion_logprobs(model, batch)
+        bf16, _ = completion_logprobs(model, batch, dtype=torch.bfloat16)
+    diff = (fp32 - bf16)[batch.loss_mask.bool()].abs()
+    return {"max": round(float(diff.max()), 4), "mean": round(float(diff.mean()), 4)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--reps", type=int, default=3)
@@ -231,6 +245,7 @@ def main() -> None:
                          if a in median and b in median}
     result["publish_s"] = asyncio.run(publish_seconds(model, 3))
     result["prefix_sharing_grad_rel_diff"] = real_model_gradient_check(model, items)
+    result["bf16_logprob_abs_diff"] = bf16_logprob_drift(model, items)
     print(json.dumps(result, indent=2))
     if args.json:
         args.json.write_text(json.dumps(result, indent=2))
