@@ -365,10 +365,13 @@ class LearnerConfig(Section):
     against its KV cache (gradients equal the unshared forward's to fp32 rounding). Micro-batches
     are then made of one group's rollouts each. One rank only (ddp/fsdp ranks run the plain
     forward: one forward call per backward)."""
-    overlap_publish: bool = True
+    overlap_publish: bool = False
     """Publish a step's weights while the next step's forward and backward run; that step's
     optimizer update waits until the publish has read every tensor (no second copy of the
-    weights is made). One rank only (a multi-rank publish gathers across ranks that are training)."""
+    weights is made). One rank only (a multi-rank publish gathers across ranks that are training).
+    Off by default: on 2 busy CPU cores the publish's cast and Redis compete with the step for the
+    same cores and no gain was measurable (docs/learner.md); it pays where the learner leaves
+    cores idle (a GPU learner)."""
     loss: LossConfig = LossConfig()
     """[learner.loss]: the objective."""
     optim: OptimConfig = OptimConfig()

@@ -176,7 +176,7 @@ class Recorder:
 
 async def overlapped_publish_then_step(model: torch.nn.Module, trainer: Trainer, store: SlowStore,
                                        items: list[AdvantagedRollout]) -> float:
-    config = Config(learner=settings(broadcast_dtype="float32"))
+    config = Config(learner=settings(broadcast_dtype="float32", overlap_publish=True))
     recorder = Recorder()
     metrics = SimpleNamespace(broadcast_seconds=recorder, publish_peak_extra=SimpleNamespace(set=lambda _: None))
     loop = LearnerLoop(config, trainer, None, Lineage(step=1, version=1), None, recorder, store, recorder,
