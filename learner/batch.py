@@ -154,6 +154,17 @@ def micro_batches(items: Sequence[AdvantagedRollout], micro_batch: int, pad_id: 
             for i in range(0, len(ordered), micro_batch)]
 
 
+def group_micro_batches(items: Sequence[AdvantagedRollout], micro_batch: int, pad_id: int = 0,
+                        family_weights: Mapping[str, float] | None = None) -> list[Batch]:
+    """Like :func:`micro_batches`, but each micro-batch holds rollouts of one group only (so they
+    share their prompt; learner.prefix_sharing), sorted by length inside the group."""
+    groups: dict[str, list[AdvantagedRollout]] = {}
+    for item in items:
+        groups.setdefault(item.rollout.group_id, []).append(item)
+    return [batch for members in groups.values()
+            for batch in micro_batches(members, micro_batch, pad_id, family_weights)]
+
+
 # --- a step across ranks -------------------------------------------------------------------------
 
 

@@ -27,13 +27,16 @@ estimator.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 
 from rollstream.config import LossConfig
 
 LossAgg = Literal["token_mean", "sequence_mean"]
+
+
+CHUNK_ELEMENTS = 1 << 22  # ~16 MB of fp32 logits at a time in the fused log-prob pass
 
 
 def token_logprobs(
@@ -46,17 +49,67 @@ def token_logprobs(
     so the learner's must be too). Returns ``(logprobs, entropy)``, each [B, T] and aligned with
     ``input_ids``: position t holds log p(input_ids[t] | input_ids[:t]); position 0 (no
     prefix) is 0. Entropy is computed without gradient (it is reported, not optimised).
+
+    No [B, T, V] log-softmax is materialised or kept for backward: ``SampledLogprob`` computes
+    ``logits[y] / tau - logsumexp(logits / tau)`` a chunk of positions at a time and its backward
+    writes ``(onehot(y) - softmax) / tau`` straight into the logits' gradient.
     """
-    logits = logits[:, :-1].float()  # [B, T-1, V]: position t predicts token t+1
-    if temperature is not None:
-        logits = logits / temperature.clamp_min(1e-6).view(-1, 1, 1).to(logits.dtype)
-    logp_all = torch.log_softmax(logits, dim=-1)  # [B, T-1, V]
-    targets = input_ids[:, 1:].unsqueeze(-1)  # [B, T-1, 1]
-    logprobs = logp_all.gather(-1, targets).squeeze(-1)  # [B, T-1]
-    with torch.no_grad():
-        entropy = -(logp_all.exp() * logp_all).sum(-1)  # [B, T-1]
+    temps = None if temperature is None else temperature.clamp_min(1e-6).float()
+    logprobs, entropy = sampled_logprobs(logits[:, :-1], input_ids[:, 1:], temps)  # [B, T-1] each
     pad = logprobs.new_zeros(logprobs.shape[0], 1)
     return torch.cat([pad, logprobs], dim=1), torch.cat([pad, entropy], dim=1)
+
+
+def sampled_logprobs(logits: torch.Tensor, targets: torch.Tensor,
+                     temperature: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``log softmax(logits / tau)[targets]`` [B, N] (with grad) and the entropy [B, N] (without),
+    for ``logits`` [B, N, V], ``targets`` [B, N], ``temperature`` [B] (None: 1)."""
+    if temperature is None:
+        temperature = torch.ones(logits.shape[0], dtype=torch.float32, device=logits.device)
+    logprobs, entropy = SampledLogprob.apply(logits, targets, temperature.to(logits.device))
+    return logprobs, entropy
+
+
+def _chunks(logits: torch.Tensor) -> list[tuple[int, int, int]]:
+    """(row, start, stop) spans of positions, each about CHUNK_ELEMENTS logits."""
+    _, length, vocab = logits.shape
+    rows = logits.shape[0]
+    step = max(1, CHUNK_ELEMENTS // max(vocab, 1))
+    return [(b, t, min(t + step, length)) for b in range(rows) for t in range(0, length, step)]
+
+
+class SampledLogprob(torch.autograd.Function):
+    """Fused, chunked log-prob of the sampled tokens and entropy; saves only the logits."""
+
+    @staticmethod
+    def forward(ctx: Any, logits: torch.Tensor, targets: torch.Tensor,
+                temperature: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        rows, length, _ = logits.shape
+        logprobs = torch.empty(rows, length, dtype=torch.float32, device=logits.device)
+        entropy = torch.empty_like(logprobs)
+        lse = torch.empty_like(logprobs)
+        for b, t0, t1 in _chunks(logits):
+            x = logits[b, t0:t1].float() / temperature[b]  # [n, V]
+            chunk_lse = torch.logsumexp(x, dim=-1)  # [n]
+            lse[b, t0:t1] = chunk_lse
+            logprobs[b, t0:t1] = x.gather(-1, targets[b, t0:t1].unsqueeze(-1)).squeeze(-1) - chunk_lse
+            probs = torch.exp(x - chunk_lse.unsqueeze(-1))
+            entropy[b, t0:t1] = chunk_lse - (probs * x).sum(-1)
+        ctx.save_for_backward(logits, targets, temperature, lse)
+        ctx.mark_non_differentiable(entropy)
+        return logprobs, entropy
+
+    @staticmethod
+    def backward(ctx: Any, grad_logprobs: torch.Tensor, _grad_entropy: torch.Tensor) -> tuple[Any, ...]:
+        logits, targets, temperature, lse = ctx.saved_tensors
+        grad = torch.empty_like(logits)
+        for b, t0, t1 in _chunks(logits):
+            x = logits[b, t0:t1].float() / temperature[b]  # [n, V]
+            g = (grad_logprobs[b, t0:t1] / temperature[b]).unsqueeze(-1)  # [n, 1]
+            chunk = torch.exp(x - lse[b, t0:t1].unsqueeze(-1)).mul_(-g)  # -softmax * g / tau
+            chunk.scatter_add_(-1, targets[b, t0:t1].unsqueeze(-1), g)
+            grad[b, t0:t1] = chunk.to(grad.dtype)
+        return grad, None, None
 
 
 def policy_loss(

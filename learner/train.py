@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import threading
 import time
 import uuid
 from collections import deque
@@ -199,10 +200,30 @@ class LearnerLoop:
         self.duplicates: list[Delivery[GroupAdvantaged]] = []  # already consumed by this lineage: skipped
         self.invalid: list[tuple[Delivery[GroupAdvantaged], str]] = []  # cannot be trained: dead-lettered
         self._vocab: int | None = None
+        # learner.overlap_publish (one rank): the publish runs as a task while the next step's
+        # forward and backward run; the step's optimizer update waits for ``weights_free``.
+        self.overlap = config.learner.overlap_publish and isinstance(trainer, Trainer) and trainer.ranks is None
+        self.publishing: asyncio.Task[None] | None = None
+        self.weights_free = threading.Event()
+        self.weights_free.set()
+        if self.overlap:
+            trainer.before_update = self.weights_free.wait
 
     async def run(self, stop: asyncio.Event) -> None:
+        try:
+            await self.loop(stop)
+        finally:
+            if self.publishing is not None and not self.publishing.done():  # failing: do not leave it behind
+                self.publishing.cancel()
+                await asyncio.gather(self.publishing, return_exceptions=True)
+        log.info("learner run %s stopped at step %d (version %d)", self.run_id, self.lineage.step,
+                 self.lineage.version)
+
+    async def loop(self, stop: asyncio.Event) -> None:
         c, per_step = self.config.learner, self.config.rl.groups_per_step
         while not stop.is_set() and not (c.max_steps and self.lineage.step >= c.max_steps):
+            if self.publishing is not None and self.publishing.done():
+                await self.publish_done()  # raises what failed it
             await self.fill(per_step)
             if self.filtered or self.duplicates or self.invalid:
                 await self.settle_unstepped()
@@ -213,14 +234,13 @@ class LearnerLoop:
             if trained:
                 self.unpublished += len(groups)
                 if self.lineage.step % c.broadcast_every == 0:
-                    await self.publish()
+                    await self.publish(overlap=self.overlap)
             await self.release()
             if trained and c.checkpoint.every and self.lineage.step % c.checkpoint.every == 0:
                 await self.checkpoint()
+        await self.publish_done()
         if self.checkpointed != (self.lineage.step, self.lineage.groups_consumed):
             await self.checkpoint()
-        log.info("learner run %s stopped at step %d (version %d)", self.run_id, self.lineage.step,
-                 self.lineage.version)
 
     async def fill(self, wanted: int) -> None:
         """Poll until ``wanted`` groups are buffered (or a poll comes back empty)."""
@@ -412,7 +432,31 @@ class LearnerLoop:
             raw.resume(*raw.paused())
         return task.result()
 
-    async def publish(self) -> None:
+    async def publish(self, overlap: bool = False) -> None:
+        """Publish this version's weights; ``overlap``: start it as a task and return (the next
+        step trains meanwhile and waits for it before changing a weight). One publish at a time."""
+        await self.publish_done()
+        if not overlap:
+            await self.publish_now()
+            return
+        self.weights_free.clear()
+
+        async def publish_then_release() -> None:
+            try:
+                await self.publish_now()
+            finally:
+                self.weights_free.set()
+            await self.release()
+
+        self.publishing = asyncio.create_task(publish_then_release())
+
+    async def publish_done(self) -> None:
+        """Wait for an overlapped publish (its failure is raised here)."""
+        task, self.publishing = self.publishing, None
+        if task is not None:
+            await task
+
+    async def publish_now(self) -> None:
         """Stream the weights to the store one tensor at a time (gathered across the ranks, LoRA
         merged, cast to ``broadcast_dtype``): the publishing rank holds a tensor (Redis store) or
         one file's worth (file store) besides the model; its peak extra memory is measured."""

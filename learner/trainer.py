@@ -19,14 +19,21 @@ from __future__ import annotations
 import contextlib
 import inspect
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from rollstream.config import LearnerConfig, OptimConfig
-from rollstream.learner.batch import Batch, UpdatePlan, idle_batch, micro_batches, plan_step
+from rollstream.learner.batch import (
+    Batch,
+    UpdatePlan,
+    group_micro_batches,
+    idle_batch,
+    micro_batches,
+    plan_step,
+)
 from rollstream.learner.lora import iter_merged_weights
 from rollstream.learner.loss import policy_loss, token_logprobs
 from rollstream.schemas.events import AdvantagedRollout
@@ -82,6 +89,13 @@ class Trainer:
         self.device = torch.device(device)
         self.optimizer, self.scheduler = build_optimizer(model, settings.optim)
         self.model.train()
+        # One rank only: sharing runs two forwards per backward, which DDP's reducer and FSDP's
+        # reshard-after-forward do not expect.
+        self.share_prefix = settings.prefix_sharing and ranks is None
+        self.dtype = getattr(torch, settings.dtype)
+        # Called (in the training thread) before every optimizer update: an overlapped publish
+        # still reading the weights makes it wait (learner.overlap_publish).
+        self.before_update: Callable[[], object] | None = None
 
     def step(self, rollouts: Sequence[AdvantagedRollout]) -> StepResult:
         """One policy version's worth of training on ``rollouts`` (already filtered for staleness)."""
@@ -97,8 +111,9 @@ class Trainer:
         s = self.settings
         batches = []
         for update in plan:
-            mini = [b.to(self.device) for b in micro_batches(update.shares[rank], s.micro_batch, self.pad_id,
-                                                             s.family_loss_weights)]
+            split = group_micro_batches if self.share_prefix else micro_batches
+            mini = [b.to(self.device) for b in split(update.shares[rank], s.micro_batch, self.pad_id,
+                                                     s.family_loss_weights)]
             # Every rank runs as many micro-batches (FSDP's collectives pair up); an idle one adds nothing.
             mini += [idle_batch(self.pad_id, self.device) for _ in range(update.micro_batches - len(mini))]
             batches.append(mini)
@@ -118,6 +133,8 @@ class Trainer:
                 for key in MEAN_STATS:
                     weighted[key] += stats[key] * stats["tokens"]
             norms.append(self._clip())
+            if self.before_update is not None:
+                self.before_update()
             self.optimizer.step()
             self.optimizer.zero_grad(set_to_none=True)
         lr = self.scheduler.get_last_lr()[0]
@@ -162,7 +179,7 @@ class Trainer:
     def _micro_step(
         self, batch: Batch, prox: torch.Tensor | None, step_tokens: int, step_sequences: int
     ) -> tuple[float, dict[str, float]]:
-        logprobs, entropy = completion_logprobs(self.runner, batch)  # [B, T]
+        logprobs, entropy = self._logprobs(self.runner, batch)  # [B, T]
         ref = self._ref_logprobs(batch) if self.settings.loss.kl_beta > 0 else None
         loss, stats = policy_loss(
             logprobs,
@@ -191,9 +208,12 @@ class Trainer:
         with disable():
             return self._logprobs_no_grad(self.runner, batch)
 
+    def _logprobs(self, model: torch.nn.Module, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+        return completion_logprobs(model, batch, share_prefix=self.share_prefix, dtype=self.dtype)
+
     def _logprobs_no_grad(self, model: torch.nn.Module, batch: Batch) -> torch.Tensor:
         with torch.no_grad():
-            return completion_logprobs(model, batch)[0]  # [B, T]
+            return self._logprobs(model, batch)[0]  # [B, T]
 
     def _params(self) -> list[torch.nn.Parameter]:
         return [p for p in self.model.parameters() if p.requires_grad]
@@ -207,25 +227,67 @@ def _keeps_logits(model: torch.nn.Module) -> bool:
     return "logits_to_keep" in inspect.signature(inner.forward).parameters
 
 
-def completion_logprobs(model: torch.nn.Module, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+def completion_logprobs(model: torch.nn.Module, batch: Batch, *, share_prefix: bool = False,
+                        dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
     """``token_logprobs`` of ``batch`` [B, T] (log-probs, entropy), with the vocabulary projection
     and the log-softmax computed only from the last position before the batch's first generated
     token on: the prompt positions before it get no logits (they would be [*, V] with V = 49152
     for SmolLM2, a quarter to a half of a step's work) and read 0, as position 0 does.
-    Models without ``logits_to_keep`` get every position's logits, with the same result."""
+    Models without ``logits_to_keep`` get every position's logits, with the same result.
+
+    ``share_prefix``: the tokens every row has in common before that position (a group's prompt)
+    go through the model once, and the rows' remainders attend to its KV cache, expanded to the
+    batch (gradients flow back through the expansion, so they are those of the unshared forward).
+    ``dtype`` bfloat16: the forward runs under CPU/CUDA autocast (weights stay fp32)."""
     generated = batch.loss_mask.sum(0).nonzero()
     start = max(0, int(generated[0]) - 1) if len(generated) else 0
     length = batch.input_ids.shape[1]
-    if _keeps_logits(model):
-        logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
-                       logits_to_keep=length - start).logits  # [B, T - start, V]
-    else:
-        logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits[:, start:]
+    keeps = _keeps_logits(model)
+    prefix = shared_prefix(batch.input_ids, start) if share_prefix and keeps else 0
+    with _autocast(batch.input_ids.device, dtype):
+        if prefix:
+            logits = _prefix_shared_forward(model, batch, prefix, length - start)
+        elif keeps:
+            logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
+                           logits_to_keep=length - start).logits  # [B, T - start, V]
+        else:
+            logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits[:, start:]
     logprobs, entropy = token_logprobs(logits, batch.input_ids[:, start:], batch.temperatures)
     if start == 0:
         return logprobs, entropy
     pad = logprobs.new_zeros(logprobs.shape[0], start)
     return torch.cat([pad, logprobs], dim=1), torch.cat([pad, entropy], dim=1)
+
+
+def shared_prefix(input_ids: torch.Tensor, limit: int) -> int:
+    """How many leading tokens every row of ``input_ids`` [B, T] shares, at most ``limit``;
+    0 when there is nothing to share (one row, or fewer than 2 common tokens)."""
+    if input_ids.shape[0] < 2 or limit < 2:
+        return 0
+    same = (input_ids[:, :limit] == input_ids[:1, :limit]).all(0)  # [limit]
+    differs = (~same).nonzero()
+    common = int(differs[0]) if len(differs) else limit
+    return common if common >= 2 else 0
+
+
+def _prefix_shared_forward(model: torch.nn.Module, batch: Batch, prefix: int, keep: int) -> torch.Tensor:
+    """Logits [B, keep, V] of the last ``keep`` positions, the first ``prefix`` tokens (shared
+    by every row) run once. The prefix's positions get no logits: ``keep <= T - prefix``."""
+    rows = batch.input_ids.shape[0]
+    head = model(input_ids=batch.input_ids[:1, :prefix], attention_mask=batch.attention_mask[:1, :prefix],
+                 use_cache=True, logits_to_keep=1)
+    cache = head.past_key_values
+    if cache is None:  # a model that keeps no cache in training (gradient checkpointing): no sharing
+        return model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, logits_to_keep=keep).logits
+    cache.batch_repeat_interleave(rows)  # [1, H, P, D] -> [B, H, P, D], differentiable
+    return model(input_ids=batch.input_ids[:, prefix:], attention_mask=batch.attention_mask,
+                 past_key_values=cache, use_cache=True, logits_to_keep=keep).logits  # [B, keep, V]
+
+
+def _autocast(device: torch.device, dtype: torch.dtype) -> Any:
+    if dtype == torch.float32:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.type, dtype=dtype)
 
 
 def sequence_logprob(model: torch.nn.Module, batch: Batch) -> torch.Tensor:

@@ -356,6 +356,22 @@ class LearnerConfig(Section):
     """torch.distributed backend: "auto" is nccl on CUDA devices, gloo on CPU."""
     torch_threads: NonNegInt = 0
     """torch intra-op CPU threads per rank (0: torch's default)."""
+    dtype: Literal["float32", "bfloat16"] = "float32"
+    """Compute dtype of the learner's forward and backward: "bfloat16" runs them under autocast
+    (CPUs with AVX-512-BF16 or AMX, CUDA); weights, gradients and optimizer state stay fp32, and
+    the log-probs and the loss are computed in fp32 from the bf16 logits."""
+    prefix_sharing: bool = True
+    """Run a group's shared prompt through the model once per micro-batch and the G completions
+    against its KV cache (gradients equal the unshared forward's to fp32 rounding). Micro-batches
+    are then made of one group's rollouts each. One rank only (ddp/fsdp ranks run the plain
+    forward: one forward call per backward)."""
+    overlap_publish: bool = False
+    """Publish a step's weights while the next step's forward and backward run; that step's
+    optimizer update waits until the publish has read every tensor (no second copy of the
+    weights is made). One rank only (a multi-rank publish gathers across ranks that are training).
+    Off by default: on 2 busy CPU cores the publish's cast and Redis compete with the step for the
+    same cores and no gain was measurable (docs/learner.md); it pays where the learner leaves
+    cores idle (a GPU learner)."""
     loss: LossConfig = LossConfig()
     """[learner.loss]: the objective."""
     optim: OptimConfig = OptimConfig()
