@@ -31,8 +31,9 @@ The sides:
 Timing: the sides alternate (TRL, rollstream, TRL, rollstream, ...), at least two rounds; each
 side runs ``steps + 1`` optimizer steps and the first is excluded (model loading, start-up).
 A step's time is the time between consecutive step ends. Before each side the machine is
-checked idle (load average, CPU used by other processes over 3 s); a round with a loaded check
-is flagged and repeated (``--retries`` times at most; a round still loaded is kept, flagged).
+checked idle: the CPU other processes use over 3-s windows (up to a minute for it to settle;
+the load average is recorded too). A round with a loaded check is flagged and repeated
+(``--retries`` times at most; a round still loaded is kept, flagged).
 
 ``trl_ratio`` = rollstream completions/s / TRL completions/s, each the median over timed steps
 of completions trained in the step / the step's time. Variants (not with ``--quick``):
@@ -241,7 +242,8 @@ def run_rollstream(steps: int, *, filter_zero_variance: bool = False, overrides:
             *[a for o in overrides for a in ("--set", o)]]
     started = time.time()
     proc = subprocess.Popen(argv, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                            env={**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": os.pathsep.join(
+                                filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))})  # this checkout's code
     sampler = probe.Sampler()
     sampler.pids["run"] = proc.pid
     watch = RunWatch(proc, sampler)
@@ -342,15 +344,18 @@ def ratio(ours: dict[str, Any], theirs: dict[str, Any]) -> float | None:
     return round(ours["completions_per_s"] / theirs["completions_per_s"], 3)
 
 
-def waits(summary: dict[str, Any]) -> str:
+def waits(summary: dict[str, Any], threads: dict[str, Any]) -> str:
     """Which rollstream stage waits, and how the cores were used, in words."""
     b = summary["breakdown_median_s"]
     gen, learn = b.get("generator_wait_s") or 0.0, b.get("learner_wait_s") or 0.0
     who = "the learner waits for rollouts" if learn > gen else "the generator waits (for weights or prompts)"
     cores = summary["machine_busy_cores_median"] or 0.0
-    use = ("a core is idle part of the time" if cores < 0.9 * probe.CORES else
-           "the cores are fully busy (oversubscribed when the threads exceed them)")
-    return f"{who} (median wait: learner {learn} s, generator {gen} s a step); {use} ({cores} of {probe.CORES} busy)"
+    compute = (threads["generator_torch_threads"] or probe.CORES) + (threads["learner_torch_threads"] or probe.CORES)
+    use = "a core is idle part of the time" if cores < 0.9 * probe.CORES else "every core is busy"
+    use += (f", with {compute} torch threads (generator + learner) on {probe.CORES} cores: "
+            + ("oversubscribed" if compute > probe.CORES else "not oversubscribed"))
+    return (f"{who} (median wait a step: learner {learn} s, generator {gen} s); {use} "
+            f"({cores} cores busy, the whole machine)")
 
 
 def calibrate_trl(steps: int) -> dict[str, Any]:
@@ -399,7 +404,7 @@ def main() -> None:
                    trl_threads=headline[0]["sides"]["trl"]["torch_threads"],
                    rollstream_threads=headline[0]["sides"]["rollstream"]["threads"],
                    rounds_flagged_loaded=sum(r["flagged_loaded"] for r in headline),
-                   rollstream_waits=waits(ours))
+                   rollstream_waits=waits(ours, headline[0]["sides"]["rollstream"]["threads"]))
     # A figure to quote: the fair bench's minimum (2 rounds, 6 timed steps a side) on an idle machine.
     figures["valid_figure"] = rounds >= 2 and steps >= 6 and figures["rounds_flagged_loaded"] == 0
     if not args.quick:
