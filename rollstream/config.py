@@ -111,8 +111,10 @@ class SamplerConfig(Section):
     """Prometheus port (0 = do not serve)."""
     run_name: Annotated[str, Meta(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")] = "run"
     """Names the sampler's persisted position (Redis) and its group ids ("{run_name}-{epoch}-{position}")."""
-    poll_s: PositiveFloat = 0.5
-    """How often a paused sampler re-reads the learner's progress."""
+    poll_s: PositiveFloat = 0.05
+    """How often a paused sampler re-reads the learner's progress (two Redis reads). Every step
+    of a run at the in-flight cap (always at max_staleness = 0) waits up to this long for its
+    next prompts."""
     max_batch: PositiveInt = 64
     """Most prompts sent in one acknowledged batch (the position is persisted after each batch)."""
     adaptive_window: PositiveInt = 4
@@ -258,8 +260,9 @@ class StreamConfig(Section):
     """At the deadline, emit a partial group only if it has at least this many rollouts."""
     batch_max: PositiveInt = 2000
     """Most rewards taken off the stream and stored in Redis as one batch."""
-    batch_within_s: PositiveFloat = 0.2
-    """Longest wait to fill a batch before processing what arrived (bigger batches: less CPU per reward)."""
+    batch_within_s: PositiveFloat = 0.03
+    """Longest wait to fill a batch before processing what arrived (bigger batches: less CPU per reward).
+    Every group's last reward waits up to this long: it is on the round trip of a synchronous step."""
     sweep_interval_s: PositiveFloat = 1.0
     """How often a worker looks for its groups past their deadline (or left ready by a crash)."""
     done_ttl_s: PositiveInt = 7 * 24 * 3600

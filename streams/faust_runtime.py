@@ -40,6 +40,8 @@ from typing import Any, NoReturn, Protocol
 
 import faust
 from aiokafka.errors import KafkaError as AIOKafkaError
+from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread
+from faust.transport.drivers.aiokafka import Transport as AIOKafkaTransport
 
 from rollstream.config import Config, StreamConfig
 from rollstream.infra import Endpoints
@@ -111,11 +113,44 @@ class LeanMonitor(faust.Monitor):
         pass
 
 
+class _ConsumerThread(AIOKafkaConsumerThread):
+    """Faust's consumer thread with the fetch wait of ``infra.fetch_max_wait_ms``: Faust fixes it
+    at 1500 ms. Kafka answers a fetch as soon as data arrives, but a broker may hold an empty
+    fetch for its whole wait (the local one does), and a record produced meanwhile then waits
+    for the next fetch: up to 1.5 s on every group's way through the stream."""
+
+    fetch_max_wait_ms = 100
+
+    def _create_worker_consumer(self, transport: Any) -> Any:
+        consumer = super()._create_worker_consumer(transport)
+        consumer._fetch_max_wait_ms = self.fetch_max_wait_ms  # read when the consumer starts its fetcher
+        return consumer
+
+
+def _transport(app: faust.App, fetch_max_wait_ms: int) -> Any:
+    """The Kafka transport of ``app`` with :class:`_ConsumerThread` under its consumer."""
+
+    class Thread(_ConsumerThread):
+        pass
+
+    Thread.fetch_max_wait_ms = fetch_max_wait_ms
+
+    class Consumer(AIOKafkaTransport.Consumer):  # type: ignore[misc,valid-type]
+        def _new_consumer_thread(self) -> Any:
+            return Thread(self, loop=self.loop, beacon=self.beacon)
+
+    class Transport(AIOKafkaTransport):
+        pass
+
+    Transport.Consumer = Consumer
+    return Transport(app.conf.broker_consumer, app)
+
+
 def faust_app(app_id: str, config: Config, endpoints: Endpoints, datadir: str) -> faust.App:
     """A Faust app with the stage's settings. bench/stream.py builds its bare reader with it
     too, so that the floor it measures is Faust's under the same settings."""
     infra, stream = config.infra, config.stream
-    return faust.App(
+    app = faust.App(
         app_id,
         broker=[f"kafka://{host}" for host in endpoints.kafka_bootstrap.split(",")],
         store="memory://",
@@ -143,6 +178,8 @@ def faust_app(app_id: str, config: Config, endpoints: Endpoints, datadir: str) -
         broker_rebalance_timeout=infra.session_timeout_s,
         loghandlers=[],
     )
+    app.transport = _transport(app, infra.fetch_max_wait_ms)  # before anything asks for Faust's own
+    return app
 
 
 def raw_topic(app: faust.App, name: str) -> faust.types.TopicT:

@@ -68,6 +68,19 @@ async def produce(bootstrap: str, name: str, records: list[tuple[bytes, bytes | 
             for (key, value), m in zip(records, metadata, strict=True)}
 
 
+@pytest.mark.unit
+@pytest.mark.parametrize("wait_ms", [100, 7])
+async def test_stream_consumer_fetch_wait_is_the_infra_setting(tmp_path: Path, wait_ms: int) -> None:
+    """Faust fixes its consumer's fetch wait at 1500 ms; a broker that holds an empty fetch that
+    long would add it to every group's way through the stream."""
+    config = Config(infra=InfraConfig(state_dir=str(tmp_path), fetch_max_wait_ms=wait_ms))
+    app = faust_app("fetch-wait-test", config, Endpoints("127.0.0.1:1", "redis://127.0.0.1:6379/0"), str(tmp_path))
+    consumer = app.consumer._thread._create_worker_consumer(app.transport)  # what the worker starts
+    assert consumer._fetch_max_wait_ms == wait_ms
+    assert consumer._group_id == "fetch-wait-test"  # still Faust's own worker consumer otherwise
+    await consumer.stop()  # never started: only its client to close
+
+
 @pytest.mark.integration
 async def test_a_failed_batch_is_never_acked_and_batches_sweeps_and_stop_keep_their_promises(
     config: Config, broker: str, tmp_path: Path
