@@ -294,11 +294,16 @@ def generator_busy(state: Path, window: tuple[float, float]) -> tuple[float, flo
     from rollstream.archive import ArchiveStore
 
     [root] = list(state.glob("runs/*/archive"))
-    per_group: dict[str, tuple[float, float]] = {}  # one group per call: its actions share the call
+    per_group: dict[str, tuple[float, float]] = {}  # a group's actions come from one call
     for _, a in ArchiveStore(str(root)).events("actions"):
         begin, end = per_group.get(a.rollout.group_id, (float("inf"), 0.0))
         per_group[a.rollout.group_id] = (min(begin, a.generated_at - a.generate_s), max(end, a.generated_at))
-    calls = sorted(per_group.values())
+    calls: list[tuple[float, float]] = []  # groups of one call (or of overlapping calls) merged
+    for begin, end in sorted(per_group.values()):
+        if calls and begin <= calls[-1][1]:
+            calls[-1] = (calls[-1][0], max(calls[-1][1], end))
+        else:
+            calls.append((begin, end))
     inside = [(max(b, window[0]), min(e, window[1])) for b, e in calls if e > window[0] and b < window[1]]
     busy = sum(e - b for b, e in inside) / (window[1] - window[0])
     gaps = [nxt[0] - cur[1] for cur, nxt in zip(calls, calls[1:]) if window[0] <= cur[1] <= window[1]]
