@@ -28,8 +28,8 @@ import statistics
 import sys
 import time
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 
 import torch
@@ -101,28 +101,42 @@ def one_step(model: torch.nn.Module, items: list[AdvantagedRollout], fused: bool
         return trainer.step(items).seconds
 
 
-async def publish_seconds(model: torch.nn.Module, repeats: int) -> list[float]:
-    from rollstream.learner.lora import iter_merged_weights
-    from rollstream.learner.publish import iterate_in_thread
+@asynccontextmanager
+async def scratch_store(figure: str) -> AsyncIterator[tuple[object, object, str] | None]:
+    """(Redis client, a weight store under a fresh key prefix, the prefix), or None when Redis does
+    not answer (the figure is left out); every key under the prefix is deleted on the way out."""
     from rollstream.redis import connect, delete_prefix
     from rollstream.weights import WeightStore
 
     client = connect(os.environ.get("ROLLSTREAM_BENCH_REDIS", "redis://127.0.0.1:6379/0"))
-    prefix = f"bench:levers:{uuid.uuid4().hex[:8]}:"
-    store = WeightStore(client, key_prefix=prefix, keep_versions=1, expire_grace_s=0)
-    times = []
+    prefix = f"bench:{figure}:{uuid.uuid4().hex[:8]}:"
     try:
-        await client.ping()
+        try:
+            await client.ping()
+        except OSError as exc:
+            print(f"no Redis for the {figure} figure: {exc}", file=sys.stderr)
+            yield None
+            return
+        yield client, WeightStore(client, key_prefix=prefix, keep_versions=1, expire_grace_s=0), prefix
+    finally:
+        await delete_prefix(client, prefix)
+        await client.aclose()
+
+
+async def publish_seconds(model: torch.nn.Module, repeats: int) -> list[float]:
+    from rollstream.learner.lora import iter_merged_weights
+    from rollstream.learner.publish import iterate_in_thread
+
+    times: list[float] = []
+    async with scratch_store("publish") as scratch:
+        if scratch is None:
+            return times
+        _, store, _ = scratch
         for version in range(1, repeats + 1):
             started = time.perf_counter()
             await store.publish_stream(version, iterate_in_thread(lambda: iter_merged_weights(model, torch.bfloat16)),
                                        step=version)
             times.append(time.perf_counter() - started)
-    except OSError as exc:
-        print(f"no Redis for the publish figure: {exc}", file=sys.stderr)
-    finally:
-        await delete_prefix(client, prefix)
-        await client.aclose()
     return times
 
 
@@ -134,20 +148,17 @@ async def publish_overlap(model: torch.nn.Module, items: list[AdvantagedRollout]
 
     from rollstream.config import Config, InfraConfig
     from rollstream.learner.train import LearnerLoop, Lineage
-    from rollstream.redis import connect, delete_prefix
-    from rollstream.weights import WeightStore
 
     class Announcements:
         async def send(self, *args: object) -> None: ...
 
-    client = connect(os.environ.get("ROLLSTREAM_BENCH_REDIS", "redis://127.0.0.1:6379/0"))
-    prefix = f"bench:overlap:{uuid.uuid4().hex[:8]}:"
     metrics = SimpleNamespace(broadcast_seconds=SimpleNamespace(observe=lambda _: None),
                               publish_peak_extra=SimpleNamespace(set=lambda _: None))
     times: dict[str, list[float]] = {"awaited": [], "overlapped": []}
-    try:
-        await client.ping()
-        store = WeightStore(client, key_prefix=prefix, keep_versions=1, expire_grace_s=0)
+    async with scratch_store("overlap") as scratch:
+        if scratch is None:
+            return times
+        client, store, prefix = scratch
         for rep in range(reps + 1):
             for mode in times:
                 settings = LearnerConfig(micro_batch=8, optim=OptimConfig(lr=1e-6, warmup_steps=0),
@@ -166,11 +177,6 @@ async def publish_overlap(model: torch.nn.Module, items: list[AdvantagedRollout]
                 print(f"rep {rep} publish {mode}: {elapsed:.2f} s for 2 steps + 2 publishes", flush=True)
                 if rep:
                     times[mode].append(round(elapsed, 3))
-    except OSError as exc:
-        print(f"no Redis for the overlap figure: {exc}", file=sys.stderr)
-    finally:
-        await delete_prefix(client, prefix)
-        await client.aclose()
     return times
 
 
