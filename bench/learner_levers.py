@@ -10,6 +10,8 @@ load hits them alike; one warm-up step each first. Per lever, before -> after:
 * ``prefix_sharing``: ``learner.prefix_sharing`` false -> true (fused pass on both).
 * ``bf16``: ``learner.dtype`` float32 -> bfloat16 (prefix sharing on both);
   ``bf16_logprob_abs_diff``: the sampled tokens' log-probs under bf16 against fp32 (nats).
+* ``micro_batch_8_vs_4``: ``learner.micro_batch`` 4 (the quick profile's: a group's prompt
+  runs once per micro-batch, so twice) -> 8 (one group, its prompt once), prefix sharing on.
 * ``--overlap``: two steps each followed by a publish, the publish awaited against overlapped
   with the next step (``learner.overlap_publish``), alternating.
 * ``publish_s``: one publish of the bf16 weights to a Redis weight store (gather, cast, stream),
@@ -91,11 +93,13 @@ VARIANTS = {  # name: (fused, LearnerConfig overrides)
     "fused": (True, {"prefix_sharing": False}),
     "fused_prefix": (True, {"prefix_sharing": True}),
     "fused_prefix_bf16": (True, {"prefix_sharing": True, "dtype": "bfloat16"}),
+    # the quick profile's micro-batch: a group of 8 in two micro-batches, its prompt run twice
+    "fused_prefix_mb4": (True, {"prefix_sharing": True, "micro_batch": 4}),
 }
 
 
 def one_step(model: torch.nn.Module, items: list[AdvantagedRollout], fused: bool, overrides: dict) -> float:
-    settings = LearnerConfig(micro_batch=8, optim=OptimConfig(lr=1e-6, warmup_steps=0), **overrides)
+    settings = LearnerConfig(**{"micro_batch": 8, **overrides}, optim=OptimConfig(lr=1e-6, warmup_steps=0))
     trainer = Trainer(model, settings)
     with logprob_formula(fused):
         return trainer.step(items).seconds
@@ -246,7 +250,8 @@ def main() -> None:
               "rollouts": GROUPS * GROUP, "prompt_tokens": PROMPT,
               "completion_tokens": [128 - (i * 9) % 64 for i in range(GROUP)]}
     pairs = {"fused_logprob": ("log_softmax", "fused"), "prefix_sharing": ("fused", "fused_prefix"),
-             "bf16": ("fused_prefix", "fused_prefix_bf16"), "all": ("log_softmax", "fused_prefix")}
+             "bf16": ("fused_prefix", "fused_prefix_bf16"), "all": ("log_softmax", "fused_prefix"),
+             "micro_batch_8_vs_4": ("fused_prefix_mb4", "fused_prefix")}
     result["speedup"] = {k: round(median[a] / median[b], 3) for k, (a, b) in pairs.items()
                          if a in median and b in median}
     result["publish_s"] = asyncio.run(publish_seconds(model, 3))

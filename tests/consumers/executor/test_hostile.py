@@ -147,15 +147,19 @@ async def test_runs_past_the_timeout(pool, registry, code):
 
 
 async def test_child_outlives_parent(pool, registry):
-    code = (
+    code = (  # the parent waits until the grandchild has left its session (else the job's end may
+        # kill the group before the child's setsid, and there is nothing left to find)
         "import os, time\n"
+        "r, w = os.pipe()\n"
         "if os.fork() == 0:\n"
         "    os.setsid()\n"
         "    if os.fork() == 0:\n"
+        "        os.write(w, b'x')\n"
         "        time.sleep(0.5)\n"
         "        open('/work/late', 'w').write('still here')\n"
         "        time.sleep(100)\n"
         "    os._exit(0)\n"
+        "os.read(r, 1)\n"
         "def f(x):\n    return x + 1\n"
     )
     evaluation, audit = await attack(pool, registry, code, ROOMY)

@@ -410,9 +410,13 @@ ATTACKS = [
            "        try:\n            with open(f'/proc/{p}/mem', 'rb') as m:\n                m.read(1)\n            return 'EXPECTED-TOKEN'\n"
            "        except OSError:\n            pass\n    return None\n",
            ["assert f(1) == 'EXPECTED' '-TOKEN'"]),
+    # the parent waits until the daemon has left its process group (else the job's end may kill
+    # the group before the child's setsid, and there is nothing left to find)
     attack("daemon-for-the-next-job", "persistence",
-           "import os, time\nif os.fork() == 0:\n    os.setsid()\n    for _ in range(200):\n        open('/work/answers', 'w').write('2')\n"
-           "        time.sleep(0.01)\n    os._exit(0)\ndef f(x):\n    return None\n", F_TESTS, verdicts=("violation",)),
+           "import os, time\nr, w = os.pipe()\nif os.fork() == 0:\n    os.setsid()\n    os.write(w, b'x')\n"
+           "    for _ in range(200):\n        open('/work/answers', 'w').write('2')\n"
+           "        time.sleep(0.01)\n    os._exit(0)\nos.read(r, 1)\ndef f(x):\n    return None\n", F_TESTS,
+           verdicts=("violation",)),
 ]
 
 
