@@ -48,6 +48,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.vs_trl_probe import process_cpu_s
 from rollstream.config import Config, InfraConfig, RLConfig, StreamConfig
 from rollstream.config_load import load_config
 from rollstream.infra import free_port, start_broker, stop_pid
@@ -125,12 +126,6 @@ def start_stream_worker(config: Config, log: Path) -> subprocess.Popen[bytes]:
                                 stdout=out, stderr=subprocess.STDOUT, cwd=REPO, env=env, start_new_session=True)
 
 
-def cpu_seconds(pid: int) -> float:
-    """utime + stime of a process, from /proc."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 _LOG_TIME = re.compile(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})")
 
 
@@ -172,7 +167,7 @@ async def measure_stream(config: Config, bootstrap: str, n_groups: int, group_si
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise SystemExit(f"stream worker exited or never got ready; see {log}")
             await asyncio.sleep(0.005)
-        c_ready = cpu_seconds(proc.pid)
+        c_ready = process_cpu_s(proc.pid, children=False)
         seen, t0, t_last, first_batch, t_end = 0, 0.0, 0.0, 0, 0.0
         while seen < n_groups and time.monotonic() < deadline:
             batch = await consumer.getmany(timeout_ms=100)
@@ -185,7 +180,7 @@ async def measure_stream(config: Config, bootstrap: str, n_groups: int, group_si
                 t_last, t_end = now, time.time()
             if proc.poll() is not None:
                 raise SystemExit(f"stream worker exited with {proc.returncode}; see {log}")
-        c_end = cpu_seconds(proc.pid)
+        c_end = process_cpu_s(proc.pid, children=False)
         if seen < n_groups:
             raise SystemExit(f"stream emitted {seen}/{n_groups} groups in time; see {log}")
         events = n_groups * group_size

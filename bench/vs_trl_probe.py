@@ -29,14 +29,15 @@ def machine_jiffies() -> tuple[int, int]:
     return total - idle, total
 
 
-def process_cpu_s(pid: int) -> float | None:
-    """User + system CPU seconds of ``pid`` and its waited-for children (None: it is gone)."""
+def process_cpu_s(pid: int, *, children: bool = True) -> float | None:
+    """User + system CPU seconds of ``pid``, with ``children`` also of the children it waited for
+    (None: it is gone)."""
     try:
         raw = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
     fields = raw[raw.rindex(")") + 2:].split()
-    return sum(int(x) for x in fields[11:15]) / HZ  # utime stime cutime cstime
+    return sum(int(x) for x in fields[11:15 if children else 13]) / HZ  # utime stime [cutime cstime]
 
 
 def process_threads(pid: int) -> int | None:
