@@ -73,6 +73,7 @@ sys.path.insert(0, str(REPO))
 
 from bench import vs_trl_probe as probe  # noqa: E402
 from bench.common import report  # noqa: E402
+from rollstream import cpus  # noqa: E402
 from rollstream.infra import free_port  # noqa: E402
 
 TASKS = REPO / "bench" / "data" / "trl_anchor_tasks.jsonl"
@@ -228,20 +229,26 @@ class RunWatch:
                 self.snaps.append(snap)
 
 
-def run_rollstream(steps: int, *, filter_zero_variance: bool = False, overrides: tuple[str, ...] = ()
-                   ) -> dict[str, Any]:
-    """``rollstream run --max-steps steps + 1``; per-step times and breakdown."""
+def run_rollstream(steps: int, *, filter_zero_variance: bool = False, overrides: tuple[str, ...] = (),
+                   placement: str = "split") -> dict[str, Any]:
+    """``rollstream run --max-steps steps + 1`` (``--placement``: rollstream/cpus.py); per-step times
+    and breakdown."""
     from rollstream.config_load import load_config, profile_path
 
     work = Path(tempfile.mkdtemp(prefix="bench-rollstream-"))
     toml = rollstream_toml(work, filter_zero_variance)
     resolved = load_config(str(toml), list(overrides), profile=str(profile_path("quick")))
+    if placement == "split":  # what `rollstream run` will choose (the same function, the same cores)
+        placed, _ = cpus.split(resolved, sorted(cpus.available()))
+        resolved = load_config(str(toml), [*overrides, *placed], profile=str(profile_path("quick")))
     threads = {"generator_torch_threads": resolved.generator.torch_threads,
-               "learner_torch_threads": resolved.learner.torch_threads, "max_staleness": resolved.rl.max_staleness,
+               "learner_torch_threads": resolved.learner.torch_threads,
+               "generator_cpus": resolved.generator.cpus, "learner_cpus": resolved.learner.cpus,
+               "max_staleness": resolved.rl.max_staleness,
                "executor_concurrency": resolved.executor.concurrency, "archive": resolved.archive.enabled,
                "learner_micro_batch": resolved.learner.micro_batch}
     argv = [sys.executable, "-m", "rollstream.cli", "run", "--config", str(toml), "--max-steps", str(steps + 1),
-            *[a for o in overrides for a in ("--set", o)]]
+            "--placement", placement, *[a for o in overrides for a in ("--set", o)]]
     started = time.time()
     proc = subprocess.Popen(argv, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env={**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": os.pathsep.join(
@@ -263,6 +270,8 @@ def run_rollstream(steps: int, *, filter_zero_variance: bool = False, overrides:
                            f"{''.join(watch.output)[-4000:]}")
     timed = [rollstream_step(*pair) for pair in zip(zip(watch.records, watch.snaps),
                                                       zip(watch.records[1:], watch.snaps[1:]))]
+    placed = [line.strip() for line in watch.output if line.startswith("placement: ")]
+    threads["placement"] = placed[0] if placed else f"--placement {placement}"
     return {"side": "rollstream", "filter_zero_variance": filter_zero_variance, "overrides": list(overrides),
             "wall_s": round(time.time() - started, 1), "threads": threads, "peak_os_threads": sampler.peak_threads,
             "run_dir": str(watch.steps_log.parent.parent) if watch.steps_log else None,
@@ -354,8 +363,10 @@ def waits(summary: dict[str, Any], threads: dict[str, Any]) -> str:
     cores = summary["machine_busy_cores_median"] or 0.0
     compute = (threads["generator_torch_threads"] or probe.CORES) + (threads["learner_torch_threads"] or probe.CORES)
     use = "a core is idle part of the time" if cores < 0.9 * probe.CORES else "every core is busy"
-    use += (f", with {compute} torch threads (generator + learner) on {probe.CORES} cores: "
-            + ("oversubscribed" if compute > probe.CORES else "not oversubscribed"))
+    pinned = threads.get("generator_cpus") and threads.get("learner_cpus")
+    use += (f", with {compute} torch threads (generator + learner) on {probe.CORES} cores"
+            + (f", pinned (learner {threads['learner_cpus']}, generator {threads['generator_cpus']})" if pinned else "")
+            + ": " + ("oversubscribed" if compute > probe.CORES else "not oversubscribed"))
     return (f"{who} (median wait a step: learner {learn} s, generator {gen} s); {use} "
             f"({cores} cores busy, the whole machine)")
 
@@ -375,7 +386,12 @@ def main() -> None:
     parser.add_argument("--steps", type=int, help="timed steps a side per round (default 6 with --quick, else 8)")
     parser.add_argument("--retries", type=int, default=2, help="repeats of a round taken under load (default 2)")
     parser.add_argument("--json", dest="json_out", help="write every figure here (keep it under bench/results/)")
+    parser.add_argument("--placement", action="store_true",
+                        help="only rollstream's thread placements against each other (no TRL): "
+                             f"{', '.join(PLACEMENTS)}, alternating, --rounds rounds of --steps steps")
     args = parser.parse_args()
+    if args.placement:
+        return placement_study(args.rounds or 1, args.steps or 4, args.json_out)
     rounds = args.rounds or 2
     steps = args.steps or (6 if args.quick else 8)
     figures: dict[str, Any] = {"settings": {**SETTINGS, "rounds": rounds, "timed_steps_per_side": steps,
@@ -418,6 +434,38 @@ def main() -> None:
             "rounds_flagged_loaded", "valid_figure")
     print(f"rollstream: {figures['rollstream_waits']}")
     report({k: figures[k] for k in keys if k in figures}, None)
+
+
+# Thread placements of the generator and the learner sharing this machine (name: run arguments).
+PLACEMENTS: dict[str, dict[str, Any]] = {
+    "pinned_1_1": {"placement": "split"},  # the default: disjoint cores, a thread each on 2 cores
+    "unpinned_1_2": {"placement": "none"},  # before: the quick profile's 1 generator thread, torch's 2 for the learner
+    "unpinned_1_1": {"placement": "none", "overrides": ("learner.torch_threads=1",)},
+    "unpinned_2_2": {"placement": "none", "overrides": ("generator.torch_threads=2",)},
+}
+
+
+def placement_study(rounds: int, steps: int, json_out: str | None) -> None:
+    """rollstream alone under each of ``PLACEMENTS``, alternating, an idle check before each run;
+    ``placement_speedup`` = the default's completions/s / the earlier unpinned 1+2's."""
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in PLACEMENTS}
+    checks: list[dict[str, Any]] = []
+    for _ in range(rounds):
+        for name, spec in PLACEMENTS.items():
+            checks.append({"before": name, **probe.idle_check()})
+            runs[name].append(run_rollstream(steps, **spec))
+            summary = side_summary(runs[name][-1:])
+            print(f"{name}: {summary['s_per_step_median']} s/step {summary['breakdown_median_s']}", flush=True)
+    summaries = {name: side_summary(r) for name, r in runs.items()}
+    figures: dict[str, Any] = {
+        "settings": {**SETTINGS, "rounds": rounds, "timed_steps": steps}, "versions": probe.versions(),
+        "machine": probe.machine(), "idle_checks": checks, "runs": runs, "summaries": summaries,
+        "s_per_step_median": {name: s["s_per_step_median"] for name, s in summaries.items()},
+        "placement_speedup": ratio(summaries["pinned_1_1"], summaries["unpinned_1_2"]),
+        "rounds_loaded": sum(c["loaded"] for c in checks)}
+    if json_out:
+        Path(json_out).write_text(json.dumps(figures, indent=2))
+    report({k: figures[k] for k in ("s_per_step_median", "placement_speedup", "rounds_loaded")}, None)
 
 
 def variants(figures: dict[str, Any], trl: dict[str, Any], steps: int, retries: int) -> None:

@@ -59,6 +59,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--learner-ranks", type=int, default=1, metavar="N",
                    help="learner ranks (torchrun; learner.parallel, fsdp unless set); default 1")
     p.add_argument("--keep-infra", action="store_true", help="leave the local broker/Redis running afterwards")
+    p.add_argument("--placement", choices=["split", "none"], default="split",
+                   help="split (default): the learner and the generator get disjoint CPU cores when both run "
+                        "torch on this CPU (rollstream/cpus.py); none: the kernel places them")
 
     p = sub.add_parser("config", help="show the resolved configuration")
     _common(p)

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rollstream import infra
+from rollstream import cpus, infra
 from rollstream.config import Config
 from rollstream.config_load import load_config, profile_path
 from rollstream.errors import ConfigError
@@ -72,6 +72,13 @@ def run_pipeline(config: Config, args: argparse.Namespace) -> int:
         if resolved.learner.parallel == "none":
             overrides.append("learner.parallel=fsdp")
         resolved = load_config(args.config, overrides, profile=profile)
+    if getattr(args, "placement", "split") == "split":
+        placed, said = cpus.split(resolved, sorted(cpus.available()), generators=args.generators,
+                                  learner_ranks=ranks)
+        if placed:
+            overrides += placed
+            resolved = load_config(args.config, overrides, profile=profile)
+        print(said)
     if not _docker_image_present(resolved.executor.image):
         raise ConfigError(
             f"sandbox image {resolved.executor.image!r} not found: build it with "

@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from rollstream.config import Config
+from rollstream.cpus import pin
 from rollstream.learner import checkpoint as ckpt
 from rollstream.learner import sharded_checkpoint as sharded_ckpt
 from rollstream.learner.distributed import Ranks, parallelize
@@ -62,6 +63,7 @@ def build_trainer(config: Config, resume_from: str | Path | None,
     thread). With ``ranks`` the model is wrapped (DDP) or sharded (FSDP) first; a checkpoint of
     either format resumes on any rank count."""
     c = config.learner
+    pin(c.cpus, "learner")
     if c.torch_threads:
         torch.set_num_threads(c.torch_threads)
     torch.manual_seed(config.rl.seed)

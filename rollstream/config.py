@@ -167,6 +167,9 @@ class GeneratorConfig(Section):
     """torch device of the transformers backend."""
     torch_threads: NonNegInt = 0
     """torch intra-op CPU threads of the transformers backend (0 = torch's default; 1 is much faster on a busy CPU)."""
+    cpus: list[NonNegInt] = []
+    """CPU cores the generator's threads may run on (empty: any). On a machine shared with the
+    learner, disjoint cores for each avoid oversubscription (rollstream/cpus.py)."""
     dtype: Literal["float32", "bfloat16"] = "float32"
     """Weights and compute dtype of the transformers backend; the learner's weights are cast to it on
     load. "bfloat16" is faster on CPUs with AVX-512-BF16 or AMX; its behaviour log-probs stay within
@@ -363,6 +366,9 @@ class LearnerConfig(Section):
     """torch.distributed backend: "auto" is nccl on CUDA devices, gloo on CPU."""
     torch_threads: NonNegInt = 0
     """torch intra-op CPU threads per rank (0: torch's default)."""
+    cpus: list[NonNegInt] = []
+    """CPU cores the learner's threads may run on (empty: any; every rank of this machine shares
+    them). On a machine shared with the generator, disjoint cores for each avoid oversubscription."""
     dtype: Literal["float32", "bfloat16"] = "float32"
     """Compute dtype of the learner's forward and backward: "bfloat16" runs them under autocast
     (CPUs with AVX-512-BF16 or AMX, CUDA); weights, gradients and optimizer state stay fp32, and

@@ -64,6 +64,7 @@ from rollstream.consumers.generator.turns import (
     observation_ids,
 )
 from rollstream.consumers.generator.weight_sync import WeightSync
+from rollstream.cpus import pin
 from rollstream.errors import BackendError
 from rollstream.guard import IntakeGuard
 from rollstream.kafka import Delivery, EventConsumer, EventProducer, ensure_topics
@@ -206,6 +207,7 @@ def build_backend(config: Config) -> GenerationBackend:
 
         from rollstream.consumers.generator.backends.hf import TransformersBackend
 
+        pin(gen.cpus, "generator")
         if gen.torch_threads:
             torch.set_num_threads(gen.torch_threads)  # oversubscribed OpenMP threads spin and crawl
         return TransformersBackend.load(gen.model, device=gen.device, dtype=gen.dtype)
