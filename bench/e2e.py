@@ -146,9 +146,11 @@ def main() -> None:
     broker = start_broker(port, work / "broker.log")
     bootstrap = f"127.0.0.1:{port}"
     try:
-        # One group per generate call: a + b * longest with a = 0.1 s, b = 4 ms/token; the expected
-        # longest of 8 log-normal lengths (median 64, sigma 0.8) is about 2.6x the median, so one
-        # group takes ~0.77 s to generate. Training per token is set so a group trains as long.
+        # One prompt per generate call: a + b * longest with a = 0.1 s, b = 4 ms/token; the expected
+        # longest of 8 log-normal lengths (median 64, sigma 0.8) is about 2.6x the median, so a
+        # group's first turn takes ~0.77 s to generate (the suite's multi-turn chains add a call per
+        # later turn and sample: generator_s_per_group counts them). Training per token is set so a
+        # single-turn group trains as long as it generates.
         base_s, per_token_s = 0.1, 0.004
         longest = MEAN_TOKENS * 2.6
         gen_s_per_group = base_s + per_token_s * longest
@@ -278,28 +280,36 @@ def timelines_of(prompts: list[Any], actions: list[Any], rewards: list[Any], adv
     return out
 
 
-def generator_s_per_group(state: Path, groups: list[str]) -> float:
-    """Mean seconds the generator spent per group of ``groups``: one group per generate call, so a
-    group's actions carry its call's duration (``generate_s``), read back from the run's archive."""
+def generator_calls(state: Path) -> dict[tuple[str, int, int], tuple[float, float, float]]:
+    """The generate calls of a run (its archive under ``state``), one prompt a call
+    (``max_batch_prompts = 1``): a group's first turn is one call of its G samples, and each later
+    turn of a multi-turn episode (the suite's chain tasks) a call of its own for one sample.
+    (group, turn, sample or -1) -> (start, end, seconds)."""
     from rollstream.archive import ArchiveStore
 
     [root] = list(state.glob("runs/*/archive"))
-    per_group = {action.rollout.group_id: action.generate_s for _, action in ArchiveStore(str(root)).events("actions")}
+    calls: dict[tuple[str, int, int], tuple[float, float, float]] = {}
+    for _, a in ArchiveStore(str(root)).events("actions"):
+        key = (a.rollout.group_id, a.turn, a.rollout.sample_index if a.turn > 1 else -1)
+        begin, end, _ = calls.get(key, (float("inf"), 0.0, 0.0))
+        calls[key] = (min(begin, a.generated_at - a.generate_s), max(end, a.generated_at), a.generate_s)
+    return calls
+
+
+def generator_s_per_group(state: Path, groups: list[str]) -> float:
+    """Mean seconds the generator spent per group of ``groups``: the sum of its calls' durations
+    (``generate_s``), its first turn's and every continuation's."""
+    per_group: dict[str, float] = {}
+    for (group, _, _), (_, _, seconds) in generator_calls(state).items():
+        per_group[group] = per_group.get(group, 0.0) + seconds
     return statistics.mean(per_group[g] for g in groups)
 
 
 def generator_busy(state: Path, window: tuple[float, float]) -> tuple[float, float]:
     """(fraction of ``window`` the generator spent in generate calls, median idle gap between one
     call's end and the next one's start): where the overlap is lost, if it is the generator's."""
-    from rollstream.archive import ArchiveStore
-
-    [root] = list(state.glob("runs/*/archive"))
-    per_group: dict[str, tuple[float, float]] = {}  # a group's actions come from one call
-    for _, a in ArchiveStore(str(root)).events("actions"):
-        begin, end = per_group.get(a.rollout.group_id, (float("inf"), 0.0))
-        per_group[a.rollout.group_id] = (min(begin, a.generated_at - a.generate_s), max(end, a.generated_at))
-    calls: list[tuple[float, float]] = []  # groups of one call (or of overlapping calls) merged
-    for begin, end in sorted(per_group.values()):
+    calls: list[tuple[float, float]] = []  # overlapping calls (none, with one generator) merged
+    for begin, end in sorted((b, e) for b, e, _ in generator_calls(state).values()):
         if calls and begin <= calls[-1][1]:
             calls[-1] = (calls[-1][0], max(calls[-1][1], end))
         else:

@@ -23,8 +23,8 @@ The sides:
   Per step: generate, reward, no-grad log-prob forward (none at these settings), the training
   forward (``compute_loss``), and backward + optimizer (the rest), by wrapping trainer methods.
 * **rollstream**: ``rollstream run`` (every stage a process, local broker, Redis, Docker
-  sandboxes; its quick profile: one torch thread for the generator, torch's default for the
-  learner) with ``stream.filter_zero_variance = false`` for the headline, so both sides train
+  sandboxes; its default placement: the learner and the generator on disjoint cores, a torch
+  thread a core, which is one each on 2 cores; ``threads`` in the JSON says what ran) with ``stream.filter_zero_variance = false`` for the headline, so both sides train
   all 16 completions of every step. Per step, from the step log and each stage's metrics
   endpoint (read every 0.5 s, so a step's figures may lag it by that much): learner busy and
   waiting, weight publish, generator busy, weight load and waiting, executor seconds, CPU
@@ -44,8 +44,13 @@ done, against the same TRL figures: TRL 1.16 has no such skip and trains them wi
 advantage) and ``trl_ratio_bf16`` (TRL ``bf16=True``, rollstream ``generator.dtype`` and
 ``learner.dtype`` = bfloat16; skipped, with the reason, where those keys do not exist).
 
-    python bench/vs_trl.py --quick --json bench/results/vs_trl-DATE.json   # ~25 min on 2 idle cores
+    python bench/vs_trl.py --quick --json bench/results/vs_trl-DATE.json   # 25-45 min on 2 idle cores
     python bench/vs_trl.py --rounds 1 --steps 2 --retries 0                # smoke test of every path
+    python bench/vs_trl.py --placement --steps 4 --json OUT                 # rollstream's thread placements
+
+``--placement`` runs no TRL: rollstream alone under each placement of ``PLACEMENTS`` (pinned
+1 + 1, the default; unpinned 1 + 2, the default before; unpinned 1 + 1 and 2 + 2), alternating,
+and reports ``placement_speedup`` (pinned 1 + 1 against unpinned 1 + 2).
 
 Needs ``trl`` (``pip install '.[bench]'``), Docker with the sandbox image, Redis and the model
 wheel. Cleans up what it starts (the run stops its processes and broker; the sandbox pool
