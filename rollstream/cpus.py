@@ -13,9 +13,12 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rollstream.errors import ConfigError
+
+if TYPE_CHECKING:
+    from rollstream.config import Config
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +46,7 @@ def pin(cpus: Sequence[int], stage: str) -> None:
     log.info("%s pinned to cores %s", stage, sorted(wanted))
 
 
-def split(config: Any, cores: Sequence[int], *, generators: int = 1, learner_ranks: int = 1
+def split(config: Config, cores: Sequence[int], *, generators: int = 1, learner_ranks: int = 1
           ) -> tuple[list[str], str]:
     """Config overrides that give one learner and one generator on this machine disjoint cores
     (the learner the first half, rounded up; the generator the rest), each with as many torch
