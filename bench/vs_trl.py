@@ -45,6 +45,7 @@ advantage) and ``trl_ratio_bf16`` (TRL ``bf16=True``, rollstream ``generator.dty
 ``learner.dtype`` = bfloat16; skipped, with the reason, where those keys do not exist).
 
     python bench/vs_trl.py --quick --json bench/results/vs_trl-DATE.json   # 25-45 min on 2 idle cores
+    python bench/vs_trl.py --steps 6 --json bench/results/vs_trl-full-DATE.json   # + calibration and variants, ~70 min
     python bench/vs_trl.py --rounds 1 --steps 2 --retries 0                # smoke test of every path
     python bench/vs_trl.py --placement --steps 4 --json OUT                 # rollstream's thread placements
 
@@ -298,14 +299,16 @@ def rollstream_step(before: tuple[dict[str, Any], dict[str, Any]], after: tuple[
     learner_busy = rec.get("seconds") or 0.0
     publish = metric("learner", "learner_broadcast_seconds")
     generator_busy = metric("generator", "generator_batch_seconds")
-    weight_load = metric("generator", "generator_weight_sync_seconds")
+    weight_load = metric("generator", "generator_weight_sync_seconds")  # fetch (a task of its own) + swap
+    weight_swap = metric("generator", "generator_weight_sync_seconds[phase=swap]")  # the part generation waits on
     return {"step": rec["step"], "seconds": round(seconds, 3),
             "completions": (rec.get("completions") or rec.get("rollouts") or 0) - (rec.get("stale") or 0),
             "trained": rec.get("rollouts"), "stale": rec.get("stale"), "filtered_groups": rec.get("groups_filtered"),
             "learner_busy_s": round(learner_busy, 3), "weight_publish_s": round(publish, 3),
             "learner_wait_s": round(seconds - learner_busy - publish, 3),
             "generator_busy_s": round(generator_busy, 3), "weight_load_s": round(weight_load, 3),
-            "generator_wait_s": round(seconds - generator_busy - weight_load, 3),
+            "weight_swap_s": round(weight_swap, 3),
+            "generator_wait_s": round(seconds - generator_busy - weight_swap, 3),
             "executor_s": round(metric("executor", "execution_seconds"), 3),
             "cpu_s": d["cpu_s"], "machine_busy_cores": d["machine_busy_cores"], "snapshot_wall_s": d["wall_s"],
             "metrics": m, "reward_mean": rec.get("reward_mean"), "tokens": rec.get("tokens")}
@@ -325,6 +328,10 @@ def side_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
     }
     keys = sorted({k for s in steps for k, v in s.items() if k.endswith("_s") and isinstance(v, (int, float))})
     out["breakdown_median_s"] = {k: median([s[k] for s in steps if k in s]) for k in keys}
+    # A stage's busy seconds land in the step window where its call ended (a generate call is a
+    # large part of a step), so one step's wait swings by a call's length either way: the waits
+    # are read over the whole timed span, the mean a step.
+    out["breakdown_mean_s"] = {k: round(sum(s[k] for s in steps if k in s) / len(steps), 3) for k in keys} if steps else {}
     names = sorted({n for s in steps for n in s["cpu_s"]})
     out["cpu_s_per_step_median"] = {n: median([s["cpu_s"].get(n, 0.0) for s in steps]) for n in names}
     return out
@@ -362,7 +369,7 @@ def ratio(ours: dict[str, Any], theirs: dict[str, Any]) -> float | None:
 
 def waits(summary: dict[str, Any], threads: dict[str, Any]) -> str:
     """Which rollstream stage waits, and how the cores were used, in words."""
-    b = summary["breakdown_median_s"]
+    b = summary["breakdown_mean_s"]
     gen, learn = b.get("generator_wait_s") or 0.0, b.get("learner_wait_s") or 0.0
     who = "the learner waits for rollouts" if learn > gen else "the generator waits (for weights or prompts)"
     cores = summary["machine_busy_cores_median"] or 0.0
@@ -372,7 +379,7 @@ def waits(summary: dict[str, Any], threads: dict[str, Any]) -> str:
     use += (f", with {compute} torch threads (generator + learner) on {probe.CORES} cores"
             + (f", pinned (learner {threads['learner_cpus']}, generator {threads['generator_cpus']})" if pinned else "")
             + ": " + ("oversubscribed" if compute > probe.CORES else "not oversubscribed"))
-    return (f"{who} (median wait a step: learner {learn} s, generator {gen} s); {use} "
+    return (f"{who} (mean wait a step over the timed span: learner {learn} s, generator {gen} s); {use} "
             f"({cores} cores busy, the whole machine)")
 
 

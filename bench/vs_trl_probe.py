@@ -72,7 +72,8 @@ def idle_check(window_s: float = 3.0, *, max_busy_cores: float = 0.3, settle_s: 
 
 def scrape_seconds(port: int) -> dict[str, float]:
     """Every ``*_seconds_sum``/``*_seconds_count`` series of a stage's metrics endpoint, summed
-    over labels (empty when it does not answer)."""
+    over labels, and per phase too where a series has a ``phase`` label (``NAME[phase=P]_sum``);
+    empty when it does not answer."""
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=1.0) as reply:
             text = reply.read().decode()
@@ -82,9 +83,14 @@ def scrape_seconds(port: int) -> dict[str, float]:
     for line in text.splitlines():
         if line.startswith("#"):
             continue
-        match = re.match(r"^([a-zA-Z_:][\w:]*)(?:\{[^}]*\})?\s+(\S+)$", line)
-        if match and re.search(r"_seconds_(sum|count)$", match.group(1)):
-            out[match.group(1)] = out.get(match.group(1), 0.0) + float(match.group(2))
+        match = re.match(r"^([a-zA-Z_:][\w:]*)(\{[^}]*\})?\s+(\S+)$", line)
+        if not (match and (kind := re.search(r"_seconds_(sum|count)$", match.group(1)))):
+            continue
+        name, value = match.group(1), float(match.group(3))
+        out[name] = out.get(name, 0.0) + value
+        if phase := re.search(r'phase="([^"]*)"', match.group(2) or ""):
+            key = f"{name[:kind.start()]}_seconds[phase={phase.group(1)}]_{kind.group(1)}"
+            out[key] = out.get(key, 0.0) + value
     return out
 
 

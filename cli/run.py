@@ -99,6 +99,9 @@ def run_pipeline(config: Config, args: argparse.Namespace) -> int:
     cli_args = ["--profile", profile] + (["--config", args.config] if args.config else []) + \
         [a for o in overrides for a in ("--set", o)]
     code = 1
+    # SIGTERM (docker stop, systemd, a CI job's cancel, `timeout`) stops the run as Ctrl-C does:
+    # the children run in sessions of their own, so without this they would outlive it.
+    previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
         plan = [("archiver", int(resolved.archive.enabled)), ("learner", 1), ("stream", 1),
                 ("executor", args.executors), ("generator", args.generators), ("sampler", 1)]
@@ -112,13 +115,21 @@ def run_pipeline(config: Config, args: argparse.Namespace) -> int:
         code = _supervise(resolved, children, run_dir, max_minutes=args.max_minutes)
         return code
     finally:
-        _stop_all(children)
-        if resolved.archive.enabled:
-            _check_archive(resolved)
-        record.finish(code)
-        asyncio.run(_delete_run_keys(resolved))
-        if not was_up and not args.keep_infra:
-            infra.down(resolved.infra)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the stop below is bounded (SIGKILL after 30 s)
+        try:
+            _stop_all(children)
+            if resolved.archive.enabled:
+                _check_archive(resolved)
+            record.finish(code)
+            asyncio.run(_delete_run_keys(resolved))
+            if not was_up and not args.keep_infra:
+                infra.down(resolved.infra)
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def _spawn(stage: str, index: int, cli_args: list[str], run_dir: Path, metrics_port: int) -> Child:

@@ -10,8 +10,11 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -40,6 +43,62 @@ def test_run_trains_and_checkpoints(tmp_path: Path, broker: str, redis_url: str,
     """Also: a healthy run drops nothing as stale, neither synchronous (max_staleness 0) nor one
     version off-policy (the learner publishes a version before the sampler may issue the groups
     meant for it, and generators catch up with it before sampling them)."""
+    model, config = write_config(tmp_path, broker, redis_url, max_staleness)
+    result = subprocess.run(
+        [sys.executable, "-m", "rollstream.cli", "run", "--config", str(config), "--max-steps", "2"],
+        capture_output=True, text=True, timeout=900, cwd=tmp_path,
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-6000:]
+    assert "learner finished 2 steps" in output, output[-3000:]
+    checkpoints = list((tmp_path / "state" / "runs").glob("*/checkpoints"))
+    assert checkpoints, output[-3000:]
+    assert any(checkpoints[0].rglob("config.json")), list(checkpoints[0].rglob("*"))
+    run_id = checkpoints[0].parent.name
+    infra = InfraConfig(kafka_bootstrap=broker, topic_prefix=f"e2e{os.getpid()}.{run_id}.")
+    assert_weights_moved(model, checkpoints[0])
+    steps = assert_groups_accounted_for(infra, checkpoints[0], group_size=4, groups_per_step=2,
+                                        max_staleness=max_staleness)
+    assert_policy_advanced(infra, steps)
+    # staleness as the learner measures it: from policy_version_first, the oldest weights of a rollout
+    assert [s["stale"] for s in steps] == [0] * len(steps) and all(s["trained"] for s in steps), steps
+    assert_the_run_can_be_watched(checkpoints[0].parent, output, tmp_path)
+
+
+def test_sigterm_to_the_run_stops_every_stage(tmp_path: Path, broker: str, redis_url: str) -> None:
+    """SIGTERM to `rollstream run` (docker stop, systemd, a cancelled job) ends it as Ctrl-C does:
+    every stage it started is stopped, by pid, the learner checkpoints, and the run says so. (Its
+    children run in sessions of their own, so a run that just died would leave them running.)"""
+    _, config = write_config(tmp_path, broker, redis_url, 1)
+    log = tmp_path / "run.out"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "rollstream.cli", "run", "--config", str(config),
+                                 "--max-steps", "1000"], stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + 600
+        while not list((tmp_path / "state" / "runs").glob("*/checkpoints/steps.jsonl")):
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-4000:]
+            time.sleep(0.5)
+        pids = [int(pid) for pid in re.findall(r"^started \S+ \(pid (\d+)\)", log.read_text(), re.M)]
+        assert len(pids) >= 5, log.read_text()[-3000:]
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    output = log.read_text()
+    alive = [pid for pid in pids if Path(f"/proc/{pid}").exists()]
+    for pid in alive:  # the test ends what the run left, then fails
+        os.kill(pid, signal.SIGKILL)
+    assert not alive, output[-4000:]
+    assert code == 130 and "interrupted after" in output, output[-4000:]
+    checkpoints = list((tmp_path / "state" / "runs").glob("*/checkpoints/latest"))
+    assert checkpoints, output[-3000:]
+
+
+def write_config(tmp_path: Path, broker: str, redis_url: str, max_staleness: int) -> tuple[Path, Path]:
+    """The tiny model and a run config over the test's broker and Redis (the ANYTHING tasks)."""
     model = make_tiny_model_dir(tmp_path / "tiny")
     tasks = tmp_path / "tasks.jsonl"
     tasks.write_text("".join(json.dumps(t) + "\n" for t in ANYTHING))
@@ -77,27 +136,11 @@ filter_zero_variance = false   # a group whose samples happen to agree still cou
 [learner]
 model = "{model}"
 micro_batch = 2
-checkpoint_every = 1
+
+[learner.checkpoint]
+every = 1
 """)
-    result = subprocess.run(
-        [sys.executable, "-m", "rollstream.cli", "run", "--config", str(config), "--max-steps", "2"],
-        capture_output=True, text=True, timeout=900, cwd=tmp_path,
-    )
-    output = result.stdout + result.stderr
-    assert result.returncode == 0, output[-6000:]
-    assert "learner finished 2 steps" in output, output[-3000:]
-    checkpoints = list((tmp_path / "state" / "runs").glob("*/checkpoints"))
-    assert checkpoints, output[-3000:]
-    assert any(checkpoints[0].rglob("config.json")), list(checkpoints[0].rglob("*"))
-    run_id = checkpoints[0].parent.name
-    infra = InfraConfig(kafka_bootstrap=broker, topic_prefix=f"e2e{os.getpid()}.{run_id}.")
-    assert_weights_moved(model, checkpoints[0])
-    steps = assert_groups_accounted_for(infra, checkpoints[0], group_size=4, groups_per_step=2,
-                                        max_staleness=max_staleness)
-    assert_policy_advanced(infra, steps)
-    # staleness as the learner measures it: from policy_version_first, the oldest weights of a rollout
-    assert [s["stale"] for s in steps] == [0] * len(steps) and all(s["trained"] for s in steps), steps
-    assert_the_run_can_be_watched(checkpoints[0].parent, output, tmp_path)
+    return model, config
 
 
 def assert_the_run_can_be_watched(run_dir: Path, output: str, tmp_path: Path) -> None:
