@@ -168,6 +168,8 @@ class SandboxBackend(Protocol):
     async def execute(self, job: Job) -> RunResult: ...
 
 
+# What the runner answers when the container lost a zygote before a job (runtime/zygotes.py).
+CONTAINER_LOST = "this container must be replaced"
 # The sandbox's runtime, in order: each uses the names of those before it.
 RUNTIME = ("codec.py", "channel.py", "proxies.py", "candidate.py", "judge.py", "inprocess.py", "workspace.py",
            "zygotes.py", "cleanup.py", "warmup.py", "supervisor.py")
@@ -534,6 +536,12 @@ class DockerSandboxPool:
         except asyncio.CancelledError:  # its reply would be taken for the next job's: replace it
             self._retire(warm)
             raise
+        if isinstance(reply, dict) and CONTAINER_LOST in str(reply.get("error", "")):
+            # The container failed before this job ran (a zygote it forks jobs from is gone: an
+            # earlier job's doing). Not this job's verdict: a fresh container runs it (evaluate
+            # retries a SandboxError), so honest code never pays for what came before it.
+            self._retire(warm)
+            raise SandboxError(f"sandbox {warm.sandbox_id}: {reply['error']}")
         warm.executions += 1
         result = await self._result(warm, job, request["nonce"], reply, time.monotonic() - started)
         if result.recycled:

@@ -476,3 +476,11 @@ async def test_forged_test_reports_are_rejected(pool, registry):
     expect(evaluation, "tamper", SPEC.crash_reward)
     assert evaluation.scored.execution.tests_passed == 0
     await assert_clean(pool, registry, evaluation)
+
+
+async def test_a_job_that_kills_the_zygote_it_came_from_costs_the_next_job_nothing(pool, registry):
+    """The candidate kills its own zygote (its parent): whether the runner notices during the job or
+    only when the next one arrives, the next job runs in a container that works and earns its reward."""
+    evaluation, _ = await attack(pool, registry, "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n")
+    assert evaluation.scored.reward < 1.0
+    await assert_clean(pool, registry, evaluation)
