@@ -24,7 +24,10 @@ History: version 2 carries token ids, log-probs and generated masks as packed ar
 (:mod:`rollstream.schemas.arrays`) instead of MessagePack arrays of numbers; version-1 events
 still decode. Version 3 adds the ``tamper`` error kind (a new value that version-2
 readers would reject) with ``ExecutionRecord.tamper``/``trust`` and
-``RewardSpec.trust``/``program`` (defaulted, so version-2 events still decode).
+``RewardSpec.trust``/``program`` (defaulted, so version-2 events still decode). Version 4 adds the
+``too_large`` error kind and the ``mixed`` trust (new values version-3 readers would reject),
+with ``ExecutionRecord.tests_skipped``/``lost_guarantees``/``in_process_tests`` and
+``RewardSpec.returns_objects`` (defaulted: version-3 events still decode).
 
 ``tests/schemas/test_compat.py`` holds frozen copies of the version-1 shapes and
 checks that what they wrote still decodes.
@@ -41,7 +44,7 @@ from msgspec import Meta
 
 from rollstream.schemas.arrays import MAX_TOKENS, LogProbArray, MaskArray, PackedArray, TokenArray
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 # Limits. Floats bounded on both sides also reject NaN and +-inf.
 Finite = Annotated[float, Meta(ge=-1e9, le=1e9)]
@@ -56,8 +59,9 @@ SchemaVersion = Annotated[int, Meta(ge=1, le=SCHEMA_VERSION)]
 
 FinishReason = Literal["stop", "length", "abort", "error"]
 # Where a python_tests verdict is decided: a judge process the completion cannot reach, or the
-# completion's own process (for tasks that need its objects there; marked in the record).
-Trust = Literal["judge", "in_process"]
+# completion's own process (for tasks that need its objects there; marked in the record), or
+# both: "mixed", the tests the judge cannot honour in process (ExecutionRecord.in_process_tests).
+Trust = Literal["judge", "in_process", "mixed"]
 # Where a task's verdicts are decided: "auto" lets the task's reference choose (the judge when
 # it passes there, in process when it does not); an execution record names the one used.
 TaskTrust = Literal["judge", "in_process", "auto"]
@@ -71,6 +75,7 @@ ErrorKind = Literal[
     "output_limit",  # stdout/stderr over the cap, killed
     "violation",  # the sandbox itself was attacked (runner killed, escape attempt)
     "tamper",  # the code attacked its verdict: the judge process or the channel to it
+    "too_large",  # a value over the size or depth limits of the boundary (that test failed, not a penalty)
     "crash",  # died by a signal
     "infra",  # the sandbox failed for reasons not caused by the code
 ]
@@ -157,6 +162,9 @@ class RewardSpec(msgspec.Struct, frozen=True, kw_only=True):
     # The task's reference solution, put here by the sampler when it issues a prompt: the
     # executor runs it once per task (consumers/executor/reference.py). Never shown to the model.
     reference: Text = ""
+    # A task without a reference whose entry points return the completion's own objects (a class
+    # whose methods return instances): without it, such a task's calls must give plain data.
+    returns_objects: bool = False
 
 
 class WorkspaceFile(msgspec.Struct, frozen=True, kw_only=True):
@@ -285,11 +293,18 @@ class ExecutionRecord(msgspec.Struct, frozen=True, kw_only=True):
     # when every verdict was decided in the completion's own process.
     trust: Trust | None = None
     tamper: ShortText = ""  # with error_kind "tamper": what the code did (e.g. "protocol")
+    # Tests the tests themselves skipped (@unittest.skip, skipTest): neither passed nor failed,
+    # and left out of tests_total's share (docs/executor.md, "Skips").
+    tests_skipped: Annotated[int, Meta(ge=0)] = 0
+    # What the judge could not guarantee for this execution: the guarantees of the tests that ran
+    # in the completion's own process (trust "in_process" or "mixed"; docs/executor.md).
+    lost_guarantees: Annotated[list[ShortText], Meta(max_length=16)] = []
+    in_process_tests: Annotated[list[Annotated[int, Meta(ge=0)]], Meta(max_length=1000)] = []
 
     @property
     def passed(self) -> bool:
-        """Ran cleanly and passed every test (a task without tests: ran cleanly)."""
-        return self.error_kind == "none" and self.tests_passed == self.tests_total
+        """Ran cleanly and passed every test that ran (a task without tests: ran cleanly)."""
+        return self.error_kind == "none" and self.tests_passed == self.tests_total - self.tests_skipped
 
     @property
     def verdict(self) -> str:

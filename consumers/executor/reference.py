@@ -2,23 +2,25 @@
 
 Consumes a RewardSpec that carries its task's ``reference`` (the sampler puts it there when it
 issues a prompt); produces a :class:`ReferenceCheck`: whether the reference passes every test
-under the judge and in its own process, the first test it fails under the judge, and which
-calls of the tests gave plain data (``plain_paths``, consumers/executor/runtime/proxies.py). Two sandbox runs per
-task, the first time an executor (or ``rollstream score``) meets it; keyed by a digest of what
-decides the outcome (setup, tests, entry point, reference, limits), so a changed task is checked
-again.
+under the judge and in its own process, the tests it fails under the judge, and what it produced
+as the judge saw it: where completion objects crossed (``objects``), how it bound the names the
+tests read (``names``) and which of its tests the tests themselves skipped (``skips``;
+consumers/executor/runtime/crossing.py ``Rules``). Two sandbox runs per task, the first time an
+executor (or ``rollstream score``) meets it; keyed by a digest of what decides the outcome
+(setup, tests, entry point, reference, limits), so a changed task is checked again.
 
 The executor uses it three ways:
 
-* ``plain_paths`` go with every job of the task: where the reference gives plain data, a
-  completion object there fails its test (``type_mismatch``), so no completion object is ever
-  asked whether it equals an expected value;
-* ``trust = "auto"``: the judge for a task whose reference passes under it, in process (marked
-  in the execution record and counted) for one whose reference does not. The task decides,
-  never the completion;
+* its :meth:`ReferenceCheck.rules` go with every job of the task: where the reference gives
+  plain data, a completion object there fails its test (``type_mismatch``);
+* ``trust = "auto"``: the judge for a task whose reference passes under it; for one whose
+  reference fails some tests under the judge but passes them in process, those tests only run in
+  process (``trust: "mixed"``, with ``in_process_tests`` and the ``lost_guarantees`` in the
+  execution record, counted). The task decides, never the completion;
 * a reference that fails under the judge but passes in process is reported, with the failing
-  test, the first time (log and ``rollstream_executor_reference_mismatches_total``; in
-  ``rollstream score`` output), so the operator can fix the test or set ``trust`` knowingly.
+  tests, the first time (log and ``rollstream_executor_reference_mismatches_total``; in
+  ``rollstream score`` output and ``rollstream tasks check``), so the operator can fix the test
+  or set ``trust`` knowingly.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from collections.abc import Callable
 
 import msgspec
 
+from rollstream.consumers.executor.rewards import LOST_IN_PROCESS
 from rollstream.consumers.executor.sandbox import Job, RunResult, SandboxBackend
 from rollstream.schemas.events import RewardSpec
 
@@ -43,18 +46,43 @@ class ReferenceCheck(msgspec.Struct, frozen=True, kw_only=True):
     in_process: bool  # ... and in its own process
     failing_test: int | None = None  # the first test it fails under the judge
     message: str = ""  # why (that test's error, or what went wrong)
-    plain_paths: list[str] = []  # calls of the tests whose every reference result was plain data
+    judge_failing: list[int] = []  # every test it fails under the judge
+    recorded: bool = False  # the judge's run recorded what the reference produced
+    objects: list[str] = []  # points where the reference's objects crossed into the tests
+    names: dict[str, str] = {}  # how it bound the names the tests read ("o", "p", "m")
+    skips: dict[str, int] = {}  # test index -> unittest tests the tests skipped (-1: the whole test)
+    tests: int = 0
 
     @property
     def mismatch(self) -> bool:
-        """The judge cannot honour this task's tests (the reference passes only in process)."""
+        """The judge cannot honour some of this task's tests (the reference passes them only in process)."""
         return self.in_process and not self.judged
+
+    @property
+    def all_skipped(self) -> bool:
+        """Every test of the task was skipped by the tests themselves: it verifies nothing."""
+        return self.tests > 0 and all(self.skips.get(str(i)) == -1 for i in range(self.tests))
 
     def trust(self, asked: str) -> str:
         """The trust a job of this task runs under: ``auto`` decided by the reference."""
         if asked != "auto":
             return asked
-        return "judge" if self.judged or not self.in_process else "in_process"
+        if self.judged or not self.in_process:
+            return "judge"
+        return "in_process" if len(self.judge_failing) >= self.tests else "mixed"
+
+    @property
+    def in_process_tests(self) -> list[int]:
+        """With trust "mixed": the tests that run in the completion's process."""
+        return list(self.judge_failing) if self.mismatch else []
+
+    def rules(self) -> dict:
+        """What the task's other jobs are held to (crossing.Rules); the strictest reading when the
+        reference's run recorded nothing or the reference itself is broken."""
+        if not self.recorded or not (self.judged or self.in_process):
+            return {}
+        return {"mode": "reference", "objects": list(self.objects), "names": dict(self.names),
+                "skips": dict(self.skips)}
 
 
 def spec_digest(spec: RewardSpec) -> str:
@@ -64,37 +92,52 @@ def spec_digest(spec: RewardSpec) -> str:
     return hashlib.sha256(msgspec.json.encode(parts)).hexdigest()
 
 
-def _passed(result: RunResult, total: int) -> tuple[bool, int | None, str]:
-    """(every test passed, the first that did not, why)."""
+def _outcomes(result: RunResult, total: int) -> tuple[list[int], str]:
+    """(the tests not passed, why the first was not): a test the tests skipped themselves counts
+    as passed here (a reference cannot do better than the tests let it)."""
     events = result.events
     if result.timed_out or result.violations or "done" not in {e.get("e") for e in events}:
         why = "timed out" if result.timed_out else ", ".join(result.violations) or "did not finish"
-        return False, None, why
+        return list(range(total)), why
     for event in events:
         if event.get("e") in ("syntax", "code_error", "setup_error"):
-            return False, None, f"{event.get('type')}: {event.get('msg', '')}"
+            return list(range(total)), f"{event.get('type')}: {event.get('msg', '')}"
     verdicts = {e.get("i"): e for e in events if e.get("e") == "test"}
+    failing, why = [], ""
     for index in range(total):
         event = verdicts.get(index)
-        if event is None or event.get("ok") is not True:
-            why = f"{event.get('type')}: {event.get('msg', '')}" if event else "no verdict"
-            return False, index, why
-    return True, None, ""
+        if event is None or (event.get("ok") is not True and not event.get("skip")):
+            if not failing:
+                why = f"{event.get('type')}: {event.get('msg', '')}" if event else "no verdict"
+            failing.append(index)
+    return failing, why
 
 
 async def check_reference(backend: SandboxBackend, spec: RewardSpec, job_id: str) -> ReferenceCheck:
-    """Run the reference under the judge (recording which calls gave plain data) and in process."""
+    """Run the reference under the judge (recording what crossed) and in process."""
     base = dict(code=spec.reference, setup=spec.setup, tests=list(spec.tests), timeout_s=spec.timeout_s,
                 memory_mb=spec.memory_mb, entry_point=spec.entry_point, program=spec.program)
     judged, in_process = await asyncio.gather(
-        backend.execute(Job(job_id=f"{job_id}/reference-judged", trust="judge", record=True, **base)),
+        backend.execute(Job(job_id=f"{job_id}/reference-judged", trust="judge", rules={"mode": "record"}, **base)),
         backend.execute(Job(job_id=f"{job_id}/reference-in-process", trust="in_process", **base)),
     )
-    ok, failing, why = _passed(judged, len(spec.tests))
-    paths = next((e for e in judged.events if e.get("e") == "paths"), {})
-    plain = paths.get("plain") if isinstance(paths.get("plain"), list) else []
-    return ReferenceCheck(judged=ok, in_process=_passed(in_process, len(spec.tests))[0], failing_test=failing,
-                          message=why[:1000], plain_paths=[p for p in plain if isinstance(p, str)][:1000])
+    total = len(spec.tests)
+    failing, why = _outcomes(judged, total)
+    paths = next((e for e in judged.events if e.get("e") == "paths"), None)
+    objects, names, skips = [], {}, {}
+    if isinstance(paths, dict):
+        objects = [p for p in paths.get("objects", []) if isinstance(p, str)][:4096]
+        for entry in paths.get("names", []):
+            name, _, kind = str(entry).rpartition(":")
+            if name and kind in ("o", "p", "m"):
+                names[name] = kind
+        for entry in paths.get("skips", []):
+            index, _, count = str(entry).partition(":")
+            if index.isdigit() and count.lstrip("-").isdigit():
+                skips[index] = int(count)
+    return ReferenceCheck(judged=not failing, in_process=not _outcomes(in_process, total)[0],
+                          failing_test=failing[0] if failing else None, message=why[:1000], judge_failing=failing,
+                          recorded=paths is not None, objects=objects, names=names, skips=skips, tests=total)
 
 
 class ReferenceChecks:
@@ -139,9 +182,11 @@ class ReferenceChecks:
 def log_check(task: str, check: ReferenceCheck) -> None:
     """The operator's line about a task whose tests the judge cannot honour (or that is broken)."""
     if check.mismatch:
-        log.warning("task %s: its reference passes in process but fails under the judge at test %s (%s); "
-                    "fix the test, or set trust = \"in_process\" (or \"auto\") knowingly", task,
-                    check.failing_test, check.message)
+        log.warning("task %s: its reference passes in process but fails under the judge at tests %s (first: %s); "
+                    "fix the test, or set trust = \"auto\" knowingly (those tests then run in process, losing %s)",
+                    task, check.judge_failing, check.message, ", ".join(LOST_IN_PROCESS))
+    elif check.all_skipped:
+        log.warning("task %s: every one of its tests is skipped by the tests themselves: it verifies nothing", task)
     elif not check.judged:
         log.warning("task %s: its reference fails its own tests (test %s: %s)", task, check.failing_test,
                     check.message)

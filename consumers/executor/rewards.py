@@ -38,6 +38,10 @@ import msgspec
 from rollstream.consumers.executor.sandbox import Job, RunResult
 from rollstream.schemas.events import ExecutionRecord, RewardSpec
 
+# What the judge guarantees (docs/executor.md, "The judge") and a test run in the completion's
+# own process loses: the tests in another process, plain data only, the tests' objects theirs,
+# skips and stops the tests', module names the real modules.
+LOST_IN_PROCESS = ("separate_process", "plain_data", "tests_objects", "run_to_end", "module_names")
 PYTHON_TAGS = frozenset({"", "python", "py", "python3", "py3"})
 MAX_REWARD = 1e6
 TEXT_LIMIT = 4000
@@ -110,11 +114,20 @@ def parse_syntax_error(text: str) -> SyntaxInfo | None:
 
 def passed_tests(events: list[dict], total: int) -> int:
     """Distinct test indices reported passed and never failed (repeats cannot inflate it)."""
-    tests = [
-        e for e in events if e.get("e") == "test" and isinstance(e.get("i"), int) and 0 <= e["i"] < total
-    ]
+    tests = _test_events(events, total)
     failed = {e["i"] for e in tests if e.get("ok") is not True}
     return len({e["i"] for e in tests if e.get("ok") is True} - failed)
+
+
+def skipped_tests(events: list[dict], total: int) -> int:
+    """Distinct test indices the tests themselves skipped (and never reported otherwise)."""
+    tests = _test_events(events, total)
+    other = {e["i"] for e in tests if not e.get("skip")}
+    return len({e["i"] for e in tests if e.get("skip") is True} - other)
+
+
+def _test_events(events: list[dict], total: int) -> list[dict]:
+    return [e for e in events if e.get("e") == "test" and isinstance(e.get("i"), int) and 0 <= e["i"] < total]
 
 
 def tamper_kinds(events: list[dict]) -> list[str]:
@@ -131,12 +144,17 @@ def length_component(completion: str, max_length_chars: int | None) -> float:
     return max(0.0, 1.0 - over)
 
 
-def pass_component(passed: int, total: int, all_or_nothing: bool, ran_cleanly: bool) -> float:
+def pass_component(passed: int, total: int, all_or_nothing: bool, ran_cleanly: bool, skipped: int = 0) -> float:
+    """passed / the tests that ran (those the tests skipped themselves count neither way); a task
+    whose every test was skipped verified nothing: 0."""
     if total == 0:
         return 1.0 if ran_cleanly else 0.0
+    counted = total - skipped
+    if counted <= 0:
+        return 0.0
     if all_or_nothing:
-        return 1.0 if passed == total else 0.0
-    return passed / total
+        return 1.0 if passed == counted else 0.0
+    return passed / counted
 
 
 def weighted_reward(weights: Mapping[str, float], components: Mapping[str, float]) -> float:
@@ -187,7 +205,7 @@ class PythonTests:
             memory_mb=spec.memory_mb,
             entry_point=spec.entry_point,
             program=spec.program,
-            trust=spec.trust,
+            trust="judge" if spec.trust == "mixed" else spec.trust,
         )
 
     def score(self, spec: RewardSpec, completion: str, result: RunResult) -> Scored:
@@ -195,6 +213,8 @@ class PythonTests:
         kinds = {e.get("e") for e in events}
         total = len(spec.tests)
         passed = passed_tests(events, total)
+        skipped = skipped_tests(events, total)
+        in_process = list(range(total)) if spec.trust == "in_process" else list(result.in_process_tests)
         base = dict(
             sandbox_id=result.sandbox_id,
             exit_code=result.exit_code,
@@ -206,6 +226,9 @@ class PythonTests:
             stdout_tail=_clip(result.stdout_tail),
             stderr_tail=_clip(result.stderr_tail),
             trust=spec.trust,
+            tests_skipped=skipped,
+            lost_guarantees=list(LOST_IN_PROCESS) if in_process else [],
+            in_process_tests=in_process[:1000],
         )
         failure = _failure(spec, result, events, kinds)
         if failure is not None:
@@ -232,11 +255,14 @@ class PythonTests:
             )
         elif not finished:
             kind, message = "runtime", f"exited before the tests finished (exit code {result.exit_code})"
+        elif any(e.get("type") == "TooLarge" for e in _test_events(events, total)):
+            too_large = next(e for e in _test_events(events, total) if e.get("type") == "TooLarge")
+            kind, message = "too_large", f"test {too_large['i']}: {too_large.get('msg', '')}"
         else:
             kind, message = "none", ""
         extraction = extract_code(completion)
         components = {
-            "tests": pass_component(passed, total, spec.all_or_nothing, kind == "none"),
+            "tests": pass_component(passed, total, spec.all_or_nothing, kind == "none", skipped),
             "format": 1.0 if extraction.fenced else 0.0,
             "length": length_component(completion, spec.max_length_chars),
         }

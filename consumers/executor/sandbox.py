@@ -68,10 +68,10 @@ class Job(msgspec.Struct, frozen=True, kw_only=True):
     completion only through the names in ``names`` (those the tests read that the completion
     may define; ``entry_point`` always among them); ``modules`` are the standard-library modules
     the tests read by name without importing them (the judge imports them itself, before the
-    completion runs); ``plain_paths`` the calls whose reference results are plain data
-    (consumers/executor/runtime/proxies.py); ``record`` makes the judge report which calls gave plain data (run on
-    a task's reference). See consumers/executor/runtime/judge.py. With ``program`` the code is a whole program:
-    tests call ``run_program(stdin)`` for its standard output."""
+    completion runs); ``rules`` what the task's reference says about what may cross
+    (consumers/executor/runtime/crossing.py ``Rules``: ``{"mode": "record"}`` on the reference itself;
+    ``{}``, a task without one, the strictest reading). See consumers/executor/runtime/judge.py. With
+    ``program`` the code is a whole program: tests call ``run_program(stdin)`` for its standard output."""
 
     job_id: str
     code: str
@@ -84,8 +84,7 @@ class Job(msgspec.Struct, frozen=True, kw_only=True):
     modules: list[str] = []
     program: bool = False
     trust: Literal["judge", "in_process"] = "judge"
-    plain_paths: list[str] = []
-    record: bool = False
+    rules: dict[str, Any] = {}
     files: list[tuple[str, bytes]] = []  # an episode's workspace, written into /work before the code runs
     collect_files: bool = False  # return the files the job left in /work (the next turn's workspace)
     test_hook: str | None = None  # tests only (a pool started with test_hooks): code run in the judge first
@@ -155,6 +154,7 @@ class RunResult(msgspec.Struct, frozen=True, kw_only=True):
     recycled: bool = False
     files: list[tuple[str, bytes]] = []  # with collect_files: the regular files the job left in /work
     files_truncated: bool = False  # some were left out (links, over the size or count caps)
+    in_process_tests: list[int] = []  # trust "mixed": the tests whose events came from an in-process run
 
 
 class SandboxBackend(Protocol):
@@ -171,7 +171,7 @@ class SandboxBackend(Protocol):
 # What the runner answers when the container lost a zygote before a job (runtime/zygotes.py).
 CONTAINER_LOST = "this container must be replaced"
 # The sandbox's runtime, in order: each uses the names of those before it.
-RUNTIME = ("codec.py", "channel.py", "proxies.py", "candidate.py", "judge.py", "inprocess.py", "workspace.py",
+RUNTIME = ("codec.py", "channel.py", "proxies.py", "crossing.py", "candidate.py", "judge.py", "inprocess.py", "workspace.py",
            "zygotes.py", "cleanup.py", "warmup.py", "supervisor.py")
 # The command line carries a bootstrap; the runtime itself arrives on stdin (a -c argument is
 # capped at 128 KiB by the kernel).
@@ -506,8 +506,7 @@ class DockerSandboxPool:
             "entry_point": job.entry_point,
             "program": job.program,
             "trust": job.trust,
-            "plain_paths": job.plain_paths,
-            "record": job.record,
+            "rules": job.rules,
             "timeout_s": job.timeout_s,
             "memory_mb": min(job.memory_mb, self._limits.memory_mb),
             "output_bytes": self._limits.output_bytes,

@@ -85,13 +85,45 @@ async def evaluate(
     prepared = kind.prepare(spec, completion, job_id)
     if isinstance(prepared, Scored):
         return Evaluation(scored=prepared, reference=check)
-    if check is not None and check.judged and trust == "judge" and isinstance(prepared, Job):
-        prepared = msgspec.structs.replace(prepared, plain_paths=list(check.plain_paths))
+    if isinstance(prepared, Job) and prepared.trust == "judge":
+        rules = check.rules() if check is not None else {}
+        if not rules and spec.returns_objects:
+            rules = {"returns_objects": True}
+        prepared = msgspec.structs.replace(prepared, rules=rules)
     if files or collect_files:  # a multi-turn episode: its workspace in, the files it leaves out
         prepared = msgspec.structs.replace(prepared, files=list(files), collect_files=collect_files)
-    result = await retry(functools.partial(backend.execute, prepared), what=f"sandbox run of {job_id}",
-                         retry_on=(SandboxError,), attempts=attempts, first_delay_s=0.5, max_delay_s=4.0)
+
+    async def run(job: Job) -> RunResult:
+        return await retry(functools.partial(backend.execute, job), what=f"sandbox run of {job.job_id}",
+                           retry_on=(SandboxError,), attempts=attempts, first_delay_s=0.5, max_delay_s=4.0)
+
+    if trust == "mixed" and check is not None and isinstance(prepared, Job):
+        # the tests the judge cannot honour (the reference fails them there) run in process; the
+        # rest under the judge; the record names the former and what they lost
+        in_process = msgspec.structs.replace(prepared, job_id=f"{job_id}/in-process", trust="in_process", rules={},
+                                             collect_files=False)
+        judged, alone = await asyncio.gather(run(prepared), run(in_process))
+        result = merge_mixed(judged, alone, check.in_process_tests)
+    else:
+        result = await run(prepared)
     return Evaluation(scored=kind.score(spec, completion, result), job=prepared, result=result, reference=check)
+
+
+def merge_mixed(judged: RunResult, alone: RunResult, in_process_tests: Sequence[int]) -> RunResult:
+    """One result of a ``mixed`` task's two runs: the judge's, with the verdicts of the tests in
+    ``in_process_tests`` from the in-process run (a test that run did not answer failed); the
+    worse of the two for everything else (limits, violations)."""
+    moved = set(in_process_tests)
+    events = [e for e in judged.events if not (e.get("e") == "test" and e.get("i") in moved)]
+    answered = {e.get("i") for e in alone.events if e.get("e") == "test"}
+    events += [e for e in alone.events if e.get("e") == "test" and e.get("i") in moved]
+    events += [{"e": "test", "i": i, "ok": False, "type": "FailedCall", "msg": "the in-process run gave no verdict"}
+               for i in sorted(moved - answered)]
+    return msgspec.structs.replace(
+        judged, events=events, violations=judged.violations + [v for v in alone.violations if v not in judged.violations],
+        timed_out=judged.timed_out or alone.timed_out, output_limit=judged.output_limit or alone.output_limit,
+        oom_killed=judged.oom_killed or alone.oom_killed, runner_died=judged.runner_died or alone.runner_died,
+        duration_s=max(judged.duration_s, alone.duration_s), in_process_tests=sorted(moved))
 
 
 def audit_record(

@@ -155,6 +155,28 @@ def test_version_2_records_decode_and_say_their_verdict_was_not_judged() -> None
                                                              error_kind="none", tests_passed=3, tests_total=3))
     event = codec(RewardScored).decode(msgspec.msgpack.encode(old))
     assert event.execution.trust is None and event.execution.tamper == ""  # not a judge's verdict
-    assert SCHEMA_VERSION == 3
+    assert SCHEMA_VERSION == 4
     old["execution"]["error_kind"] = "tamper"  # what a version-2 reader could not have read
     assert codec(RewardScored).decode(msgspec.msgpack.encode(old)).execution.error_kind == "tamper"
+
+
+def test_version_3_records_decode_with_nothing_skipped_or_lost() -> None:
+    """Version 4 adds too_large, trust "mixed" and the skip / lost-guarantee fields: a version-3
+    record still decodes, with their defaults."""
+    from rollstream.schemas import RewardScored
+
+    rollout = V1Rollout(rollout_id="g/0", group_id="g", sample_index=0, group_size=2, task_id="t", family="f",
+                        prompt_token_ids=[1], completion_token_ids=[5], behaviour_logprobs=[-0.5],
+                        policy_version_first=0, policy_version_last=0, issued_policy_version=0, finish_reason="stop")
+    old = msgspec.to_builtins(V1RewardScored(rollout=rollout, reward=1.0, components={"tests": 1.0},
+                                             executor_id="e", scored_at=1.0))
+    old["schema_version"] = 3
+    old["execution"] = {**msgspec.to_builtins(V2ExecutionRecord(sandbox_id="s", exit_code=0, duration_s=0.1,
+                                                                error_kind="none", tests_passed=2, tests_total=2)),
+                        "trust": "judge", "tamper": ""}
+    execution = codec(RewardScored).decode(msgspec.msgpack.encode(old)).execution
+    assert execution.tests_skipped == 0 and execution.lost_guarantees == [] and execution.in_process_tests == []
+    assert execution.passed
+    old["execution"].update(error_kind="too_large", trust="mixed", in_process_tests=[1], tests_skipped=1)
+    execution = codec(RewardScored).decode(msgspec.msgpack.encode(old)).execution
+    assert execution.error_kind == "too_large" and execution.trust == "mixed" and execution.in_process_tests == [1]

@@ -141,6 +141,7 @@ class _Candidate:
         self.namespace = None
         self.code = None
         self.out_cap = 1 << 16
+        self.loop = None  # the event loop the completion's coroutines run on (made when first needed)
 
 
 _CANDIDATE = _Candidate()
@@ -185,8 +186,8 @@ def encode_other(x, encoder):
         if named is None and x.__module__ != "builtins":
             return _handle(x, encoder, _class_desc(x, encoder))
         return _handle(x, encoder, ["f", _text(getattr(x, "__qualname__", "class"), 100)])
-    for base, kind in MUTABLE.items():  # a completion's subclass of a container: as the container
-        if isinstance(x, base):
+    for base, kind in MUTABLE.items():  # a completion's subclass of a container: as the container,
+        if isinstance(x, base):  # its content read with the container's own methods (codec.base_view)
             return encoder.container(x, kind)
     if t.__name__ == "module" and isinstance(getattr(x, "__name__", None), str):
         return _handle(x, encoder, ["m", x.__name__])
@@ -215,18 +216,34 @@ def _class_desc(cls, encoder):
     bases = []
     for base in cls.__bases__:
         if base in VALUE_BASES or (std_name(base) is None and base.__module__ != "builtins"):
-            bases.append(encoder.item(base))  # a value type by name, a completion class as a handle
+            bases.append(encoder.item(base))  # a value type by name, a completion or setup class by handle/name
         elif issubclass(base, BaseException):
             bases.append({"st": list(std_name(base) or ("builtins", _builtin_base(base)))})
         elif _value_base(base) is not None:  # IntEnum, StrEnum: the value type they derive from
             bases.append(encoder.item(_value_base(base)))
-    methods = sorted({name for klass in cls.__mro__ if std_name(klass) is None and klass.__module__ != "builtins"
-                      for name, value in vars(klass).items()
-                      if not name.startswith("_") and (callable(value) or isinstance(value, (classmethod, staticmethod)))})
+    own = [klass for klass in cls.__mro__ if std_name(klass) is None and klass.__module__ != "builtins"]
+    methods, attrs = set(), set()
+    for klass in own:
+        for name, value in vars(klass).items():
+            if name.startswith("_"):
+                continue
+            if callable(value) or isinstance(value, (classmethod, staticmethod)):
+                methods.add(name)
+            else:
+                attrs.add(name)
+    info = {"attrs": sorted(attrs - methods)}
     fields = getattr(cls, "_fields", None) if issubclass(cls, tuple) else None
     if isinstance(fields, tuple) and all(type(f) is str for f in fields):
-        methods = [list(fields), *methods]
-    return ["c", _text(cls.__name__, 200), _text(cls.__qualname__, 200), _text(cls.__module__, 200), bases, methods]
+        info["fields"] = list(fields)
+    doc = cls.__dict__.get("__doc__")
+    if type(doc) is str:
+        info["doc"] = doc[:10000]
+    dataclass = cls.__dict__.get("__dataclass_fields__")
+    if type(dataclass) is dict:
+        info["dataclass"] = [[f.name, bool(f.init)] for f in dataclass.values()
+                             if str(getattr(f, "_field_type", "")) == "_FIELD" and type(f.name) is str]
+    return ["c", _text(cls.__name__, 200), _text(cls.__qualname__, 200), _text(cls.__module__, 200), bases,
+            sorted(methods), encoder.item(info)]
 
 
 def _plain_value(x, base):
@@ -278,9 +295,10 @@ def decode_other(tag, x, decoder):
 # ---------------------------------------------------------------- serving
 
 def serve(message):
-    """Answer one request of the judge's: ``(status, items)``."""
+    """Answer one request of the judge's: ``(status, items, extras)``."""
     candidate = _CANDIDATE
-    restore = _apply_env(message.env)
+    shared = {}
+    restore = _apply_env(message.env, shared)
     try:
         values = message.items
         target = values[0] if len(values) == 2 else None
@@ -290,13 +308,13 @@ def serve(message):
     except BaseException as exc:  # whatever the completion raised, as it is
         status, reply = "exc", [exc]
     finally:
-        restore()
+        extras = restore()
     printed = _OUT.size + _ERR.size
     if printed > candidate.out_cap:
         _OUT.drain()
         _ERR.drain()
         return "fail", [f"printed {printed} characters in one call"]
-    return status, reply
+    return status, reply, extras
 
 
 _IS_METHOD = object()
@@ -370,6 +388,21 @@ def _operator(target, op, *args):
     return CANDIDATE_OPERATORS[op](target, *args)
 
 
+def _await(awaitable):
+    """Run the completion's awaitable to its end on this process's own event loop (kept for the
+    job: an asynchronous generator stays bound to it between its items)."""
+    import asyncio
+
+    loop = _CANDIDATE.loop
+    if loop is None:
+        loop = _CANDIDATE.loop = asyncio.new_event_loop()
+
+    async def run():
+        return await awaitable
+
+    return loop.run_until_complete(run())
+
+
 def _candidate_operators():
     import copy
     import math
@@ -384,6 +417,7 @@ def _candidate_operators():
         "eq": o.eq, "ne": o.ne, "lt": o.lt, "le": o.le, "gt": o.gt, "ge": o.ge,
         "enter": lambda t: type(t).__enter__(t), "exit": lambda t, *exc: type(t).__exit__(t, *exc),
         "divmod": divmod, "rdivmod": lambda t, other: divmod(other, t),
+        "await": _await, "aiter": lambda t: t.__aiter__(), "anext": lambda t: _await(t.__anext__()),
     }
     for name in ("add", "sub", "mul", "matmul", "truediv", "floordiv", "mod", "pow", "lshift", "rshift",
                  "and", "or", "xor"):
@@ -399,14 +433,32 @@ OPS = {"call": _call, "callm": _callm, "get": _get, "set": _set, "del": _del, "o
        "eval": _eval, "compile": _compile, "loads": _loads, "dumps": _dumps}
 
 
-def _apply_env(env):
-    """The judge's overrides, for the length of one request; returns their undo."""
+def _apply_env(env, shared):
+    """The judge's overrides, for the length of one request; returns their undo, which returns
+    what the reply carries back (the random generator's state, the warnings the call issued)."""
     if not env:
         return _nothing
-    undo = []
+    undo, extras, caught = [], None, None
     for index in range(0, len(env) - 1, 2):
         target, value = env[index], env[index + 1]
         if type(target) is not str:
+            continue
+        if target == "random.state":  # the tests seeded the generator: this call continues their sequence
+            import random
+
+            try:
+                random.setstate(value)
+            except BaseException:
+                continue
+            extras = extras or []
+            extras.append(random)
+            continue
+        if target == "warnings.capture":  # the tests catch warnings: this call's go back to them
+            import warnings
+
+            caught = warnings.catch_warnings(record=True)
+            log = caught.__enter__()
+            warnings.simplefilter("always")
             continue
         owner_name, _, attribute = target.rpartition(".")
         try:
@@ -423,6 +475,15 @@ def _apply_env(env):
                 delattr(owner, attribute)
             else:
                 setattr(owner, attribute, old)
+        back = []
+        if extras:
+            back += ["random", extras[0].getstate()]
+        if caught is not None:
+            caught.__exit__(None, None, None)
+            back += ["warnings", [[w.message if isinstance(w.message, Warning) else w.category(str(w.message)),
+                                   None, str(w.filename)[:500], w.lineno if type(w.lineno) is int else 0]
+                                  for w in log[:1000]]]
+        return back or None
 
     return restore
 
@@ -431,47 +492,67 @@ _MISSING = object()
 
 
 def _nothing():
-    pass
+    return None
 
 
 def run_program_here(code, stdin, out_cap):
-    """Run a whole program (a code object) as ``__main__`` of this process with ``stdin`` on a
-    real descriptor 0 and its descriptor 1 captured; returns (stdout text, exit status)."""
+    """Run a whole program (a code object) as ``__main__`` of a process of its own, forked from
+    this one, with ``stdin`` on a real descriptor 0 and its descriptor 1 captured; returns
+    (stdout text, exit status), as a program run by a shell would: ``os._exit`` after a flush
+    keeps what was flushed, an uncaught exception prints its traceback and exits 1."""
     data = stdin.encode() if isinstance(stdin, str) else bytes(stdin)
     source = os.memfd_create("stdin")
     sink = os.memfd_create("stdout")
-    os.write(source, data)
-    os.lseek(source, 0, os.SEEK_SET)
-    saved_fds = os.dup(0), os.dup(1)
-    saved = sys.stdin, sys.stdout, sys.argv
-    os.dup2(source, 0)
-    os.dup2(sink, 1)
-    sys.stdin = open(0, closefd=False, encoding="utf-8", errors="surrogateescape")
-    sys.stdout = open(1, "w", closefd=False, encoding="utf-8")
-    sys.stdout.reconfigure(write_through=True)  # print() and sys.stdout.buffer.write() keep their order
-    sys.argv = ["solution"]
-    status = 0
     try:
-        exec(code, {"__name__": "__main__", "__builtins__": builtins})
-    except SystemExit as exc:
-        status = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        os.write(source, data)
+        os.lseek(source, 0, os.SEEK_SET)
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except BaseException:
+                pass
+        pid = os.fork()
+        if pid == 0:
+            _program_child(code, source, sink)  # never returns
+        _, wait = os.waitpid(pid, 0)
+        status = os.waitstatus_to_exitcode(wait)
+        size = os.fstat(sink).st_size
+        if size > out_cap:
+            raise OSError(f"the program printed {size} bytes (at most {out_cap})")
+        output = os.pread(sink, size, 0)
     finally:
-        try:
-            sys.stdout.flush()
-        except BaseException:
-            pass
-        sys.stdin, sys.stdout, sys.argv = saved
-        os.dup2(saved_fds[0], 0)
-        os.dup2(saved_fds[1], 1)
-        for fd in saved_fds + (source,):
-            os.close(fd)
-    size = os.fstat(sink).st_size
-    if size > out_cap:
+        os.close(source)
         os.close(sink)
-        raise OSError(f"the program printed {size} bytes (at most {out_cap})")
-    output = os.pread(sink, size, 0)
-    os.close(sink)
     return output.decode("utf-8", "replace"), status
+
+
+def _program_child(code, source, sink):
+    status = 1
+    try:
+        os.dup2(source, 0)
+        os.dup2(sink, 1)
+        sys.stdin = open(0, closefd=False, encoding="utf-8", errors="surrogateescape")
+        sys.stdout = open(1, "w", closefd=False, encoding="utf-8")
+        sys.stdout.reconfigure(write_through=True)  # print() and sys.stdout.buffer.write() keep their order
+        sys.stderr = open(2, "w", closefd=False, encoding="utf-8", errors="backslashreplace")
+        sys.argv = ["solution"]
+        try:
+            exec(code, {"__name__": "__main__", "__builtins__": builtins})
+            status = 0
+        except SystemExit as exc:
+            if exc.code is None or isinstance(exc.code, int):
+                status = exc.code or 0
+            else:
+                print(exc.code, file=sys.stderr)
+        except BaseException as exc:
+            print_exception(exc)
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except BaseException:
+                pass
+    finally:
+        os._exit(status & 0xFF if status >= 0 else 1)
 
 
 # ---------------------------------------------------------------- the candidate's life

@@ -6,11 +6,12 @@ the candidate to call the completion; the completion calls a key function the te
 which the judge runs), so both run the same loop: send a request, then serve what arrives
 until the reply to *that* request does.
 
-A message is ``[kind, id, what, items, defs, sync, env, out, err]`` (consumers/executor/runtime/codec.py for
+A message is ``[kind, id, what, items, defs, sync, env, out, err, extras]`` (consumers/executor/runtime/codec.py for
 items, definitions and changes): ``kind`` ``"q"`` (a request: ``what`` is the operation) or
 ``"a"`` (a reply: ``what`` is ``ok``, ``exc``, ``fail`` or ``m``); ``env`` carries the judge's
 overrides for the call (patched builtins, ``sys.stdin``, mock patches); ``out``/``err`` what
-the candidate printed since its last message. The judge's request ids are random 63-bit
+the candidate printed since its last message; ``extras`` what a reply carries besides its answer
+(warnings the call issued, the random generator's state: consumers/executor/runtime/judge.py). The judge's request ids are random 63-bit
 numbers drawn per request, so a reply cannot be written before its question exists; a reply
 that answers anything but the question the judge is waiting for is a protocol error.
 """
@@ -41,11 +42,13 @@ class LinkDown(Exception):
 
 
 class Message:
-    __slots__ = ("kind", "id", "what", "items", "env", "out", "err")
+    __slots__ = ("kind", "id", "what", "items", "env", "out", "err", "changed", "extras")
 
-    def __init__(self, kind, ident, what, items, env, out, err):
+    def __init__(self, kind, ident, what, items, env, out, err, changed=(), extras=None):
         self.kind, self.id, self.what, self.items = kind, ident, what, items
         self.env, self.out, self.err = env, out, err
+        self.changed = changed  # refs of the receiver's containers this message changed in place
+        self.extras = extras
 
 
 class Channel:
@@ -76,8 +79,8 @@ class Channel:
 
     # ------------------------------------------------------------ sending
 
-    def send(self, kind, ident, what, items=(), env=None):
-        data, encoder, synced = self._encode(kind, ident, what, items, env)
+    def send(self, kind, ident, what, items=(), env=None, extras=None):
+        data, encoder, synced = self._encode(kind, ident, what, items, env, extras)
         try:
             send_bytes(self.write_fd, data)
         except OSError as exc:
@@ -85,15 +88,16 @@ class Channel:
             raise LinkDown(f"the other side is gone ({type(exc).__name__})") from None
         encoder.sent(synced)
 
-    def _encode(self, kind, ident, what, items, env):
+    def _encode(self, kind, ident, what, items, env, extras=None):
         encoder = Encoder(self.table, self.encode_other, self.setup_ids)
         try:
             encoded = [_encode_item(encoder, x) for x in items]
             encoded_env = None if env is None else [_encode_item(encoder, x) for x in env]
+            encoded_extras = None if extras is None else [_encode_item(encoder, x) for x in extras]
             changes = encoder.changes()
             defs = encoder.finish()
             out, err = self.printed() if self.printed is not None else ("", "")
-            data = dumps([kind, ident, what, encoded, defs, changes, encoded_env, out, err])
+            data = dumps([kind, ident, what, encoded, defs, changes, encoded_env, out, err, encoded_extras])
         except BaseException:
             encoder.abandon()
             raise
@@ -110,18 +114,20 @@ class Channel:
         if frame is None:
             return None
         raw = loads(frame)
-        if len(raw) != 9:
+        if len(raw) != 10:
             raise ProtocolError("a message of the wrong shape")
-        kind, ident, what, items, defs, sync, env, out, err = raw
+        kind, ident, what, items, defs, sync, env, out, err, extras = raw
         if (type(kind) is not str or type(ident) is not int or type(what) is not str or type(items) is not list
-                or (env is not None and type(env) is not list) or type(out) is not str or type(err) is not str):
+                or (env is not None and type(env) is not list) or type(out) is not str or type(err) is not str
+                or (extras is not None and type(extras) is not list)):
             raise ProtocolError("a message of the wrong shape")
         decoder = Decoder(self.table, self.peer, self.decode_other, self.setup_classes)
         changed = decoder.message(defs, sync)
         values = [_decode_item(decoder, x) for x in items]
         env_values = None if env is None else [_decode_item(decoder, x) for x in env]
+        extra_values = None if extras is None else [_decode_item(decoder, x) for x in extras]
         decoder.settled(changed)
-        message = Message(kind, ident, what, values, env_values, out, err)
+        message = Message(kind, ident, what, values, env_values, out, err, changed, extra_values)
         if self.on_receive is not None:
             self.on_receive(message)
         return message
@@ -146,17 +152,21 @@ class Channel:
 
     def answer(self, message):
         """Serve one request and send its reply."""
+        extras = None
         if self.depth >= MAX_NESTING:
             status, items = "fail", [f"requests nested deeper than {MAX_NESTING}"]
         else:
             self.depth += 1
             try:
-                status, items = self.serve(message)
+                reply = self.serve(message)
             finally:
                 self.depth -= 1
+            status, items = reply[0], reply[1]
+            if len(reply) > 2:
+                extras = reply[2]
         try:
-            self.send("a", message.id, status, items)
-        except NotTransferable as exc:
+            self.send("a", message.id, status, items, None, extras)
+        except NotTransferable as exc:  # TooLarge says so ("too_large: ...")
             self.send("a", message.id, "fail", [str(exc)[:500]])
 
 

@@ -26,8 +26,7 @@ ref}``), new containers travel as a flat list of definitions ``[ref, kind, paylo
 changed ones as ``[ref, payload]``, so no value is ever nested in the encoding (deep or cyclic
 data costs no recursion). The decoder accepts exactly what the encoder writes: a bare JSON
 array or object where an item belongs, an unknown tag, a ref it does not hold, a new ref of the
-wrong parity or one it already holds, more than ``MAX_ITEMS`` items, more than
-``MAX_MESSAGE_BYTES``, or a set or dict whose keys flood one hash value is a
+wrong parity or one it already holds, more than ``MAX_MESSAGE_BYTES``, or a set or dict whose keys flood one hash value is a
 :class:`ProtocolError` (tamper, when the candidate sent it). Nothing here evaluates, unpickles
 or imports what the other side sent: tags name constructors of the standard library that only
 build values; a class named by module and name is looked up only among modules already
@@ -44,9 +43,12 @@ import os
 import sys
 from operator import is_not
 
-MAX_MESSAGE_BYTES = 8 << 20  # one framed message
-MAX_ITEMS = 1 << 20  # items decoded from one message
-MAX_OBJECTS = 1 << 21  # objects one job's table may hold
+# The limits are the same for every type, counted in bytes and levels that honest programs do
+# not reach (a list of 4 million small ints is ~16 MB; a 1000-deep tuple is ~20 KB). A value
+# beyond them fails its test as ``too_large`` (TooLarge), never as an attack.
+MAX_MESSAGE_BYTES = 64 << 20  # one framed message
+MAX_DEPTH = 10_000  # containers nested in one value (hashing a tuple recurses in C, unguarded)
+MAX_OBJECTS = 1 << 22  # containers and handles one job's table may hold
 MAX_HASH_DUPLICATES = 64  # keys of one set/dict sharing a hash value beyond this: hash flooding
 JSON_INT_BITS = 1024  # larger ints travel as hex (linear to parse; decimal is quadratic and capped)
 _LEN = 4  # frame header: big-endian length
@@ -57,6 +59,10 @@ BIG = 1 << JSON_INT_BITS
 
 class NotTransferable(Exception):
     """A value that cannot cross (too large, a cycle through a tuple): the call fails, honestly."""
+
+
+class TooLarge(NotTransferable):
+    """A value over the size or depth limits: its test fails as ``too_large``."""
 
 
 class ProtocolError(Exception):
@@ -99,7 +105,7 @@ class Table:
             ref = self.next
             self.next += 2
         if len(self.objects) >= MAX_OBJECTS:
-            raise NotTransferable(f"more than {MAX_OBJECTS} objects crossed in one job")
+            raise TooLarge(f"too_large: more than {MAX_OBJECTS} objects crossed in one job")
         self.objects[ref] = obj
         self.refs[id(obj)] = ref
         if kind is not None:
@@ -128,6 +134,8 @@ class Table:
 def _snapshot(kind, obj):
     """What a mutable container holds, by identity (the elements are kept alive, so their ids
     stay theirs)."""
+    if type(obj) not in KINDS and kind != "S":
+        obj = base_view(kind, obj)
     if kind == "y":
         return bytes(obj)
     if kind == "l" or kind == "q":
@@ -143,6 +151,8 @@ def _snapshot(kind, obj):
 def _differs(kind, obj, shadow):
     if shadow is None:
         return True
+    if type(obj) not in KINDS and kind != "S":
+        obj = base_view(kind, obj)
     if kind == "y":
         return obj != shadow
     if kind == "l" or kind == "q":
@@ -165,13 +175,14 @@ class Encoder:
     """Encodes the items of one message against ``table``; ``other(x, encoder)`` encodes what is
     neither a scalar, a container nor a value type (handles, the side's own rules)."""
 
-    __slots__ = ("table", "other", "pending", "defs", "added", "setup_classes", "fast")
+    __slots__ = ("table", "other", "pending", "defs", "added", "setup_classes", "fast", "depth")
 
     def __init__(self, table, other, setup_classes=None):
         self.table = table
         self.other = other
         self.fast = True  # lists of scalars as they are (off: item by item)
-        self.pending = []  # (ref, kind, obj) defined by this message, payload still to write
+        self.pending = []  # (ref, kind, obj, depth) defined by this message, payload still to write
+        self.depth = 1  # of the container whose payload is being written (its children: one more)
         self.defs = []
         self.added = []  # refs added to the table by this message (undone if it is not sent)
         self.setup_classes = setup_classes or {}  # id(class) -> name: the task's setup classes
@@ -199,9 +210,11 @@ class Encoder:
 
     def container(self, x, kind):
         """Replicate ``x`` as a container of ``kind`` (its contents follow as a definition)."""
+        if self.depth >= MAX_DEPTH:
+            raise TooLarge(f"too_large: a value nested deeper than {MAX_DEPTH} levels")
         ref = self.table.add(x, kind)
         self.added.append(ref)
-        self.pending.append((ref, kind, x))
+        self.pending.append((ref, kind, x, self.depth + 1))
         return {"r": ref}
 
     def container_kind(self, x, t):
@@ -219,6 +232,8 @@ class Encoder:
         return None
 
     def payload(self, kind, x):
+        if kind in MUTABLE_KINDS and type(x) not in KINDS and kind != "S":
+            x = base_view(kind, x)
         item = self.item
         if kind == "l" or kind == "t" or kind == "s" or kind == "f" or kind == "K" or kind == "V":
             if self.fast and _fast(x):
@@ -252,7 +267,7 @@ class Encoder:
         """The definitions of the containers this message introduces (their children too)."""
         index = 0
         while index < len(self.pending):
-            ref, kind, x = self.pending[index]
+            ref, kind, x, self.depth = self.pending[index]
             index += 1
             self.defs.append([ref, kind, self.payload(kind, x)])
         return self.defs
@@ -260,7 +275,7 @@ class Encoder:
     def sent(self, synced):
         """The message went out: what the other side now holds is what we hold."""
         table = self.table
-        for ref, kind, _ in self.pending:
+        for ref, kind, _, _ in self.pending:
             if kind in MUTABLE_KINDS:
                 table.snapshot(ref)
         for ref in synced:
@@ -269,6 +284,28 @@ class Encoder:
     def abandon(self):
         for ref in self.added:
             self.table.forget(ref)
+
+
+def base_view(kind, x):
+    """What a subclass of a container holds, read with the container's own methods (never the
+    subclass's ``__iter__``, ``items`` or ``keys``): it crosses as that container."""
+    if kind == "l":
+        return list.copy(x)
+    if kind == "d":
+        return dict.copy(x)
+    if kind == "s":
+        return set.copy(x)
+    if kind == "y":
+        return bytearray(memoryview(x))
+    if kind == "q":
+        return collections.deque(collections.deque.__iter__(x), collections.deque.maxlen.__get__(x))
+    if kind == "o":
+        return collections.OrderedDict(collections.OrderedDict.items(x))
+    if kind == "c":
+        return collections.Counter(dict.copy(x))
+    if kind == "D":
+        return collections.defaultdict(collections.defaultdict.default_factory.__get__(x), dict.copy(x))
+    return x
 
 
 def _fast(values):
@@ -381,14 +418,12 @@ class Decoder:
     """Decodes the items of one message from the side whose refs have ``sender_parity`` into
     ``table``; ``other(tag, value, decoder)`` decodes the tags of the receiving side (handles)."""
 
-    __slots__ = ("table", "sender", "other", "count", "defs", "building", "new", "identity_only",
-                 "setup_classes")
+    __slots__ = ("table", "sender", "other", "defs", "building", "new", "setup_classes")
 
     def __init__(self, table, sender_parity, other, setup_classes=None):
         self.table = table
         self.sender = sender_parity
         self.other = other
-        self.count = 0
         self.defs = {}  # ref -> (kind, payload) of immutables not built yet
         self.building = set()
         self.new = []  # (ref, kind) of containers this message introduced
@@ -524,9 +559,6 @@ class Decoder:
         return result
 
     def items(self, payload):
-        self.count += len(payload)
-        if self.count > MAX_ITEMS:
-            raise ProtocolError(f"more than {MAX_ITEMS} items in one message")
         if SIMPLE.issuperset(map(type, payload)):
             return payload
         item = self.item
@@ -538,9 +570,6 @@ class Decoder:
             return v
         if t is not dict or len(v) != 1:
             raise ProtocolError("a bare JSON value where an item belongs")
-        self.count += 1
-        if self.count > MAX_ITEMS:
-            raise ProtocolError(f"more than {MAX_ITEMS} items in one message")
         ((tag, x),) = v.items()
         if tag == "r":
             return self.ref(x)
@@ -555,22 +584,42 @@ class Decoder:
         objects = self.table.objects
         if ref in objects:
             return objects[ref]
-        pending = self.defs.get(ref)
-        if pending is None:
+        if ref not in self.defs:
             raise ProtocolError("a ref this side does not hold")
-        if ref in self.building:
-            raise ProtocolError("a cycle through an immutable value")
-        self.building.add(ref)
-        kind, payload = pending
-        try:
+        self.construct(ref)
+        return objects[ref]
+
+    def construct(self, root):
+        """Build the immutable ``root`` and the immutables it holds, children first, without
+        recursion (so a 1000-deep tuple costs no stack): each is built once all it holds is."""
+        objects, defs, building = self.table.objects, self.defs, self.building
+        stack = [root]
+        building.add(root)
+        while stack:
+            ref = stack[-1]
+            kind, payload = defs[ref]
+            waiting = None
+            if type(payload) is list and not SIMPLE.issuperset(map(type, payload)):
+                for value in payload:
+                    if type(value) is dict and len(value) == 1 and "r" in value:
+                        child = value["r"]
+                        if type(child) is int and child not in objects and child in defs:
+                            if child in building:
+                                raise ProtocolError("a cycle through an immutable value")
+                            waiting = child
+                            break
+            if waiting is not None:
+                if len(stack) >= MAX_DEPTH:
+                    raise TooLarge(f"too_large: a value nested deeper than {MAX_DEPTH} levels")
+                building.add(waiting)
+                stack.append(waiting)
+                continue
+            stack.pop()
+            building.discard(ref)
             obj = self.build(kind, payload)
-        except RecursionError:
-            raise ProtocolError("immutable values nested too deep") from None
-        self.building.discard(ref)
-        del self.defs[ref]
-        self.table.add(obj, kind, ref)
-        self.new.append((ref, kind))
-        return obj
+            del defs[ref]
+            self.table.add(obj, kind, ref)
+            self.new.append((ref, kind))
 
     def build(self, kind, payload):
         if type(payload) is not list:

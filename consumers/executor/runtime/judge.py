@@ -41,9 +41,9 @@ import types
 if __name__ != "__main__":  # on the host; in the sandbox these names come from the files above
     from rollstream.consumers.executor.runtime.channel import LinkDown
     from rollstream.consumers.executor.runtime.codec import ProtocolError, _text, run_setup
+    from rollstream.consumers.executor.runtime.crossing import Judge, Refused, Rules
     from rollstream.consumers.executor.runtime.proxies import (
         NEVER_IMPORT,
-        Judge,
         RemoteBase,
         _NeedsCandidate,
         _State,
@@ -69,29 +69,46 @@ def preimport(modules):
 
 def bind(judge, namespace, report, wanted, entry_point, preimported):
     """Bind the completion's names the tests use: not those the task's setup defined (its own
-    helpers stay the judge's; the entry point always comes from the completion), never a builtin,
-    a module only as the judge's own import."""
+    helpers stay the judge's; the entry point always comes from the completion), never a builtin.
+    A name of a standard-library module (``math``, ``re``: read by tests that rely on the
+    completion's import) is the judge's own import of that module when the completion bound the
+    real one, and unbound otherwise, unless it is the entry point or a name the reference binds
+    to something else. With a reference, a name is bound only as the reference binds it (plain
+    data where it has plain data: else :class:`Refused`); a name it does not bind is not bound."""
     if type(report) is not list or len(report) % 2:
         raise ProtocolError("a malformed name report")
-    reported = set()
+    rules = judge.rules
+    reported, by_ref = {}, {}
     for index in range(0, len(report), 2):
         name, value = report[index], report[index + 1]
         if type(name) is not str or name not in wanted or name in reported:
             raise ProtocolError(f"a name that was not asked for: {str(name)[:200]!r}")
-        reported.add(name)
+        reported[name] = value
+        ref = judge.table.refs.get(id(value))
+        if ref is not None:
+            by_ref.setdefault(ref, []).append(name)
+    for ref, names in by_ref.items():  # aliases: how the tests reach it is every name it has
+        judge.paths.setdefault(ref, "|".join(sorted(names)))
+    for name, value in reported.items():
         if name.startswith("__") or hasattr(builtins, name) or name in ("raises", "run_program"):
             continue
         if name in namespace and name != entry_point:
             continue
-        ref = judge.table.refs.get(id(value))
-        if isinstance(value, RemoteBase):
-            module = judge.modules.get(ref)
-            if module is not None:  # a module of the completion's: the judge's own, or nothing
-                if module == name and name in preimported:
-                    namespace[name] = preimported[name]
+        module = judge.modules.get(judge.table.refs.get(id(value))) if isinstance(value, RemoteBase) else None
+        if rules.record:
+            judge.bound[name] = "m" if module is not None else ("o" if judge.handles_in(value, name, name) else "p")
+        kind = rules.names.get(name) if rules.mode == "reference" else None
+        if module is not None or (name in sys.stdlib_module_names and name != entry_point and kind not in ("o", "p")):
+            if module == name and name in preimported:  # the real module: the judge's own import of it
+                namespace[name] = preimported[name]
+            continue  # anything else under a module's name is not bound
+        if rules.mode == "reference":
+            if kind is None:
+                continue  # the reference does not bind it: nor may the completion
+            if kind == "p" and judge.handles_in(value, name, name):
+                namespace[name] = Refused(f"type_mismatch: {name} is a completion object where the task's "
+                                          "reference binds plain data")
                 continue
-        if ref is not None:
-            judge.paths.setdefault(ref, name)  # how the tests reach it: "f", then "f()"
         namespace[name] = value
     if entry_point in namespace and entry_point not in reported:
         del namespace[entry_point]  # the setup's stub (HumanEval prompts) is not the answer
@@ -111,6 +128,13 @@ class Guards:
             self._constants(code)
         self.trusted_bytes = set()  # ids of bytes this judge pickled from its own objects
         self.unittest_failed = False
+        self.unittest_run = 0  # unittest tests this test started, and how many of them it skipped
+        self.unittest_skipped = 0
+        self.random_shared = False  # the tests seeded the random module: the candidate shares its state
+        warnings = sys.modules.get("warnings")
+        self.warnings = None if warnings is None else (warnings.filters, warnings.showwarning,
+                                                       warnings._showwarnmsg_impl)
+        self.warning_registry = {}
         self.patches = []  # (patch, "module.attribute") of active mock.patch-es (see _wrap_mock)
         self.builtins_before = _CACHE.get("builtins") or dict(vars(builtins))
         self.stdin = sys.stdin
@@ -171,7 +195,44 @@ class Guards:
                 overrides += [target, getattr(sys.modules[module], attribute)]
             except BaseException:
                 continue
+        if self.random_shared:
+            overrides += ["random.state", sys.modules["random"].getstate()]
+        if self.catching_warnings():
+            overrides += ["warnings.capture", True]
         return overrides or None
+
+    def catching_warnings(self):
+        """Whether the tests catch or filter warnings now (``catch_warnings``, ``assertWarns``,
+        ``simplefilter``): then the completion's warnings are issued again here."""
+        warnings = sys.modules.get("warnings")
+        if warnings is None or self.warnings is None:
+            return False
+        filters, show, impl = self.warnings
+        return warnings.filters is not filters or warnings.showwarning is not show \
+            or warnings._showwarnmsg_impl is not impl
+
+    def extras(self, values):
+        """What a reply carried besides its answer: the random generator's state after the
+        call (the tests seeded it), the warnings the call issued (the tests catch them)."""
+        if len(values) % 2:
+            raise ProtocolError("malformed extras")
+        for index in range(0, len(values), 2):
+            kind, value = values[index], values[index + 1]
+            if kind == "random" and self.random_shared:
+                try:
+                    sys.modules["random"].setstate(value)
+                except (TypeError, ValueError, OverflowError):
+                    raise ProtocolError("a malformed random state") from None
+            elif kind == "warnings" and type(value) is list:
+                import warnings
+
+                for entry in value[:1000]:
+                    if type(entry) is not list or len(entry) != 4 or not isinstance(entry[0], Warning) \
+                            or type(entry[2]) is not str or type(entry[3]) is not int:
+                        raise ProtocolError("a malformed warning")
+                    message, _, filename, line = entry
+                    warnings.warn_explicit(message, type(message), filename, line, module="solution",
+                                           registry=self.warning_registry)
 
 
 def _tests_eval(source, globals=None, locals=None):
@@ -281,6 +342,9 @@ def install_guards(out_fds=(1, 2)):
     _track_unittest()
     if "unittest.mock" in sys.modules:
         _wrap_mock(sys.modules["unittest.mock"])
+    if "asyncio.runners" in sys.modules:
+        _wrap_asyncio(sys.modules["asyncio.runners"])
+    _share_random()
     _CACHE["builtins"] = dict(vars(builtins))  # what the tests' overrides are measured against
     _CACHE.pop("test_builtins", None)  # made again with the guarded open
     builtins_for_tests()
@@ -327,10 +391,58 @@ class _AfterImport:
         self.then(module)
 
 
+def _share_random():
+    """``random.seed``/``setstate`` by the tests: from then on the candidate's generator has the
+    judge's state for every request, and the judge takes its state back after each (the tests'
+    reproducibility under a seed holds across the boundary)."""
+    import random
+
+    for name in ("seed", "setstate"):
+        original = getattr(random, name)
+
+        def shared(*args, _original=original, **kwargs):
+            result = _original(*args, **kwargs)
+            if Guards.current is not None:
+                Guards.current.random_shared = True
+            return result
+
+        setattr(random, name, shared)
+
+
+def _wrap_asyncio(runners):
+    """``asyncio.run(f())`` of the completion's coroutine: the candidate runs it (Remote.__await__)."""
+    runner = runners.Runner
+    real = runner.run
+
+    def run(self, coro, *, context=None):
+        if isinstance(coro, RemoteBase):
+            coro = _awaiting(coro)
+        return real(self, coro, context=context)
+
+    runner.run = run
+
+
+async def _awaiting(awaitable):
+    return await awaitable
+
+
 def _track_unittest():
     import unittest.result
 
     result = unittest.result.TestResult
+    started, skipped = result.startTest, result.addSkip
+
+    def start(self, test, _original=started):
+        if Guards.current is not None:
+            Guards.current.unittest_run += 1
+        return _original(self, test)
+
+    def skip(self, test, reason, _original=skipped):
+        if Guards.current is not None:
+            Guards.current.unittest_skipped += 1
+        return _original(self, test, reason)
+
+    result.startTest, result.addSkip = start, skip
     for name in ("addError", "addFailure", "addUnexpectedSuccess"):
         original = getattr(result, name)
 
@@ -386,6 +498,8 @@ class ImportGuard:
             raise ImportError(f"the judge imports from the standard library only, not {origin or name}")
         if name == "unittest.mock":
             spec.loader = _AfterImport(spec.loader, _wrap_mock)
+        elif name == "asyncio.runners":
+            spec.loader = _AfterImport(spec.loader, _wrap_asyncio)
         return spec
 
 
@@ -445,17 +559,18 @@ def judge_main(part, read_fd, write_fd, report, guarded=True):
     """Run one job's setup and tests against the candidate at the other end of the pipes;
     ``report(dict)`` records events. ``part`` is what the runner sent (trusted). ``guarded``:
     install the guards if this process has not (off only for the runner's warm-up)."""
-    setup, tests, names, entry_point, modules, plain_paths, record = part
+    setup, tests, names, entry_point, modules, rules = part
     preimported = preimport(modules)
     namespace_module = types.ModuleType(TEST_MODULE)
     namespace = namespace_module.__dict__
-    judge = Judge(read_fd, write_fd, plain_paths=plain_paths, record=record)
+    judge = Judge(read_fd, write_fd, rules=Rules(rules))
     _State.judge = judge
     if guarded:
         install_guards()
     guards = Guards(judge, [setup, *tests])
     Guards.current = guards
     judge.env = guards.env
+    judge.extras = guards.extras
     namespace.update(__builtins__=builtins_for_tests(), raises=raises,
                      run_program=lambda stdin="": _run_program(judge, stdin))
     sys.modules[TEST_MODULE] = namespace_module
@@ -503,8 +618,15 @@ def judge_main(part, read_fd, write_fd, report, guarded=True):
 
 
 def run_test(judge, guards, namespace, index, test):
+    """One test: passed only if it ran to its end. A skip the tests declare themselves
+    (``@unittest.skip``, ``skipTest``, ``raise unittest.SkipTest`` in the test's code) reports the
+    test as skipped: neither passed nor failed. With a reference, skipping more of a test than
+    the reference's run did is the completion's doing: the test fails."""
     judge.failed = None
+    judge.test = str(index)
     guards.unittest_failed = False
+    guards.unittest_run = guards.unittest_skipped = 0
+    skipped = None
     try:
         if isinstance(test, str):
             raise SyntaxError(f"the task's test does not compile: {test}")
@@ -513,15 +635,44 @@ def run_test(judge, guards, namespace, index, test):
         ok = id(exc) not in judge.candidate_errors and not exc.code
         event = {"e": "test", "i": index, "ok": ok} if ok else _failure(index, exc)
     except BaseException as exc:
+        control = _skip_class()
+        if control is not None and isinstance(exc, control) and judge.failed is None:
+            skipped = _text(exc, 300)  # the test's own skip (a completion's never arrives as one)
         event = _failure(index, exc)
     else:
         event = {"e": "test", "i": index, "ok": True}
     if event["ok"] and guards.unittest_failed:
         event = {"e": "test", "i": index, "ok": False, "type": "AssertionError", "msg": "a unittest test failed"}
+    whole = skipped is not None or (event["ok"] and guards.unittest_run and guards.unittest_skipped == guards.unittest_run)
+    count = -1 if whole else guards.unittest_skipped
+    if judge.rules.record:
+        if count:
+            judge.skips[str(index)] = count
+    elif count and judge.rules.mode == "reference":
+        allowed = judge.rules.skips.get(str(index), 0)
+        if allowed != -1 and (count == -1 or count > allowed):
+            judge.failed = judge.failed or ("skipped: the test skipped where the task's reference ran it (a skip "
+                                            "the completion caused never passes)")
+            whole = False
+    if whole and judge.failed is None:
+        return {"e": "test", "i": index, "ok": False, "skip": True, "type": "SkipTest",
+                "msg": skipped or f"all {guards.unittest_run} unittest tests skipped"}
     if judge.failed is not None:
-        kind = "TypeMismatch" if judge.failed.startswith("type_mismatch") else "FailedCall"
-        event = {"e": "test", "i": index, "ok": False, "type": kind, "msg": judge.failed[:300]}
+        event = {"e": "test", "i": index, "ok": False, "type": _failure_type(judge.failed), "msg": judge.failed[:300]}
     return event
+
+
+def _failure_type(why):
+    for prefix, kind in (("type_mismatch", "TypeMismatch"), ("too_large", "TooLarge"), ("skipped", "SkipTest"),
+                         ("test_object", "TestObject")):
+        if why.startswith(prefix):
+            return kind
+    return "FailedCall"
+
+
+def _skip_class():
+    case = sys.modules.get("unittest.case")
+    return getattr(case, "SkipTest", None) if case is not None else None
 
 
 def _failure(index, exc):
@@ -582,9 +733,10 @@ def finish(judge, report, tests=(), start=None, gone_reported=False):
             report({"e": "test", "i": index, "ok": False, "type": "FailedCall", "msg": why})
     if judge.tamper is not None:
         report({"e": "tamper", "kind": judge.tamper[0], "msg": judge.tamper[1]})
-    if judge.record:
-        report({"e": "paths", "plain": sorted(p for p, plain in judge.recorded.items() if plain),
-                "other": sorted(p for p, plain in judge.recorded.items() if not plain)})
+    if judge.rules.record:  # what the reference produced: the rules for the task's other jobs
+        report({"e": "paths", "objects": sorted(p for p, objects in judge.recorded.items() if objects)[:4096],
+                "names": sorted(f"{name}:{kind}" for name, kind in judge.bound.items()),
+                "skips": sorted(f"{index}:{count}" for index, count in judge.skips.items())})
     report({"e": "done"})
     return 0
 

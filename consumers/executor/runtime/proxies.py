@@ -2,7 +2,8 @@
 and the requests that use them.
 
 Runs INSIDE the sandbox after ``codec.py`` and ``channel.py`` (standard library only; on the
-host, an ordinary module). The judge process (consumers/executor/runtime/judge.py) holds one :class:`Judge`:
+host, an ordinary module). The judge process (consumers/executor/runtime/judge.py) holds one
+``Judge`` (consumers/executor/runtime/crossing.py: what may cross, and where):
 
 * the completion's functions, instances, generators and modules are *proxies*: every use is a
   request the candidate answers (:class:`Remote`; generators and built-in iterators are lazy
@@ -14,31 +15,20 @@ host, an ordinary module). The judge process (consumers/executor/runtime/judge.p
   classes and value types among its real ones. ``isinstance``, ``except InsufficientFunds``
   and ``raises(ValueError)`` work through them; an instance of a completion class derived from
   a value type (a namedtuple, an ``IntEnum``) is an instance of the mirror holding the plain
-  value, so it compares as that value does;
+  value, so it compares, hashes and prints as that value does (the base type's own methods,
+  never the subclass's); a mirror of a class derived from one of the setup's classes has that
+  class among its bases; a dataclass's mirror has its fields (``dataclasses.asdict`` works);
 * exceptions come back as themselves: a built-in or standard-library class is rebuilt by its own
   constructor with the args it was raised with; a completion class as an instance of its mirror.
   ``StopIteration`` raised by a call (not by ``next``) becomes ``RuntimeError`` (PEP 479), so it
   cannot quietly end the iteration a test is in;
-* where the task's reference returns plain data from a call (``plain_paths``, "how the tests
-  reached it": ``f()``, ``Stack().pop()``), the completion must too: one of its objects there is
-  ``type_mismatch`` and fails the test.
+* a coroutine of the completion's can be awaited (``asyncio.run(f())``): the candidate runs it.
 """
 
 import builtins
-import sys
-import types
 
 if __name__ != "__main__":  # on the host; in the sandbox these names come from the files above
-    from rollstream.consumers.executor.runtime.channel import Channel, LinkDown, items
-    from rollstream.consumers.executor.runtime.codec import (
-        SIMPLE,
-        NotTransferable,
-        ProtocolError,
-        Table,
-        _text,
-        resolve_std,
-        std_name,
-    )
+    from rollstream.consumers.executor.runtime.codec import ProtocolError, _text, resolve_std, std_name
 
 JUDGE_PARITY, CANDIDATE_PARITY = 0, 1
 # Standard-library classes the candidate may name by module and name (values and exceptions).
@@ -175,12 +165,27 @@ class _NeedsCandidate(Exception):
 
 
 class RemoteIterator(RemoteBase):
-    """A generator or built-in iterator of the candidate's: lazy, one ``next`` per item."""
+    """A generator or built-in iterator of the candidate's: lazy, one ``next`` per item. It may
+    stand where the reference gives plain data (its items are checked), so it answers nothing
+    but its items and a generator's own methods: its text is the judge's."""
 
     __slots__ = ()
 
     def __iter__(self):
         return self
+
+    def __getattr__(self, name):
+        if name in ("send", "throw", "close"):
+            return Method(self, name)
+        raise AttributeError(f"a completion iterator has no attribute {name!r} the tests may read")
+
+    def __repr__(self):
+        return "<iterator of the completion>"
+
+    __str__ = __repr__
+
+    def __format__(self, spec):
+        return format(repr(self), spec)
 
     def __next__(self):
         return _j().op(self, "next")
@@ -236,6 +241,38 @@ class Remote(RemoteBase):
 
     def __exit__(self, *exc):
         return _j().op(self, "exit", *_exc_info(exc))
+
+    @property
+    def __doc__(self):  # functools.wraps metadata: the completion's, not this class's
+        return _j().attribute(self, "__doc__")
+
+    @property
+    def __module__(self):
+        return _j().attribute(self, "__module__")
+
+    def __await__(self):
+        """``await f()`` of the completion's coroutine: the candidate runs it to its end."""
+        return _j().op(self, "await")
+        yield  # a generator: what an awaitable's __await__ returns
+
+    def __aiter__(self):
+        return _j().op(self, "aiter")
+
+    def __anext__(self):
+        return _RemoteStep(self)
+
+
+class _RemoteStep:
+    """``await it.__anext__()`` of the completion's asynchronous iterator."""
+
+    __slots__ = ("owner",)
+
+    def __init__(self, owner):
+        self.owner = owner
+
+    def __await__(self):
+        return _j().op(self.owner, "anext")
+        yield
 
 
 for _name in UNARY:
@@ -319,11 +356,6 @@ def _mirror_str(self):
     return text if type(text) is str else "<completion object>"
 
 
-def _mirror_repr(self):
-    text = _j().op(self, "repr")
-    return text if type(text) is str else "<completion object>"
-
-
 def _mirror_reduce(self, *args):
     raise _NeedsCandidate()
 
@@ -332,37 +364,99 @@ def _field(index):
     return property(lambda self: tuple.__getitem__(self, index))
 
 
-def make_mirror(name, qualname, module, bases, methods, fields):
+def _value_text(base, fields):
+    """str/repr/format of an instance of a completion subclass of a value type: the base
+    type's own (a namedtuple's as collections.namedtuple writes it), never the subclass's."""
+    if base is tuple and fields is not None:
+        def text(self):
+            values = tuple.__iter__(self)
+            return f"{type(self).__name__}(" + ", ".join(f"{f}={v!r}" for f, v in zip(fields, values)) + ")"
+
+        return text, text, lambda self, spec: format(text(self), spec)
+    show = base.__repr__
+    return (base.__str__ if base is not bytes else show), show, base.__format__
+
+
+class _Forwarded:
+    """A name the completion's class defines, on a mirror whose bases include one of the setup's
+    classes: the completion's attribute, not the setup class's (which the judge also holds)."""
+
+    __slots__ = ("name", "method")
+
+    def __init__(self, name, method):
+        self.name, self.method = name, method
+
+    def __get__(self, obj, owner=None):
+        target = owner if obj is None else obj
+        return Method(target, self.name) if self.method else _j().attribute(target, self.name)
+
+
+def _dataclass_fields(specs):
+    """``__dataclass_fields__`` for a mirror of a completion dataclass (names only: what
+    ``asdict``, ``astuple``, ``fields`` and ``replace`` read)."""
+    import dataclasses
+
+    found = {}
+    for spec in specs:
+        if type(spec) is not list or len(spec) != 2 or type(spec[0]) is not str or not spec[0].isidentifier():
+            continue
+        field = dataclasses.field(init=spec[1] is not False)
+        field.name = spec[0]
+        field._field_type = dataclasses._FIELD
+        found[spec[0]] = field
+    return found
+
+
+def make_mirror(name, qualname, module, bases, methods, info, setup_classes=()):
     """A judge-side class standing for a class of the completion's. Only the standard library's
-    exception classes, the built-in value types and other mirrors are kept as bases."""
-    kept = []
+    exception classes, the built-in value types, the setup's classes and other mirrors are kept
+    as bases. ``info``: the class's ``doc``, a namedtuple's ``fields``, a dataclass's
+    ``dataclass`` fields, and ``attrs`` (its public class attributes that are not methods)."""
+    kept, setup = [], []
     for base in bases:
         if type(base) is MirrorMeta:
             kept.append(base)
         elif isinstance(base, type) and (base in VALUE_BASES or issubclass(base, BaseException)):
             if base is not BaseException or not kept:
                 kept.append(base)
+        elif isinstance(base, type) and base in setup_classes:
+            setup.append(base)
     if not any(issubclass(b, (RemoteBase, BaseException)) or b in VALUE_BASES for b in kept):
         kept.append(Remote)
-    namespace = {"__module__": str(module)[:200], "__qualname__": str(qualname)[:200]}
+    doc = info.get("doc")
+    namespace = {"__module__": str(module)[:200], "__qualname__": str(qualname)[:200],
+                 "__doc__": doc[:10000] if type(doc) is str else None}
     probe = type.__new__(type, "probe", tuple(kept), {})
     exception = issubclass(probe, BaseException)
     value = _value_base(probe)
+    fields = info.get("fields")
+    fields = tuple(fields) if type(fields) is list and all(type(f) is str for f in fields) else None
     if exception:
         namespace.update(__getattr__=_mirror_getattr, __str__=_mirror_str, __reduce_ex__=_mirror_reduce)
     elif value is not None:
-        namespace.update(__slots__=(), __getattr__=_mirror_getattr, __str__=_mirror_str, __repr__=_mirror_repr,
-                         __format__=RemoteBase.__format__, __reduce_ex__=_mirror_reduce, __copy__=RemoteBase.__copy__,
+        text, show, shape = _value_text(value, fields)
+        namespace.update(__slots__=(), __getattr__=_mirror_getattr, __str__=text, __repr__=show, __format__=shape,
+                         __reduce_ex__=_mirror_reduce, __copy__=RemoteBase.__copy__,
                          __deepcopy__=RemoteBase.__deepcopy__)
         if value is tuple and fields is not None:
-            namespace["_fields"] = tuple(fields)
+            namespace["_fields"] = fields
             for index, field in enumerate(fields):
-                if type(field) is str and field.isidentifier() and not field.startswith("_"):
+                if field.isidentifier() and not field.startswith("_"):
                     namespace[field] = _field(index)
     else:
         namespace["__slots__"] = ()
+        if setup:
+            attrs = info.get("attrs")
+            for attr in methods:
+                namespace.setdefault(attr, _Forwarded(attr, True))
+            for attr in attrs if type(attrs) is list else ():
+                if type(attr) is str and not attr.startswith("_"):
+                    namespace.setdefault(attr, _Forwarded(attr, False))
+        dataclass = info.get("dataclass")
+        if type(dataclass) is list and dataclass:
+            namespace["__dataclass_fields__"] = _dataclass_fields(dataclass)
     try:
-        cls = MirrorMeta(str(name)[:200], tuple(kept), namespace)
+        cls = MirrorMeta(str(name)[:200], tuple(kept + setup), namespace)
     except TypeError:  # bases that cannot be combined here: keep the first
         cls = MirrorMeta(str(name)[:200], tuple(kept[:1]), namespace)
     return cls
@@ -370,345 +464,11 @@ def make_mirror(name, qualname, module, bases, methods, fields):
 
 # ---------------------------------------------------------------- the judge
 
-class Judge:
-    """One job's judge: the channel to the candidate, the objects that crossed and what the
-    task's reference says about the calls (``plain_paths``)."""
-
-    def __init__(self, read_fd, write_fd, *, plain_paths=(), record=False):
-        self.table = Table(JUDGE_PARITY)
-        self.setup_objects = {}
-        self.setup_names = {}  # id(setup function or class) -> its name (they cross by name)
-        self.channel = Channel(read_fd, write_fd, self.table, CANDIDATE_PARITY, self.encode_other,
-                               self.decode_other, serve=self.serve, random_ids=True)
-        self.channel.on_receive = self.printed
-        self.hashes = {}  # ref -> the candidate's hash of a handle (None: unhashable)
-        self.texts = {}  # ref -> str() of a candidate exception
-        self.paths = {}  # ref -> how the tests reached the object ("f()", "Stack().pop()")
-        self.methods = {}  # mirror class -> names of its methods (no request until called)
-        self.kinds = {}  # ref -> handle kind ("m": module, with its name in modules)
-        self.modules = {}  # ref -> the name of a module the candidate holds
-        self.plain_paths = frozenset(plain_paths)
-        self.record = record
-        self.recorded = {}  # path -> every result plain so far
-        self.decoding = False
-        self.gone = None  # why the candidate can no longer answer
-        self.tamper = None  # (kind, detail) of the first attack seen
-        self.failed = None  # why a call of the current test failed
-        self.candidate_errors = set()  # ids of exceptions raised on the candidate's behalf
-        self.env = None  # the overrides for the candidate (Guards)
-
-    def set_setup(self, objects):
-        """What the task's setup defined: its classes' instances are replicated, its functions
-        and classes cross by name (the candidate ran the same setup)."""
-        self.setup_objects = objects
-        classes = {k: v for k, v in objects.items() if isinstance(v, type)}
-        self.setup_names = {id(v): k for k, v in objects.items() if isinstance(v, (type, types.FunctionType))}
-        self.channel.setup_ids = {id(v): k for k, v in classes.items()}
-        self.channel.setup_classes = classes
-
-    # ------------------------------------------------------------ requests to the candidate
-
-    def ask(self, op, target, rest=(), path=None, env=True, iterating=False):
-        if self.gone is not None:
-            self.fail(self.gone)
-        self.decoding = True
-        try:
-            message = self.channel.call(op, [target, items(rest)] if target is not None else [items(rest)],
-                                        self.env() if env and self.env is not None else None)
-        except NotTransferable as exc:
-            self.decoding = False
-            raise TypeError(f"cannot pass this to the completion: {exc}") from None
-        except ProtocolError as exc:
-            self.decoding = False
-            self.set_tamper("protocol", exc)
-            self.fail(self.gone)
-        except (LinkDown, OSError) as exc:
-            self.decoding = False
-            self.gone = self.gone or getattr(exc, "reason", "the candidate is gone")
-            self.fail(self.gone)
-        finally:
-            self.decoding = False
-        return self.answer(message, path, iterating)
-
-    def answer(self, message, path, iterating):
-        status, values = message.what, message.items
-        if status == "ok" and len(values) == 1:
-            value = values[0]
-            if path is not None:
-                self.check(path, value)
-            return value
-        if status == "m":
-            return _METHOD
-        if status == "exc" and len(values) == 1 and isinstance(values[0], BaseException):
-            error = values[0]
-            if isinstance(error, FailedCall):
-                self.set_tamper("protocol", "a FailedCall from the candidate")
-                self.fail(self.gone)
-            if isinstance(error, (StopIteration, StopAsyncIteration)) and not iterating:
-                wrapped = RuntimeError(f"the completion raised {type(error).__name__}")  # PEP 479
-                wrapped.__cause__ = error
-                error = wrapped
-            self.candidate_errors.add(id(error))
-            self._keep = error  # the id stays this error's while it is raised
-            raise error
-        if status == "fail" and len(values) == 1 and type(values[0]) is str:
-            self.fail(f"the call failed: {values[0][:300]}")
-        self.set_tamper("protocol", "a malformed reply")
-        self.fail(self.gone)
-
-    def check(self, path, value):
-        """What the task's reference says about this call: plain data back, or ``type_mismatch``."""
-        if self.record:
-            self.recorded[path] = self.recorded.get(path, True) and is_plain(value)
-        elif path in self.plain_paths and not is_plain(value):
-            self.failed = self.failed or f"type_mismatch: {path} gave a completion object"
-            raise TypeMismatch(f"type_mismatch: {path} returned a {type(value).__name__} where the "
-                               "task's reference returns plain data")
-        if isinstance(value, RemoteBase) or type(value) is MirrorMeta or type(type(value)) is MirrorMeta:
-            ref = self.table.refs.get(id(value))
-            if ref is not None:
-                self.paths.setdefault(ref, path)
-
-    def path(self, target, suffix):
-        ref = self.table.refs.get(id(target))
-        base = self.paths.get(ref)
-        return None if base is None else base + suffix
-
-    def call(self, target, args, kwargs):
-        return self.ask("call", target, [items(args), items(_flat_kwargs(kwargs))], self.path(target, "()"))
-
-    def call_method(self, owner, name, args, kwargs):
-        return self.ask("callm", owner, [name, items(args), items(_flat_kwargs(kwargs))],
-                        self.path(owner, f".{name}()"))
-
-    def op(self, target, name, *args):
-        path = self.path(target, "[*]") if name == "next" else None
-        return self.ask("op", target, [name, *args], path, iterating=name == "next")
-
-    def attribute(self, target, name):
-        cls = target if type(target) is MirrorMeta else type(target)
-        if name in self.methods.get(cls, ()):
-            return Method(target, name)
-        value = self.ask("get", target, [name], self.path(target, f".{name}"))
-        if value is _METHOD:
-            if type(cls) is MirrorMeta:
-                self.methods.setdefault(cls, set()).add(name)
-            return Method(target, name)
-        return value
-
-    def fail(self, why):
-        why = why or "the candidate is gone"
-        self.failed = self.failed or why
-        raise CandidateGone(why) if self.gone else FailedCall(why)
-
-    def set_tamper(self, kind, detail):
-        if self.tamper is None:
-            self.tamper = (kind, _text(detail, 500))
-        self.gone = self.gone or f"tamper: {kind}"
-
-    def printed(self, message):
-        """What the candidate printed during a call goes where the tests' own prints go."""
-        if message.out:
-            sys.stdout.write(message.out)
-        if message.err:
-            sys.stderr.write(message.err)
-
-    # ------------------------------------------------------------ requests from the candidate
-
-    def serve(self, message):
-        """A request of the candidate's: only on objects the judge handed it, only public names."""
-        try:
-            op, values = message.what, message.items
-            if not values or type(values[-1]) is not list:
-                raise ProtocolError("a malformed request")
-            target = values[0] if len(values) == 2 else None
-            rest = values[-1]
-            if target is None or self.table.refs.get(id(target)) is None or isinstance(target, RemoteBase):
-                raise ProtocolError("a request about something the judge never handed over")
-            if op in ("get", "set", "callm") and (not rest or type(rest[0]) is not str or rest[0].startswith("_")):
-                return "exc", [AttributeError("the tests' objects answer public names only")]
-            if op == "call":
-                args, kwargs = rest
-                return "ok", [target(*args, **_kwargs(kwargs))]
-            if op == "callm":
-                name, args, kwargs = rest
-                return "ok", [getattr(target, name)(*args, **_kwargs(kwargs))]
-            if op == "get":
-                return "ok", [getattr(target, rest[0])]
-            if op == "set":
-                setattr(target, rest[0], rest[1])
-                return "ok", [None]
-            if op == "op" and rest and type(rest[0]) is str and rest[0] in JUDGE_OPS:
-                return "ok", [JUDGE_OPS[rest[0]](target, *rest[1:])]
-            raise ProtocolError(f"an unknown request {str(op)[:20]!r}")
-        except ProtocolError as exc:
-            self.set_tamper("protocol", exc)
-            return "fail", ["protocol error"]
-        except FailedCall:
-            raise
-        except BaseException as exc:
-            return "exc", [exc]
-
-    # ------------------------------------------------------------ the codec's rules for this side
-
-    def encode_other(self, x, encoder):
-        t = type(x)
-        if isinstance(x, BaseException):
-            return exception_item(x, encoder)
-        name = self.setup_names.get(id(x))
-        if name is not None:
-            return {"U": name}
-        if t is types.ModuleType:
-            module = getattr(x, "__name__", None)
-            if type(module) is str and module.partition(".")[0] in sys.stdlib_module_names:
-                return {"m": module}
-        if t in (types.BuiltinFunctionType, types.MethodDescriptorType, types.WrapperDescriptorType,
-                 types.ClassMethodDescriptorType, type, types.FunctionType):
-            named = std_name(x)
-            if named is not None:
-                return {"st": list(named)}
-        ref = encoder.table.add(x)
-        encoder.added.append(ref)
-        try:
-            value = hash(x)
-        except BaseException:
-            value = None
-        return {"h": [ref, value, ["o", _type_name(x), callable(x)]]}
-
-    def decode_other(self, tag, x, decoder):
-        if tag == "h":
-            return self.materialize(x, decoder)
-        if tag == "E":
-            return exception_value(x, decoder)
-        if tag == "st" and type(x) is list and len(x) == 2:
-            found = resolve_std(x[0], x[1])
-            if isinstance(found, type) and (tuple(x) in STD_VALUE_CLASSES or issubclass(found, BaseException)):
-                return found
-            raise ProtocolError("a standard-library name the judge does not take from the candidate")
-        if tag == "U" and type(x) is str and x in self.setup_objects:
-            return self.setup_objects[x]
-        raise ProtocolError(f"an unknown tag {str(tag)[:20]!r}")
-
-    def materialize(self, x, decoder):
-        """The judge's stand-in for a handle the candidate sent: a proxy, a mirror class or an
-        instance of one."""
-        if type(x) is not list or len(x) != 3 or type(x[0]) is not int or type(x[2]) is not list or not x[2]:
-            raise ProtocolError("a malformed handle")
-        ref, value, desc = x
-        table = self.table
-        if ref % 2 != CANDIDATE_PARITY or ref in table.objects:
-            raise ProtocolError("a handle under a ref that is not the candidate's to make")
-        if value is not None and type(value) is not int:
-            raise ProtocolError("a malformed hash")
-        kind = desc[0]
-        if kind == "c" and len(desc) == 6:
-            _, name, qualname, module, bases, methods = desc
-            fields = None
-            if type(methods) is list and methods and type(methods[0]) is list:
-                fields, methods = methods[0], methods[1:]
-            base_values = [decoder.item(b) for b in bases] if type(bases) is list else None
-            if base_values is None or type(methods) is not list or not all(type(m) is str for m in methods):
-                raise ProtocolError("a malformed class")
-            if fields is not None and not all(type(f) is str for f in fields):
-                raise ProtocolError("malformed fields")
-            obj = make_mirror(name, qualname, module, base_values, methods, fields)
-            self.methods[obj] = set(methods)
-        elif kind == "i" and len(desc) == 3:
-            cls = decoder.item(desc[1])
-            if type(cls) is not MirrorMeta:
-                raise ProtocolError("an instance of something that is not a class")
-            base = _value_base(cls)
-            if base is not None:
-                plain = decoder.item(desc[2])
-                if type(plain) is not base:
-                    raise ProtocolError("a value instance without its value")
-                obj = base.__new__(cls, plain)
-            elif issubclass(cls, BaseException):
-                raise ProtocolError("an exception sent as an instance")
-            else:
-                obj = object.__new__(cls)
-        elif kind == "e" and len(desc) == 5:
-            cls = decoder.item(desc[1])
-            args, text = decoder.item(desc[2]), desc[3]
-            if type(cls) is not MirrorMeta or not issubclass(cls, BaseException) or type(args) is not tuple:
-                raise ProtocolError("a malformed exception")
-            obj = _new_exception(cls, args)
-            self.texts[ref] = _text(text, 4000) if type(text) is str else None
-        elif kind == "g" and len(desc) == 2:
-            obj = object.__new__(RemoteIterator)
-        elif kind == "m" and len(desc) == 2 and type(desc[1]) is str:
-            obj = object.__new__(Remote)
-            self.modules[ref] = desc[1]
-        elif kind == "f" and len(desc) == 2:
-            obj = object.__new__(Remote)
-        else:
-            raise ProtocolError("a malformed handle")
-        table.add(obj, None, ref)
-        self.hashes[ref] = value
-        return obj
-
-
 _METHOD = object()  # the answer to a "get" of a callable attribute
 
 
 def _flat_kwargs(kwargs):
     return [v for pair in kwargs.items() for v in pair]
-
-
-def _kwargs(flat):
-    if type(flat) is not list or len(flat) % 2 or not all(type(k) is str for k in flat[0::2]):
-        raise ProtocolError("malformed keyword arguments")
-    return dict(zip(flat[0::2], flat[1::2]))
-
-
-def _type_name(x):
-    try:
-        return str(type(x).__name__)[:100]
-    except BaseException:
-        return "object"
-
-
-JUDGE_OPS = {
-    "len": len, "iter": iter, "next": next, "str": str, "repr": repr, "bool": bool, "hash": hash,
-    "contains": lambda target, item: item in target,
-    "getitem": lambda target, key: target[key],
-    "setitem": lambda target, key, value: target.__setitem__(key, value),
-    "delitem": lambda target, key: target.__delitem__(key),
-    "eq": lambda target, other: target == other, "ne": lambda target, other: target != other,
-    "lt": lambda target, other: target < other, "le": lambda target, other: target <= other,
-    "gt": lambda target, other: target > other, "ge": lambda target, other: target >= other,
-    "format": format,
-    "enter": lambda target: type(target).__enter__(target),
-    "exit": lambda target, *exc: type(target).__exit__(target, *exc),
-}
-
-
-def is_plain(value):
-    """Whether ``value`` holds none of the completion's objects (its value-type instances count
-    as plain: they compare as their base type; its iterators are checked item by item)."""
-    stack, seen = [value], set()
-    while stack:
-        x = stack.pop()
-        t = type(x)
-        if t in SIMPLE or t is bytes:
-            continue
-        if t is MirrorMeta:
-            return False
-        if isinstance(x, RemoteBase):
-            if t is RemoteIterator:
-                continue
-            return False
-        if id(x) in seen:
-            continue
-        seen.add(id(x))
-        if isinstance(x, dict):
-            stack.extend(x.keys())
-            stack.extend(x.values())
-        elif isinstance(x, (list, tuple, set, frozenset)) or t.__name__ == "deque":
-            stack.extend(x)
-        elif type(t) is MirrorMeta and issubclass(t, BaseException):
-            return False
-    return True
 
 
 def exception_item(exc, encoder):

@@ -9,7 +9,7 @@ Protocol (over the container's attach stream, one JSON object per line):
 * runner -> host, once at start: ``{"ready": true, "python", "clean", "sysv_ipc_objects",
   "tasks_counted"}``
 * host -> runner: a job ``{"id", "nonce", "setup", "code", "tests", "names", "modules",
-  "entry_point", "program", "trust", "plain_paths", "record", "timeout_s", "memory_mb",
+  "entry_point", "program", "trust", "rules", "timeout_s", "memory_mb",
   "output_bytes", "tail_bytes", "file_bytes"}``, and for a turn of a multi-turn episode
   ``"files"``, ``"workspace_bytes"``, ``"collect_files"`` (consumers/executor/runtime/workspace.py)
 * runner -> host: ``{"id", "nonce", "exit_code", "signal", "duration_s", "timed_out",
@@ -254,8 +254,8 @@ def run_job(host, job):
     else:
         names = [str(n) for n in job.get("names", [])]
         modules = [str(n) for n in job.get("modules", [])]
-        judge_part = (setup, tests, names, str(job.get("entry_point", "")), modules,
-                      [str(p) for p in job.get("plain_paths", [])], bool(job.get("record", False)))
+        rules = job.get("rules") if isinstance(job.get("rules"), dict) else {}
+        judge_part = (setup, tests, names, str(job.get("entry_point", "")), modules, rules)
         hook = job.get("test_hook") if host.test_hooks else None
         _write_part(host.judge_part, (judge_part, limits, hook))
         _write_part(host.candidate_part, (code, setup, names, program, cap, limits))

@@ -21,11 +21,30 @@ PRELOAD = ("math", "re", "collections", "itertools", "functools", "operator", "s
            "importlib.machinery", "sysconfig", "stat")
 
 
+class Quitter:
+    """``exit()`` and ``quit()``, which the interpreter's ``site`` module would add (the runner
+    runs without it): programs that end with ``exit()`` work as in a plain interpreter."""
+
+    def __init__(self, name):
+        self.name = name
+
+    def __repr__(self):
+        return f"Use {self.name}() or Ctrl-D (i.e. EOF) to exit"
+
+    def __call__(self, code=None):
+        raise SystemExit(code)
+
+
 def warm_up():
     """Import and exercise, in PID 1, what every job will use, so that it is built once and
     shared copy-on-write instead of rebuilt in each child; then freeze the heap so no child's GC
     walks (and copies) it. Only made-up data passes through here: the zygote, forked next, must
     hold nothing of any job."""
+    import builtins
+
+    for name in ("exit", "quit"):
+        if not hasattr(builtins, name):
+            setattr(builtins, name, Quitter(name))
     for name in PRELOAD:
         try:
             __import__(name)
@@ -85,7 +104,8 @@ def _warm_protocol(rounds=12):
     saved = sys.stdout, sys.stderr, sys.argv, sys.modules.get("__main__")
     tests = [compile(t, f"<warm {i}>", "exec") for i, t in enumerate(WARM_TESTS)]
     names = ["S", "f", "g", "s"]
-    part = (None, tests, names, "f", [], ["f()"], False)
+    part = (None, tests, names, "f", [], {"mode": "reference", "objects": ["1|S()"],
+                                         "names": {"S": "o", "f": "o", "g": "o"}})
     try:
         for side in ("judge", "candidate"):
             for _ in range(rounds):

@@ -158,7 +158,7 @@ def _touch():
     table = Table(0)
     encoder = Encoder(table, None)
     items = [encoder.item([1, "x", (2.5, None)]), encoder.item({"k": b"v"})]
-    message = loads(dumps(["q", 1, "call", items, encoder.finish(), encoder.changes(), None, "", ""]))
+    message = loads(dumps(["q", 1, "call", items, encoder.finish(), encoder.changes(), None, "", "", None]))
     decoder = Decoder(Table(1), 0, None)
     decoder.message(message[4], message[5])
     [decoder.item(item) for item in message[3]]

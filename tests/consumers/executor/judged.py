@@ -15,8 +15,9 @@ from rollstream.consumers.executor.runtime import candidate, judge
 
 
 def judged(code: str, tests: list[str], *, setup: str = "", entry_point: str = "", program: bool = False,
-           plain_paths: tuple[str, ...] = (), record: bool = False, timeout_s: float = 30.0) -> tuple[list[dict], int]:
-    """(the judge's events, its wait status) for ``code`` against ``tests``."""
+           rules: dict | None = None, timeout_s: float = 30.0) -> tuple[list[dict], int]:
+    """(the judge's events, its wait status) for ``code`` against ``tests`` under ``rules``
+    (crossing.Rules; None: no reference, the strictest reading)."""
     names = list(sandbox.tested_names(tuple(tests), entry_point))
     modules = list(sandbox.tested_modules(tuple(tests)))
     setup_code = compile(setup, "<setup>", "exec") if setup else None
@@ -46,7 +47,7 @@ def judged(code: str, tests: list[str], *, setup: str = "", entry_point: str = "
             for fd in (req_r, resp_w, rep_r):
                 os.close(fd)
             lines: list[str] = []
-            part = (setup_code, compiled, names, entry_point, modules, list(plain_paths), record)
+            part = (setup_code, compiled, names, entry_point, modules, dict(rules or {}))
             judge.judge_main(part, resp_r, req_w, lambda event: lines.append(json.dumps(event)))
             data = ("\n".join(lines) + "\n").encode()
             while data:
@@ -81,6 +82,20 @@ def judged(code: str, tests: list[str], *, setup: str = "", entry_point: str = "
             pass
         os.waitpid(child, 0)
     return [json.loads(line) for line in data.decode().splitlines() if line.strip()], status
+
+
+def recorded_rules(events: list[dict]) -> dict:
+    """The rules a reference's recorded run gives the task's other jobs (as reference.py builds them)."""
+    paths = next(e for e in events if e["e"] == "paths")
+    return {"mode": "reference", "objects": paths["objects"],
+            "names": dict(n.split(":", 1) for n in paths["names"]),
+            "skips": {i: int(n) for i, n in (s.split(":") for s in paths["skips"])}}
+
+
+def judged_against(reference: str, code: str, tests: list[str], **kwargs) -> tuple[list[dict], int]:
+    """``code`` judged as a job of a task whose reference is ``reference`` (recorded first)."""
+    recorded, _ = judged(reference, tests, rules={"mode": "record"}, **kwargs)
+    return judged(code, tests, rules=recorded_rules(recorded), **kwargs)
 
 
 def verdicts(events: list[dict]) -> list[bool]:

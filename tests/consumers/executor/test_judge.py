@@ -11,7 +11,7 @@ import json
 import pytest
 
 from rollstream.consumers.executor import sandbox
-from tests.consumers.executor.judged import failures, judged, verdicts
+from tests.consumers.executor.judged import failures, judged, judged_against, verdicts
 
 pytestmark = pytest.mark.unit
 
@@ -81,7 +81,7 @@ def test_functions_and_values_keep_their_meaning() -> None:
         "assert apply(str, ['b', 'A'], key=str.lower) == ['A', 'b']\n"
         "seen = []\napply(seen.append, [1])\nassert seen == [1]",
     ]
-    events, status = judged(code, tests, entry_point="add")
+    events, status = judged_against(code, code, tests, entry_point="add")
     assert status == 0 and verdicts(events) == [True] * len(tests), failures(events)
     assert events[0] == {"e": "compiled"} and events[1] == {"e": "code_ok"} and events[-1] == {"e": "done"}
 
@@ -110,7 +110,7 @@ def test_references_identity_and_in_place_changes_are_pythons() -> None:
         "n = Node(1, Node(2, Node(3)))\nr = reverse(n)\nassert (r.val, r.next.val, r.next.next.val) == (3, 2, 1)\n"
         "assert n.next is None and r.next.next is n",
     ]
-    events, _ = judged(code, tests, setup=setup, entry_point="ident")
+    events, _ = judged_against(code, code, tests, setup=setup, entry_point="ident")
     assert verdicts(events) == [True] * len(tests), failures(events)
 
 
@@ -148,7 +148,7 @@ def test_classes_exceptions_and_iterators_through_mirrors() -> None:
         "try:\n    bad({})\nexcept KeyError as e:\n    assert e.args[0] == 'a'",
         "with raises(ValueError):\n    decode()",
     ]
-    events, _ = judged(code, tests, entry_point="Account")
+    events, _ = judged_against(code, code, tests, entry_point="Account")
     assert verdicts(events) == [True, True, True, True, False, True, True], failures(events)
     assert failures(events)[0]["type"] == "RuntimeError"
 
@@ -171,7 +171,7 @@ def test_printed_output_programs_and_the_tests_overrides() -> None:
         "from unittest import mock\nwith mock.patch('random.randint', return_value=4):\n    assert roll() == 4",
         "import sys\nsys.argv = ['prog', '--n', '3']\nassert args() == ['--n', '3']",
     ]
-    events, _ = judged(code, tests, entry_point="warn")
+    events, _ = judged_against(code, code, tests, entry_point="warn")
     assert verdicts(events) == [True] * len(tests), failures(events)
     program = ("import sys\nstdin = open(0)\nn = int(stdin.readline())\nrows = [stdin.readline() for _ in range(n)]\n"
                "print(sum(int(x) for row in rows for x in row.split()))\nsys.stdout.buffer.write(b'end\\n')\n")
@@ -222,22 +222,24 @@ def test_completion_objects_never_answer_for_plain_data() -> None:
     )
     tests = ["assert f(1) == 2", "assert 2 == f(1)", "assert f(1) in [2]", "assert f(1) < 3",
              "assert f(1) == f(2)", "assert 3 in f(1)", "assert f(1).startswith('a')"]
-    events, _ = judged(code, tests, entry_point="f")
-    assert verdicts(events) == [False, False, False, False, True, True, True]  # the last three: its own objects
-    # where the reference gives plain data, a completion object there is a type mismatch
-    events, _ = judged(code, tests, entry_point="f", plain_paths=("f()",))
-    assert verdicts(events) == [False] * len(tests)
-    assert {e["type"] for e in failures(events)} == {"TypeMismatch"}
+    # a task that declares its entry points return objects: its objects answer for themselves only
+    events, _ = judged(code, tests, entry_point="f", rules={"returns_objects": True})
+    assert verdicts(events) == [False, False, False, False, True, True, True]
+    # without a reference, and where the reference gives plain data, a completion object is a type mismatch
+    for events, _ in (judged(code, tests, entry_point="f"),
+                      judged_against("def f(x):\n    return str(x)\n", code, tests, entry_point="f")):
+        assert verdicts(events) == [False] * len(tests)
+        assert {e["type"] for e in failures(events)} == {"TypeMismatch"}
 
 
 def test_what_the_reference_returns_is_recorded() -> None:
     code = ("def f(x):\n    return [x]\ndef g(n):\n    yield from range(n)\n"
             "class S:\n    def pop(self):\n        return 1\n    def me(self):\n        return self\n")
     tests = ["assert f(1) == [1]", "assert list(g(2)) == [0, 1]", "s = S()\nassert s.pop() == 1 and s.me() is s"]
-    events, _ = judged(code, tests, entry_point="f", record=True)
+    events, _ = judged(code, tests, entry_point="f", rules={"mode": "record"})
     paths = next(e for e in events if e["e"] == "paths")
-    assert paths["plain"] == ["S().pop()", "f()", "g()", "g()[*]"]
-    assert paths["other"] == ["S()", "S().me()"]
+    assert paths["objects"] == ["2|S()", "2|S().me()"]  # the generator counts as plain: its items are checked
+    assert paths["names"] == ["S:o", "f:o", "g:o"] and paths["skips"] == []
 
 
 def test_code_from_the_completion_runs_in_the_candidate_never_in_the_judge() -> None:
@@ -266,7 +268,7 @@ def test_code_from_the_completion_runs_in_the_candidate_never_in_the_judge() -> 
         "assert pickle.loads(pickle.dumps(p)) == p",
         "assert eval('1 + 1') == 2\nexec('y = 3')\nassert y == 3",  # the tests' own literals run here
     ]
-    events, _ = judged(code, tests, entry_point="f")
+    events, _ = judged_against(code, code, tests, entry_point="f")
     assert verdicts(events) == [True] * len(tests), failures(events)
 
 
@@ -287,13 +289,13 @@ def frame(message: list) -> bytes:
     "payload, reason",
     [
         # replies written before they are asked (request ids are random: none can match)
-        ("".join(f"os.write(4, {frame(['a', i, 'ok', [True], [], [], None, '', ''])!r})\n" for i in range(8)),
+        ("".join(f"os.write(4, {frame(['a', i, 'ok', [True], [], [], None, '', '', None])!r})\n" for i in range(8)),
          "expected the ready message"),
         # a set of 150k ints that all hash alike, as the answer to the first call
         ("M = (1 << 61) - 1\n"
          "def f(x):\n"
          "    import json\n    d = json.dumps(['a', 0, 'ok', [{'r': 100001}], [[100001, 's', [i * M for i in range(150000)]]],"
-         " [], None, '', '']).encode()\n"
+         " [], None, '', '', None]).encode()\n"
          "    os.write(4, len(d).to_bytes(4, 'big') + d)\n    import time\n    time.sleep(60)\n", "hash flooding"),
         ("os.write(4, b'\\xff\\xff\\xff\\xff')\n", "at most"),
     ],

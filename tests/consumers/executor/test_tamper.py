@@ -135,7 +135,7 @@ ATTACKS = [
     ("non-data-object-on-the-wire",  # its own serving code patched to answer with an object
      "import json, sys\n"
      "sys.modules['__main__'].dumps = lambda message: json.dumps(\n"
-     "    ['a', message[1], 'ok', [{'object': 'AlwaysEqual'}], [], [], None, '', '']).encode()\n" + WRONG,
+     "    ['a', message[1], 'ok', [{'object': 'AlwaysEqual'}], [], [], None, '', '', None]).encode()\n" + WRONG,
      "tamper", "protocol", ADD, False),
     ("names-it-was-not-asked-for",
      FRAME + "os.write(4, frame(['ready', 'ok', [['add', 'v', 3], ['exec', 'v', None]]]))\n"

@@ -383,15 +383,15 @@ ATTACKS = [
            reference="def f(x):\n    return [x]\n"),
     # class 6: the protocol
     attack("replies-before-asked", "protocol",
-           "import os, json\nfor i in range(64):\n    d = json.dumps(['a', i, 'ok', [2], [], [], None, '', '']).encode()\n"
+           "import os, json\nfor i in range(64):\n    d = json.dumps(['a', i, 'ok', [2], [], [], None, '', '', None]).encode()\n"
            "    os.write(4, len(d).to_bytes(4, 'big') + d)\ndef f(x):\n    return None\n", F_TESTS, verdicts=("tamper",)),
     attack("hash-flood", "protocol",
            "import os, json, time\nM = (1 << 61) - 1\ndef f(x):\n"
-           "    d = json.dumps(['a', 0, 'ok', [{'r': 100001}], [[100001, 's', [i * M for i in range(150000)]]], [], None, '', '']).encode()\n"
+           "    d = json.dumps(['a', 0, 'ok', [{'r': 100001}], [[100001, 's', [i * M for i in range(150000)]]], [], None, '', '', None]).encode()\n"
            "    os.write(4, len(d).to_bytes(4, 'big') + d)\n    time.sleep(30)\n", F_TESTS, verdicts=("tamper",)),
     attack("foreign-ref", "protocol",
            "import os, json, time\ndef f(x):\n"
-           "    d = json.dumps(['a', 0, 'ok', [{'r': 0}], [], [[0, [1]]], None, '', '']).encode()\n"
+           "    d = json.dumps(['a', 0, 'ok', [{'r': 0}], [], [[0, [1]]], None, '', '', None]).encode()\n"
            "    os.write(4, len(d).to_bytes(4, 'big') + d)\n    time.sleep(30)\n", F_TESTS, verdicts=("tamper",)),
     attack("kill-the-judge", "protocol",
            "import os, signal\ndef f(x):\n    me, parent = os.getpid(), os.getppid()\n    for p in os.listdir('/proc'):\n"
@@ -518,7 +518,12 @@ async def test_a_reference_the_judge_cannot_honour_is_reported_and_auto_decides(
     assert judged.scored.execution.trust == "judge" and judged.scored.reward < 1.0  # the operator must decide
     auto = msgspec.structs.replace(IN_PROCESS_ONLY, trust="auto")
     decided = await evaluate(pool, registry, auto, PLAIN_REF, "ref/auto", references=references)
-    assert decided.scored.execution.trust == "in_process" and decided.scored.reward == 1.0
+    record = decided.scored.execution
+    assert record.trust == "mixed" and decided.scored.reward == 1.0
+    assert record.in_process_tests == [0] and "plain_data" in record.lost_guarantees  # only the test it needs
+    forged = await evaluate(pool, registry, auto, "class Yes:\n    def __eq__(self, o):\n        return True\n"
+                            "def f(x):\n    return Yes()\n", "ref/auto-forged", references=references)
+    assert forged.scored.reward < 1.0 and forged.scored.execution.tests_passed == 1  # test 1 is still judged
     honest = msgspec.structs.replace(auto, tests=["assert f(1) == 2"])
     kept = await evaluate(pool, registry, honest, PLAIN_REF, "ref/auto-judged", references=references)
     assert kept.scored.execution.trust == "judge" and kept.scored.reward == 1.0  # the task decides, not the code

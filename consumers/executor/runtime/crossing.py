@@ -1,0 +1,660 @@
+"""The judge's end of the boundary: one rule for what crosses from the candidate into the tests,
+and what the candidate may do to the tests' own objects.
+
+Runs INSIDE the sandbox after ``codec.py``, ``channel.py`` and ``proxies.py`` (standard library
+only; on the host, an ordinary module). The judge process holds one :class:`Judge`.
+
+**The one rule.** Every value the judge decodes from the candidate is checked at the *point* it
+arrives: the test it arrived in and how the tests reached it (``3|Stack().pop()``: a call's
+result; ``.x``: an attribute; ``#len``: an operator; ``[*]``: an item of an iterator; ``!``: an
+exception and its arguments; ``<``: containers written back in place; ``>``: what the
+completion passes to the tests' objects). The check is deep (nested containers, dict views, a
+``defaultdict``'s factory, instances of the setup's classes and their attributes, exceptions'
+arguments and attributes) and runs again whenever the candidate sends a container again. Where
+the task's reference produced plain data at a point, the completion must too: one of its
+objects there is ``type_mismatch``, fails the test, and is *tainted* (any later use of it fails
+too). A completion object reaches the tests only where the reference itself produced one
+(``Rules.objects``). Without a reference (``strict``), a call's result must be plain data unless
+it constructs the class it calls or the task declares ``returns_objects``, and a binary operator
+between a completion object and the tests' plain value never answers with plain data. The
+completion's generators and built-in iterators count as plain (their items are checked), as do
+instances of its subclasses of value types (they compare, hash and print as their base value).
+
+**The tests' objects are the tests'.** The candidate may call what the tests hand over (a mock
+records the call) and read its data; it may not set attributes on it (but plain data attributes
+of the setup's own instances), use a mock's own API (``assert_*``, ``reset_mock``,
+``configure_mock``, ``return_value``, ``call_count``, ...), or touch the test framework's objects
+(``TestCase``, results, runners, suites). A refused operation fails the test and is ``tamper``.
+
+**Skips and stops belong to the tests.** ``unittest.SkipTest`` (and subclasses) or the framework's
+internal stop raised by the completion fail the test instead of skipping it.
+"""
+
+import sys
+import types
+
+if __name__ != "__main__":  # on the host; in the sandbox these names come from the files above
+    from rollstream.consumers.executor.runtime.channel import Channel, LinkDown, items
+    from rollstream.consumers.executor.runtime.codec import (
+        SIMPLE,
+        NotTransferable,
+        ProtocolError,
+        Table,
+        TooLarge,
+        _text,
+        resolve_std,
+        std_name,
+    )
+    from rollstream.consumers.executor.runtime.proxies import (
+        _METHOD,
+        CANDIDATE_PARITY,
+        JUDGE_PARITY,
+        STD_VALUE_CLASSES,
+        CandidateGone,
+        FailedCall,
+        Method,
+        MirrorMeta,
+        Remote,
+        RemoteBase,
+        RemoteIterator,
+        TypeMismatch,
+        _flat_kwargs,
+        _j,
+        _new_exception,
+        _value_base,
+        exception_item,
+        exception_value,
+        make_mirror,
+        raises,
+    )
+
+BINARY = frozenset({"add", "sub", "mul", "matmul", "truediv", "floordiv", "mod", "pow", "lshift", "rshift", "and",
+                    "or", "xor", "divmod"})
+BINARY = BINARY | {"r" + name for name in BINARY}
+
+
+class Rules:
+    """What the task's reference says, sent with the job (``consumers/executor/reference.py``):
+
+    * ``mode``: ``record`` (this is the reference: record what it produces), ``reference``
+      (check against that record) or ``strict`` (no reference: the strictest reading);
+    * ``objects``: the points where the reference produced completion objects;
+    * ``names``: how the reference bound each name the tests read (``o``: an object of its own,
+      ``p``: plain data, ``m``: a module); a name it did not bind is not bound;
+    * ``skips``: per test, how many ``unittest`` tests the reference's run skipped (``-1``: the
+      whole test); a completion that makes the tests skip more fails those;
+    * ``returns_objects``: (strict) the task declares that its entry points return objects.
+    """
+
+    def __init__(self, spec=None):
+        spec = spec if type(spec) is dict else {}
+        mode = spec.get("mode")
+        self.mode = mode if mode in ("record", "reference", "strict") else "strict"
+        self.objects = frozenset(p for p in spec.get("objects", ()) if type(p) is str)
+        names = spec.get("names")
+        self.names = {k: v for k, v in names.items() if type(k) is str} if type(names) is dict else {}
+        skips = spec.get("skips")
+        self.skips = {k: v for k, v in skips.items() if type(v) is int} if type(skips) is dict else {}
+        self.returns_objects = bool(spec.get("returns_objects", False))
+
+    @property
+    def record(self):
+        return self.mode == "record"
+
+    @property
+    def strict(self):
+        return self.mode == "strict"
+
+
+class Refused:
+    """What a name the tests read is bound to when the completion bound it to an object where
+    the reference binds plain data: any use fails the test as ``type_mismatch``."""
+
+    __slots__ = ("_why",)
+
+    def __init__(self, why):
+        object.__setattr__(self, "_why", why)
+
+    def _fail(self, *args, **kwargs):
+        judge = _j()
+        why = object.__getattribute__(self, "_why")
+        judge.failed = judge.failed or why
+        raise TypeMismatch(why)
+
+    def __getattr__(self, name):
+        self._fail()
+
+    def __repr__(self):
+        return "<refused: a completion object where the task's reference has plain data>"
+
+
+for _name in ("call", "eq", "ne", "lt", "le", "gt", "ge", "hash", "bool", "len", "iter", "contains", "getitem",
+              "add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "radd", "rsub", "rmul", "rtruediv",
+              "abs", "neg", "float", "int", "index", "str", "format", "enter", "setattr"):
+    setattr(Refused, f"__{_name}__", Refused._fail)
+
+
+def _control_classes():
+    """The test framework's skip and stop exceptions (a completion's never skips a test)."""
+    case = sys.modules.get("unittest.case")
+    if case is None:
+        return ()
+    return tuple(c for c in (getattr(case, "SkipTest", None), getattr(case, "_ShouldStop", None))
+                 if isinstance(c, type))
+
+
+def _framework_classes():
+    """The test framework's own objects: never the completion's to use."""
+    found = [raises]
+    for module, names in (("unittest.case", ("TestCase", "_Outcome", "_AssertRaisesBaseContext")),
+                          ("unittest.result", ("TestResult",)), ("unittest.suite", ("BaseTestSuite",)),
+                          ("unittest.runner", ("TextTestRunner",)), ("unittest.loader", ("TestLoader",)),
+                          ("unittest.main", ("TestProgram",))):
+        found += [c for c in (getattr(sys.modules.get(module), n, None) for n in names) if isinstance(c, type)]
+    return tuple(found)
+
+
+_MOCK_API = {}
+
+
+def _mock_api():
+    """(mock classes, the public names of their own API) when ``unittest.mock`` is loaded."""
+    mock = sys.modules.get("unittest.mock")
+    if mock is None:
+        return None, frozenset()
+    found = _MOCK_API.get(id(mock))
+    if found is None:
+        classes = tuple(c for c in (getattr(mock, n, None) for n in ("NonCallableMock", "CallableMixin",
+                                                                          "NonCallableMagicMock", "MagicMixin",
+                                                                          "AsyncMockMixin", "AsyncMagicMixin"))
+                        if isinstance(c, type))
+        names = frozenset(n for c in classes for n in vars(c) if not n.startswith("_"))
+        found = _MOCK_API[id(mock)] = (getattr(mock, "NonCallableMock", None), names)
+    return found
+
+
+class Judge:
+    """One job's judge: the channel to the candidate, the objects that crossed, where each
+    arrived, and what the task's reference says (:class:`Rules`)."""
+
+    def __init__(self, read_fd, write_fd, *, rules=None):
+        self.table = Table(JUDGE_PARITY)
+        self.setup_objects = {}
+        self.setup_names = {}  # id(setup function or class) -> its name (they cross by name)
+        self.setup_classes = ()
+        self.channel = Channel(read_fd, write_fd, self.table, CANDIDATE_PARITY, self.encode_other,
+                               self.decode_other, serve=self.serve, random_ids=True)
+        self.channel.on_receive = self.printed
+        self.rules = rules if isinstance(rules, Rules) else Rules(rules)
+        self.hashes = {}  # ref -> the candidate's hash of a handle (None: unhashable)
+        self.texts = {}  # ref -> str() of a candidate exception
+        self.paths = {}  # ref -> how the tests reached the object ("f()", "Stack().pop()")
+        self.points = {}  # ref -> the point a container of the candidate's arrived at
+        self.methods = {}  # mirror class -> names of its methods (no request until called)
+        self.modules = {}  # ref -> the name of a module the candidate holds
+        self.recorded = {}  # (record) point -> whether completion objects arrived there
+        self.bound = {}  # (record) name -> how the reference bound it
+        self.skips = {}  # (record) test index -> unittest tests it skipped (-1: the whole test)
+        self.tainted = set()  # refs of completion objects that arrived where they may not
+        self.test = "-"  # the current test's index, as points name it
+        self.stack = []  # (point, path) of the requests waiting for an answer
+        self.decoding = False
+        self.gone = None  # why the candidate can no longer answer
+        self.tamper = None  # (kind, detail) of the first attack seen
+        self.failed = None  # why a call of the current test failed
+        self.candidate_errors = set()  # ids of exceptions raised on the candidate's behalf
+        self.env = None  # the overrides for the candidate (Guards)
+        self.extras = None  # what the candidate's replies carry besides the answer (Guards)
+
+    def set_setup(self, objects):
+        """What the task's setup defined: its classes' instances are replicated, its functions
+        and classes cross by name (the candidate ran the same setup)."""
+        self.setup_objects = objects
+        classes = {k: v for k, v in objects.items() if isinstance(v, type)}
+        self.setup_names = {id(v): k for k, v in objects.items() if isinstance(v, (type, types.FunctionType))}
+        self.setup_classes = tuple(classes.values())
+        self.channel.setup_ids = {id(v): k for k, v in classes.items()}
+        self.channel.setup_classes = classes
+
+    # ------------------------------------------------------------ requests to the candidate
+
+    def ask(self, op, target, rest=(), suffix="", env=True, iterating=False, constructing=False):
+        if self.gone is not None:
+            self.fail(self.gone)
+        if target is not None:
+            ref = self.table.refs.get(id(target))
+            if ref in self.tainted:
+                self.mismatch("type_mismatch: the test used a completion object that arrived where the task's "
+                              "reference has plain data")
+            path = self.paths.get(ref, "?") + suffix
+        else:
+            path = f"<{op}>"
+        point = f"{self.test}|{path}"
+        self.decoding = True
+        self.stack.append((point, path))
+        try:
+            message = self.channel.call(op, [target, items(rest)] if target is not None else [items(rest)],
+                                        self.env() if env and self.env is not None else None)
+        except TooLarge as exc:
+            self.failed = self.failed or f"too_large: {exc}"[:300]
+            raise FailedCall(self.failed) from None
+        except NotTransferable as exc:
+            raise TypeError(f"cannot pass this to the completion: {exc}") from None
+        except ProtocolError as exc:
+            self.set_tamper("protocol", exc)
+            self.fail(self.gone)
+        except (LinkDown, OSError) as exc:
+            self.gone = self.gone or getattr(exc, "reason", "the candidate is gone")
+            self.fail(self.gone)
+        finally:
+            self.stack.pop()
+            self.decoding = False
+        return self.answer(message, point, path, iterating, target if constructing else None)
+
+    def answer(self, message, point, path, iterating, constructed):
+        status, values = message.what, message.items
+        self.check_changes(message.changed, point + "<", path + "<")
+        if message.extras is not None and self.extras is not None:
+            self.extras(message.extras)
+        if status == "ok" and len(values) == 1:
+            value = values[0]
+            self.check(value, point, path, constructed=constructed)
+            return value
+        if status == "m":
+            return _METHOD
+        if status == "exc" and len(values) == 1 and isinstance(values[0], BaseException):
+            error = values[0]
+            if isinstance(error, FailedCall):
+                self.set_tamper("protocol", "a FailedCall from the candidate")
+                self.fail(self.gone)
+            control = _control_classes()
+            if control and isinstance(error, control):
+                self.failed = self.failed or (f"the completion raised {type(error).__name__}: a test the completion "
+                                              "skipped or stopped never passes")
+                raise FailedCall(self.failed)
+            self.check(error, point + "!", path + "!", exception=True)
+            if isinstance(error, (StopIteration, StopAsyncIteration)) and not iterating:
+                wrapped = RuntimeError(f"the completion raised {type(error).__name__}")  # PEP 479
+                wrapped.__cause__ = error
+                error = wrapped
+            self.candidate_errors.add(id(error))
+            self._keep = error  # the id stays this error's while it is raised
+            raise error
+        if status == "fail" and len(values) == 1 and type(values[0]) is str:
+            if values[0].startswith("too_large"):
+                self.failed = self.failed or values[0][:300]
+                raise FailedCall(self.failed)
+            self.fail(f"the call failed: {values[0][:300]}")
+        self.set_tamper("protocol", "a malformed reply")
+        self.fail(self.gone)
+
+    # ------------------------------------------------------------ the one rule
+
+    def check(self, value, point, path, *, exception=False, constructed=None):
+        """``value`` arrived at ``point``: completion objects in it only where the rules let them."""
+        t = type(value)
+        if t in SIMPLE or t is bytes:
+            if self.rules.record:
+                self.recorded.setdefault(point, False)
+            return
+        found = self.handles_in(value, point, path, exception=exception)
+        if constructed is not None and self.rules.strict and found and found[0] is value \
+                and isinstance(value, constructed):
+            found = found[1:]  # (strict) calling a class of the completion's gives an instance of it
+        if self.rules.record:
+            self.recorded[point] = self.recorded.get(point, False) or bool(found)
+            return
+        if found and not self.allowed(point):
+            if self.rules.strict:
+                why = (f"type_mismatch: {path} gave a completion object (the task has no reference: its calls "
+                       "must give plain data unless it declares returns_objects)")
+            else:
+                why = f"type_mismatch: {path} gave a completion object where the task's reference gives plain data"
+            self.refuse(found, why)
+
+    def check_changes(self, changed, point, path):
+        """Containers the candidate sent again (written back in place): checked again, at the
+        point they first arrived at (the tests' own containers: at this request's)."""
+        if not changed:
+            return
+        objects = self.table.objects
+        for ref in changed:
+            container = objects.get(ref)
+            self.check(container, self.points.get(ref, point), self.paths.get(ref, path))
+
+    def allowed(self, point):
+        rules = self.rules
+        if rules.mode == "reference":
+            return point in rules.objects
+        return rules.returns_objects
+
+    def refuse(self, found, why):
+        for obj in found:
+            ref = self.table.refs.get(id(obj))
+            if ref is not None:
+                self.tainted.add(ref)
+        self.mismatch(why)
+
+    def mismatch(self, why):
+        self.failed = self.failed or why[:300]
+        raise TypeMismatch(why[:300])
+
+    def handles_in(self, value, point, path, exception=False):
+        """The completion's objects in ``value``, deeply (each given its path and point if it
+        has none: the value's own, or ``[]`` after it for what it holds)."""
+        found = []
+        refs, paths, points = self.table.refs, self.paths, self.points
+        control = _control_classes()
+        setup = self.setup_classes
+        nested = path + "[]"
+        stack, seen = [value], set()
+        while stack:
+            x = stack.pop()
+            t = type(x)
+            if t in SIMPLE or t is bytes:
+                continue
+            key = id(x)
+            if key in seen:
+                continue
+            seen.add(key)
+            ref = refs.get(key)
+            if ref is not None:
+                paths.setdefault(ref, path if x is value else nested)
+                points.setdefault(ref, point)
+            if t is MirrorMeta:
+                found.append(x)
+                continue
+            if isinstance(x, RemoteBase):
+                if t is not RemoteIterator:
+                    found.append(x)
+                continue
+            meta = type(t)
+            if meta is MirrorMeta:  # an instance of a mirror that is a value or an exception
+                if isinstance(x, BaseException):
+                    if not (exception and x is value) or (control and isinstance(x, control)):
+                        found.append(x)
+                    stack.extend(x.args)
+                    stack.extend(vars(x).values())
+                elif isinstance(x, tuple):
+                    stack.extend(tuple.__iter__(x))
+                elif isinstance(x, frozenset):
+                    stack.extend(frozenset.__iter__(x))
+                continue
+            if isinstance(x, dict):
+                if not (SIMPLE.issuperset(map(type, x)) and SIMPLE.issuperset(map(type, x.values()))):
+                    stack.extend(x)
+                    stack.extend(x.values())
+                factory = getattr(x, "default_factory", None)
+                if factory is not None:
+                    stack.append(factory)
+            elif isinstance(x, (list, tuple, set, frozenset)) or t.__name__ in _ITERABLE_VALUES:
+                if not SIMPLE.issuperset(map(type, x)):
+                    stack.extend(x)
+            elif isinstance(x, BaseException):
+                if control and isinstance(x, control):
+                    found.append(x)
+                stack.extend(x.args)
+                attributes = getattr(x, "__dict__", None)
+                if type(attributes) is dict:
+                    stack.extend(attributes.values())
+            elif setup and isinstance(x, setup):
+                attributes = getattr(x, "__dict__", None)
+                if type(attributes) is dict:
+                    stack.extend(attributes.values())
+                    cls = type(x)
+                    if any(callable(getattr(cls, name, None)) for name in attributes if type(name) is str):
+                        found.append(x)  # an instance attribute shadowing one of the class's methods
+            elif t is slice:
+                stack.extend((x.start, x.stop, x.step))
+            elif isinstance(x, type) and control and issubclass(x, control):
+                found.append(x)
+        return found
+
+    # ------------------------------------------------------------ the tests' uses of the candidate's objects
+
+    def call(self, target, args, kwargs):
+        return self.ask("call", target, [items(args), items(_flat_kwargs(kwargs))], "()",
+                        constructing=type(target) is MirrorMeta)
+
+    def call_method(self, owner, name, args, kwargs):
+        return self.ask("callm", owner, [name, items(args), items(_flat_kwargs(kwargs))], f".{name}()")
+
+    def op(self, target, name, *args):
+        if name == "next" or name == "anext":
+            return self.ask("op", target, [name, *args], "[*]", iterating=True)
+        result = self.ask("op", target, [name, *args], f"#{name}")
+        if self.rules.strict and name in BINARY and not self.rules.record:
+            other = args[0] if args else None
+            if not self.handles_in(other, "", "") and not self.handles_in(result, "", ""):
+                self.mismatch(f"type_mismatch: the completion's {name} with the tests' value gave plain data (the "
+                              "task has no reference: a completion object never decides a comparison with the "
+                              "tests' values)")
+        return result
+
+    def attribute(self, target, name):
+        cls = target if type(target) is MirrorMeta else type(target)
+        if name in self.methods.get(cls, ()):
+            return Method(target, name)
+        value = self.ask("get", target, [name], f".{name}")
+        if value is _METHOD:
+            if type(cls) is MirrorMeta:
+                self.methods.setdefault(cls, set()).add(name)
+            return Method(target, name)
+        return value
+
+    def fail(self, why):
+        why = why or "the candidate is gone"
+        self.failed = self.failed or why
+        raise CandidateGone(why) if self.gone else FailedCall(why)
+
+    def set_tamper(self, kind, detail):
+        if self.tamper is None:
+            self.tamper = (kind, _text(detail, 500))
+        self.gone = self.gone or f"tamper: {kind}"
+
+    def printed(self, message):
+        """What the candidate printed during a call goes where the tests' own prints go."""
+        if message.out:
+            sys.stdout.write(message.out)
+        if message.err:
+            sys.stderr.write(message.err)
+
+    # ------------------------------------------------------------ requests from the candidate
+
+    def serve(self, message):
+        """A request of the candidate's: only on objects the judge handed it, only public names,
+        only what the object's meaning allows (:meth:`refused`)."""
+        try:
+            op, values = message.what, message.items
+            if not values or type(values[-1]) is not list:
+                raise ProtocolError("a malformed request")
+            target = values[0] if len(values) == 2 else None
+            rest = values[-1]
+            if target is None or self.table.refs.get(id(target)) is None or isinstance(target, RemoteBase):
+                raise ProtocolError("a request about something the judge never handed over")
+            point, path = self.stack[-1] if self.stack else (f"{self.test}|?", "?")
+            try:
+                self.check_changes(message.changed, point + ">", path + ">")
+                self.check(rest, point + ">", path + ">")
+            except TypeMismatch as exc:
+                return "exc", [TypeError(str(exc))]
+            if op in ("get", "set", "callm") and (not rest or type(rest[0]) is not str):
+                raise ProtocolError("a malformed request")
+            why = self.refused(op, target, rest)
+            if why is not None:
+                self.failed = self.failed or f"test_object: {why}"
+                self.set_tamper("test_object", why)
+                return "fail", [f"refused: {why}"]
+            if op in ("get", "callm") and rest[0].startswith("_"):
+                return "exc", [AttributeError("the tests' objects answer public names only")]
+            if op == "call":
+                args, kwargs = rest
+                return "ok", [target(*args, **_kwargs(kwargs))]
+            if op == "callm":
+                name, args, kwargs = rest
+                return "ok", [getattr(target, name)(*args, **_kwargs(kwargs))]
+            if op == "get":
+                return "ok", [getattr(target, rest[0])]
+            if op == "set":
+                setattr(target, rest[0], rest[1])
+                return "ok", [None]
+            if op == "op" and rest and type(rest[0]) is str and rest[0] in JUDGE_OPS:
+                return "ok", [JUDGE_OPS[rest[0]](target, *rest[1:])]
+            raise ProtocolError(f"an unknown request {str(op)[:20]!r}")
+        except ProtocolError as exc:
+            self.set_tamper("protocol", exc)
+            return "fail", ["protocol error"]
+        except FailedCall:
+            raise
+        except BaseException as exc:
+            return "exc", [exc]
+
+    def refused(self, op, target, rest):
+        """Why the candidate may not do ``op`` to the tests' object ``target`` (None: it may)."""
+        owner = getattr(target, "__self__", None) if isinstance(target, types.MethodType) else None
+        framework = _framework_classes()
+        if isinstance(target, framework) or (owner is not None and isinstance(owner, framework)):
+            return f"the test framework's {type(owner if owner is not None else target).__name__} is not the " \
+                   "completion's to use"
+        if op == "set":
+            name, value = rest[0], rest[1]
+            if self.setup_classes and isinstance(target, self.setup_classes) and not name.startswith("_"):
+                if not callable(getattr(type(target), name, None)) and not hasattr(type(target), name) \
+                        and not self.handles_in(value, "", ""):
+                    return None  # a plain data attribute of the setup's own instance
+            return f"sets {name!r} on an object of the tests"
+        mock, api = _mock_api()
+        if mock is None:
+            return None
+        if owner is not None and isinstance(owner, mock) and target.__func__.__name__ in api:
+            return f"calls the mock's own {target.__func__.__name__}"
+        if isinstance(target, mock) and op in ("get", "callm") and rest[0] in api:
+            return f"uses the mock's own {rest[0]!r}"
+        return None
+
+    # ------------------------------------------------------------ the codec's rules for this side
+
+    def encode_other(self, x, encoder):
+        t = type(x)
+        if isinstance(x, BaseException):
+            return exception_item(x, encoder)
+        name = self.setup_names.get(id(x))
+        if name is not None:
+            return {"U": name}
+        if t is types.ModuleType:
+            module = getattr(x, "__name__", None)
+            if type(module) is str and module.partition(".")[0] in sys.stdlib_module_names:
+                return {"m": module}
+        if t in (types.BuiltinFunctionType, types.MethodDescriptorType, types.WrapperDescriptorType,
+                 types.ClassMethodDescriptorType, type, types.FunctionType):
+            named = std_name(x)
+            if named is not None:
+                return {"st": list(named)}
+        ref = encoder.table.add(x)
+        encoder.added.append(ref)
+        try:
+            value = hash(x)
+        except BaseException:
+            value = None
+        return {"h": [ref, value, ["o", _type_name(x), callable(x)]]}
+
+    def decode_other(self, tag, x, decoder):
+        if tag == "h":
+            return self.materialize(x, decoder)
+        if tag == "E":
+            return exception_value(x, decoder)
+        if tag == "st" and type(x) is list and len(x) == 2:
+            found = resolve_std(x[0], x[1])
+            if isinstance(found, type) and (tuple(x) in STD_VALUE_CLASSES or issubclass(found, BaseException)):
+                return found
+            raise ProtocolError("a standard-library name the judge does not take from the candidate")
+        if tag == "U" and type(x) is str and x in self.setup_objects:
+            return self.setup_objects[x]
+        raise ProtocolError(f"an unknown tag {str(tag)[:20]!r}")
+
+    def materialize(self, x, decoder):
+        """The judge's stand-in for a handle the candidate sent: a proxy, a mirror class or an
+        instance of one."""
+        if type(x) is not list or len(x) != 3 or type(x[0]) is not int or type(x[2]) is not list or not x[2]:
+            raise ProtocolError("a malformed handle")
+        ref, value, desc = x
+        table = self.table
+        if ref % 2 != CANDIDATE_PARITY or ref in table.objects:
+            raise ProtocolError("a handle under a ref that is not the candidate's to make")
+        if value is not None and type(value) is not int:
+            raise ProtocolError("a malformed hash")
+        kind = desc[0]
+        if kind == "c" and len(desc) == 7:
+            _, name, qualname, module, bases, methods, info = desc
+            base_values = [decoder.item(b) for b in bases] if type(bases) is list else None
+            info = decoder.item(info)
+            if base_values is None or type(methods) is not list or not all(type(m) is str for m in methods) \
+                    or type(info) is not dict:
+                raise ProtocolError("a malformed class")
+            obj = make_mirror(name, qualname, module, base_values, methods, info, self.setup_classes)
+            self.methods[obj] = set(methods)
+        elif kind == "i" and len(desc) == 3:
+            cls = decoder.item(desc[1])
+            if type(cls) is not MirrorMeta:
+                raise ProtocolError("an instance of something that is not a class")
+            base = _value_base(cls)
+            if base is not None:
+                plain = decoder.item(desc[2])
+                if type(plain) is not base:
+                    raise ProtocolError("a value instance without its value")
+                obj = base.__new__(cls, plain)
+            elif issubclass(cls, BaseException):
+                raise ProtocolError("an exception sent as an instance")
+            else:
+                obj = object.__new__(cls)
+        elif kind == "e" and len(desc) == 5:
+            cls = decoder.item(desc[1])
+            args, text = decoder.item(desc[2]), desc[3]
+            if type(cls) is not MirrorMeta or not issubclass(cls, BaseException) or type(args) is not tuple:
+                raise ProtocolError("a malformed exception")
+            obj = _new_exception(cls, args)
+            self.texts[ref] = _text(text, 4000) if type(text) is str else None
+        elif kind == "g" and len(desc) == 2:
+            obj = object.__new__(RemoteIterator)
+        elif kind == "m" and len(desc) == 2 and type(desc[1]) is str:
+            obj = object.__new__(Remote)
+            self.modules[ref] = desc[1]
+        elif kind == "f" and len(desc) == 2:
+            obj = object.__new__(Remote)
+        else:
+            raise ProtocolError("a malformed handle")
+        table.add(obj, None, ref)
+        self.hashes[ref] = value
+        return obj
+
+
+# dict views, deques and the like: values whose items cross with them
+_ITERABLE_VALUES = frozenset({"dict_keys", "dict_values", "dict_items", "deque"})
+
+
+def _kwargs(flat):
+    if type(flat) is not list or len(flat) % 2 or not all(type(k) is str for k in flat[0::2]):
+        raise ProtocolError("malformed keyword arguments")
+    return dict(zip(flat[0::2], flat[1::2]))
+
+
+def _type_name(x):
+    try:
+        return str(type(x).__name__)[:100]
+    except BaseException:
+        return "object"
+
+
+JUDGE_OPS = {
+    "len": len, "iter": iter, "next": next, "str": str, "repr": repr, "bool": bool, "hash": hash,
+    "contains": lambda target, item: item in target,
+    "getitem": lambda target, key: target[key],
+    "setitem": lambda target, key, value: target.__setitem__(key, value),
+    "delitem": lambda target, key: target.__delitem__(key),
+    "eq": lambda target, other: target == other, "ne": lambda target, other: target != other,
+    "lt": lambda target, other: target < other, "le": lambda target, other: target <= other,
+    "gt": lambda target, other: target > other, "ge": lambda target, other: target >= other,
+    "format": format,
+    "enter": lambda target: type(target).__enter__(target),
+    "exit": lambda target, *exc: type(target).__exit__(target, *exc),
+}
