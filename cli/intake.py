@@ -127,6 +127,16 @@ async def _tells_apart(box: Sandbox, task: TaskSpec, spec: RewardSpec, mutant: m
     return False, mutation.described_input(spec.entry_point, inputs[failed[0]]) if failed else ""
 
 
+def judged(evaluation: Any) -> dict[str, Any]:
+    """What the reference's run under the judge says of the task: every test skipped by the tests,
+    and the tests that run in the completion's process (trust = "auto") with what they lose."""
+    check, execution = evaluation.reference, evaluation.scored.execution
+    if check is None:
+        return {}
+    return {"all_skipped": check.all_skipped, "in_process_tests": list(execution.in_process_tests),
+            "lost_guarantees": list(execution.lost_guarantees)}
+
+
 async def check_task(box: Sandbox, task: TaskSpec, static: StaticChecks, config: Config, limit: int) -> TaskCheck:
     """Every check of one task (the sandbox's runs, the static findings merged in)."""
     spec = task.issued_reward()
@@ -136,6 +146,7 @@ async def check_task(box: Sandbox, task: TaskSpec, static: StaticChecks, config:
         passed, evaluation = await box.passes(spec, reference, f"{task.task_id}/reference")
         found["reference_passes"] = passed
         found["reference_message"] = evaluation.scored.execution.error_message[:500]
+        found.update(judged(evaluation))
         if task.heldout_tests:
             heldout = msgspec.structs.replace(spec, tests=list(task.heldout_tests))
             found["heldout_passes"] = (await box.passes(heldout, reference, f"{task.task_id}/heldout"))[0]
@@ -233,6 +244,9 @@ def check_main(config: Config, args: argparse.Namespace) -> int:
     failing = [c for c in checks if c.reasons]
     for check in failing:
         print(f"FAIL {check.task_id}: {', '.join(check.reasons)}" + _details(check, args.verbose))
+    for check in (c for c in checks if c.in_process_tests):
+        print(f"IN PROCESS {check.task_id}: trust = auto runs tests {check.in_process_tests} in the completion's "
+              f"process (its reference fails them under the judge), losing {', '.join(check.lost_guarantees)}")
     if static.clusters:
         print(f"{len(static.clusters)} duplicate clusters ({sum(len(c.members) for c in static.clusters)} tasks): "
               + "; ".join(f"{c.kind} {' '.join(c.members)}" for c in static.clusters[:10])
@@ -249,6 +263,8 @@ def _details(check: TaskCheck, verbose: bool) -> str:
     lines = []
     if "reference_fails" in check.reasons:
         lines.append(f"reference: {check.reference_message}")
+    if "all_skipped" in check.reasons:
+        lines.append("every test is skipped by the tests themselves: the task verifies nothing")
     if "weak_tests" in check.reasons:
         lines.append(f"mutation score {check.mutation_score} ({check.mutants_killed} of "
                      f"{check.mutants_run - check.possibly_equivalent} killed)")

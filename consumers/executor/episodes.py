@@ -82,12 +82,24 @@ def subtask_turn(action: ActionGenerated) -> tuple[RewardSpec, str] | None:
     spec = action.reward
     if not spec.subtasks:
         return None
-    step = spec.subtasks[min(action.subtask_index, len(spec.subtasks) - 1)]
-    step_spec = msgspec.structs.replace(spec, tests=list(step.tests), subtasks=[], entry_point="")
+    index = min(action.subtask_index, len(spec.subtasks) - 1)
+    step = spec.subtasks[index]
+    step_spec = msgspec.structs.replace(spec, tests=list(step.tests), subtasks=[], entry_point="",
+                                        reference=step_reference(spec, index))
     code = chain_code(action)
     if code is None:  # nothing to run: scored as such
         return step_spec, action.completion_text
     return step_spec, f"```python\n{code}\n```"
+
+
+def step_reference(spec: RewardSpec, index: int) -> str:
+    """The reference a chain step is checked against: the references of the steps up to it, in order
+    (what a correct episode has carried), else the task's whole reference. It tells the judge how the
+    step's tests read their names (a helper called ``chunk`` is the task's, not the module)."""
+    steps = [s.reference for s in spec.subtasks[: index + 1]]
+    if all(steps):
+        return "\n\n\n".join(r.rstrip() for r in steps if r is not None) + "\n"
+    return spec.reference
 
 
 def progress(action: ActionGenerated, execution: ExecutionRecord) -> float:

@@ -4,8 +4,9 @@ Consumes :class:`Job` s (code + setup + tests + limits); produces :class:`RunRes
 happened, with the violations seen). Guarantees:
 
 * Every container is created with :func:`hardened_config`: no network, read-only root, a
-  size-capped tmpfs ``/work`` (noexec), all capabilities dropped, no-new-privileges, uid 65534,
-  pids/memory/CPU limits, no IPC namespace sharing and no ``/dev/shm``, no mounts of the host,
+  size-capped tmpfs ``/work`` (noexec) and a small one at ``/dev/shm`` (multiprocessing's
+  semaphores), all capabilities dropped, no-new-privileges, uid 65534, pids/memory/CPU limits,
+  no IPC namespace sharing, no mounts of the host,
   no Docker socket, logging off (output only travels over the attach stream, capped).
 * Each execution runs in fresh processes forked by the in-container runner's zygotes
   (``consumers/executor/runtime/supervisor.py``, ``zygotes.py``: a judge and a candidate) with a hard
@@ -56,6 +57,8 @@ SANDBOX_USER = "65534:65534"
 RUNNER_OVERHEAD_MB = 128  # the runner, its zygotes, the judge and the forked interpreters' own pages
 TAIL_BYTES = 4000  # fits ExecutionRecord's ShortText tails
 WORKSPACE_BYTES = 256 << 10  # an episode's files carried between turns, at most
+SHM = "/dev/shm"
+SHM_MB = 16  # multiprocessing's semaphores and queues (a tmpfs of its own, wiped after every job)
 READY_TIMEOUT_S = 60.0
 # Names a test never takes from the completion: the judge's builtins and its helpers.
 JUDGE_NAMES = frozenset(dir(builtins)) | {"raises", "run_program"}
@@ -227,7 +230,10 @@ def hardened_config(
             "ReadonlyRootfs": True,
             "Tmpfs": {
                 "/work": f"rw,nosuid,nodev,noexec,size={limits.tmpfs_mb}m,nr_inodes=8192,mode=0700,"
-                "uid=65534,gid=65534"
+                "uid=65534,gid=65534",
+                # multiprocessing's locks and queues need POSIX semaphores, which live here; wiped
+                # after every job like /work (the IPC namespace itself stays private and empty)
+                SHM: f"rw,nosuid,nodev,noexec,size={SHM_MB}m,nr_inodes=1024,mode=0700,uid=65534,gid=65534",
             },
             "CapDrop": ["ALL"],
             "SecurityOpt": ["no-new-privileges"],
@@ -236,7 +242,7 @@ def hardened_config(
             "Memory": memory,
             "MemorySwap": memory,  # no swap
             "NanoCpus": int(limits.cpus * 1e9),
-            "IpcMode": "none",  # private IPC namespace and no /dev/shm
+            "IpcMode": "none",  # private IPC namespace (/dev/shm: the tmpfs above)
             # ...in which no SysV IPC object or POSIX queue can be created, so none can outlive
             # a job and be seen by the next one in the same container.
             "Sysctls": {

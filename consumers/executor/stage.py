@@ -88,8 +88,13 @@ class ExecutorMetrics:
         )
         self.in_process = metrics.counter(
             "sandbox_in_process_verdicts",
-            "Verdicts decided in the completion's own process (tasks with trust = in_process)",
+            "Verdicts decided in the completion's own process, wholly (trust = in_process) or for some "
+            "of the task's tests (mixed: trust = auto on a task whose reference fails under the judge)",
+            ("trust",),
         )
+        self.lost_guarantees = metrics.counter(
+            "sandbox_lost_guarantees", "Executions that ran without one of the judge's guarantees, by guarantee "
+            "(ExecutionRecord.lost_guarantees)", ("guarantee",))
         self.seconds = metrics.histogram(
             "execution_seconds", "Wall-clock time of one execution in its sandbox"
         )
@@ -299,8 +304,10 @@ class Executor:
         for kind in filter(None, reward.execution.tamper.split(",")):
             self.own.tamper.labels(kind).inc()
             log.warning("tamper: rollout %s attacked its verdict (%s)", reward.rollout.rollout_id, kind)
-        if audits and reward.execution.trust == "in_process":
-            self.own.in_process.inc()
+        if audits and reward.execution.in_process_tests:
+            self.own.in_process.labels(reward.execution.trust).inc()
+            for guarantee in reward.execution.lost_guarantees:
+                self.own.lost_guarantees.labels(guarantee).inc()
         for audit in audits:
             self.own.seconds.observe(audit.duration_s)
             if audit.recycled:

@@ -10,7 +10,10 @@ whose check failed or that was never checked, each with its reasons.
 
 Reasons a task fails (``TaskCheck.reasons``): ``no_reference``, ``reference_fails``,
 ``reference_fails_heldout``, ``wrong_solution_passes``, ``weak_tests`` (mutation score below
-``intake.min_mutation_score``), ``contaminated``, ``personal_data``. Duplicates are reported
+``intake.min_mutation_score``), ``all_skipped`` (the tests skip every test themselves: the task
+verifies nothing), ``contaminated``, ``personal_data``. A task whose reference passes some tests
+only in process runs them there under ``trust = "auto"``: not a reason (the task chose ``auto``),
+but its check lists those tests and the guarantees they lose. Duplicates are reported
 (``duplicates``, and the report's clusters) and kept whole on one side of the held-out split;
 they are not a reason on their own.
 """
@@ -33,7 +36,7 @@ from rollstream.tasks.dedup import Cluster
 
 REPORT_VERSION = 1
 REASONS = ("no_reference", "reference_fails", "reference_fails_heldout", "wrong_solution_passes", "weak_tests",
-           "contaminated", "personal_data")
+           "all_skipped", "contaminated", "personal_data")
 
 
 class Survivor(msgspec.Struct, frozen=True, kw_only=True):
@@ -61,6 +64,13 @@ class TaskCheck(msgspec.Struct, frozen=True, kw_only=True):
     reference_passes: bool | None = None  # None: no reference (or not run)
     heldout_passes: bool | None = None  # None: no held-out tests
     reference_message: str = ""
+    # The judge's view of the reference (consumers/executor/reference.py): every test skipped by the
+    # tests themselves (the task verifies nothing), and the tests that run in the completion's own
+    # process under trust = "auto" because the reference fails them under the judge, with the
+    # guarantees those tests lose (ExecutionRecord.lost_guarantees).
+    all_skipped: bool = False
+    in_process_tests: list[int] = []
+    lost_guarantees: list[str] = []
     wrong_solutions: int = 0
     wrong_passing: list[int] = []  # indices of wrong solutions that passed every visible test
     mutants_total: int = 0  # every mutant the reference has
@@ -129,6 +139,8 @@ def reasons_of(check: TaskCheck, config: IntakeConfig) -> list[str]:
         reasons.append("wrong_solution_passes")
     if check.mutation_score is not None and check.mutation_score < config.min_mutation_score:
         reasons.append("weak_tests")
+    if check.all_skipped:
+        reasons.append("all_skipped")
     if check.contamination:
         reasons.append("contaminated")
     if check.personal_data:

@@ -92,3 +92,21 @@ async def test_the_report_is_written_by_digest_and_read_by_the_sampler(executor_
     assert {t["task_id"]: t["reasons"] for t in out["tasks"]} == {"t/max2": ["weak_tests"], "t/strong_max2": []}
     kept, quarantined = apply_intake(tasks, report, IntakeConfig(mode="enforce"))
     assert [t.task_id for t in kept] == ["t/strong_max2"] and quarantined[0].reasons == ["weak_tests"]
+
+
+async def test_a_task_of_skips_fails_and_one_the_judge_cannot_honour_says_what_it_loses(executor_config,
+                                                                                        tmp_path) -> None:
+    """Every test skipped by the tests themselves is a reason (the task verifies nothing); a task whose
+    reference passes a test only in process runs it there under trust = "auto" (mixed), and its check
+    lists that test and the guarantees it loses."""
+    skips = task("t/skips", MAX2, ["import unittest\nclass T(unittest.TestCase):\n    @unittest.skip('later')\n"
+                                   "    def test_a(self):\n        self.assertEqual(max2(1, 2), 2)\nunittest.main()"])
+    mixed = task("t/mixed", MAX2, ["import inspect\nassert inspect.isfunction(max2)", "assert max2(3, 1) == 3",
+                                   "assert max2(1, 3) == 3", "assert max2(2, 2) == 2"])
+    mixed = msgspec.structs.replace(mixed, reward=msgspec.structs.replace(mixed.reward, trust="auto"))
+    checks, _, _ = await run_checks(config_for(executor_config, tmp_path), [skips, mixed], quick=True)
+    by_id = {c.task_id: c for c in checks}
+    assert "all_skipped" in by_id["t/skips"].reasons and by_id["t/skips"].all_skipped
+    found = by_id["t/mixed"]
+    assert found.reference_passes and found.in_process_tests == [0] and not found.all_skipped, found
+    assert "separate_process" in found.lost_guarantees and "all_skipped" not in found.reasons

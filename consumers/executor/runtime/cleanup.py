@@ -10,6 +10,7 @@ if __name__ != "__main__":  # on the host (linters, readers): what the sandbox g
     from rollstream.consumers.executor.runtime.workspace import WORK, _wipe
 
 MQUEUE = "/dev/mqueue"
+SHM = "/dev/shm"  # a tmpfs of its own, for multiprocessing's semaphores: wiped like /work
 
 
 def _pids():
@@ -42,6 +43,13 @@ def cleanup(host, collect=None):
         _wipe(WORK)
         if os.listdir(WORK):
             problems.append("cleanup_failed:work_dir")
+    try:
+        if os.listdir(SHM):
+            _wipe(SHM)
+            if os.listdir(SHM):
+                problems.append("cleanup_failed:shm")
+    except OSError:
+        pass
     try:
         if os.listdir(MQUEUE):  # creating queues is disabled by sysctl; checked anyway
             _wipe(MQUEUE)

@@ -765,7 +765,7 @@ def dumps(message):
     """One message as JSON bytes (NaN and infinities as Python's json writes them)."""
     data = "".join(_JSON(message, 0)).encode("utf-8", "surrogatepass")
     if len(data) > MAX_MESSAGE_BYTES:
-        raise NotTransferable(f"a message of {len(data)} bytes (at most {MAX_MESSAGE_BYTES})")
+        raise TooLarge(f"too_large: a message of {len(data)} bytes (at most {MAX_MESSAGE_BYTES})")
     return data
 
 

@@ -236,7 +236,8 @@ class Judge:
             message = self.channel.call(op, [target, items(rest)] if target is not None else [items(rest)],
                                         self.env() if env and self.env is not None else None)
         except TooLarge as exc:
-            self.failed = self.failed or f"too_large: {exc}"[:300]
+            why = str(exc)
+            self.failed = self.failed or (why if why.startswith("too_large") else f"too_large: {why}")[:300]
             raise FailedCall(self.failed) from None
         except NotTransferable as exc:
             raise TypeError(f"cannot pass this to the completion: {exc}") from None
@@ -255,7 +256,11 @@ class Judge:
         status, values = message.what, message.items
         self.check_changes(message.changed, point + "<", path + "<")
         if message.extras is not None and self.extras is not None:
-            self.extras(message.extras)
+            try:
+                self.extras(message.extras)
+            except ProtocolError as exc:
+                self.set_tamper("protocol", exc)
+                self.fail(self.gone)
         if status == "ok" and len(values) == 1:
             value = values[0]
             self.check(value, point, path, constructed=constructed)
@@ -473,18 +478,18 @@ class Judge:
             if target is None or self.table.refs.get(id(target)) is None or isinstance(target, RemoteBase):
                 raise ProtocolError("a request about something the judge never handed over")
             point, path = self.stack[-1] if self.stack else (f"{self.test}|?", "?")
+            if (op in ("get", "set", "callm") and (not rest or type(rest[0]) is not str)) or (op == "set" and len(rest) != 2):
+                raise ProtocolError("a malformed request")
+            why = self.refused(op, target, rest)  # before its values are looked at: rewiring is the attack
+            if why is not None:
+                self.failed = self.failed or f"test_object: {why}"
+                self.set_tamper("test_object", why)
+                return "fail", [f"refused: {why}"]
             try:
                 self.check_changes(message.changed, point + ">", path + ">")
                 self.check(rest, point + ">", path + ">")
             except TypeMismatch as exc:
                 return "exc", [TypeError(str(exc))]
-            if op in ("get", "set", "callm") and (not rest or type(rest[0]) is not str):
-                raise ProtocolError("a malformed request")
-            why = self.refused(op, target, rest)
-            if why is not None:
-                self.failed = self.failed or f"test_object: {why}"
-                self.set_tamper("test_object", why)
-                return "fail", [f"refused: {why}"]
             if op in ("get", "callm") and rest[0].startswith("_"):
                 return "exc", [AttributeError("the tests' objects answer public names only")]
             if op == "call":
@@ -519,9 +524,10 @@ class Judge:
         if op == "set":
             name, value = rest[0], rest[1]
             if self.setup_classes and isinstance(target, self.setup_classes) and not name.startswith("_"):
-                if not callable(getattr(type(target), name, None)) and not hasattr(type(target), name) \
+                declared = getattr(type(target), name, None)
+                if (declared is None or isinstance(declared, types.MemberDescriptorType)) \
                         and not self.handles_in(value, "", ""):
-                    return None  # a plain data attribute of the setup's own instance
+                    return None  # a plain data attribute (or slot) of the setup's own instance
             return f"sets {name!r} on an object of the tests"
         mock, api = _mock_api()
         if mock is None:

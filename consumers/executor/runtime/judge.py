@@ -95,9 +95,11 @@ def bind(judge, namespace, report, wanted, entry_point, preimported):
         if name in namespace and name != entry_point:
             continue
         module = judge.modules.get(judge.table.refs.get(id(value))) if isinstance(value, RemoteBase) else None
-        if rules.record:
-            judge.bound[name] = "m" if module is not None else ("o" if judge.handles_in(value, name, name) else "p")
-        kind = rules.names.get(name) if rules.mode == "reference" else None
+        if rules.record:  # the reference itself: what it binds is what the task means
+            kind = "m" if module is not None else ("o" if judge.handles_in(value, name, name) else "p")
+            judge.bound[name] = kind
+        else:
+            kind = rules.names.get(name) if rules.mode == "reference" else None
         if module is not None or (name in sys.stdlib_module_names and name != entry_point and kind not in ("o", "p")):
             if module == name and name in preimported:  # the real module: the judge's own import of it
                 namespace[name] = preimported[name]

@@ -232,11 +232,23 @@ async def test_gigabyte_of_output(pool, registry, stream):
     await assert_clean(pool, registry, evaluation)
 
 
+async def test_files_in_dev_shm_do_not_outlive_their_job(pool, registry):
+    """/dev/shm is writable (multiprocessing's semaphores live there) and wiped after every job."""
+    leave = "open('/dev/shm/left', 'w').write('x' * 1000)\nimport os\nos.mkdir('/dev/shm/d')\ndef f(x):\n    return x + 1\n"
+    spec = RewardSpec(tests=["assert f(1) == 2"], timeout_s=ROOMY_S)
+    for _ in range(3):  # the pool has two containers: each gets a turn
+        evaluation, _ = await attack(pool, registry, leave, spec)
+        expect(evaluation, "none", 1.0)
+        look = "import os\ndef f(x):\n    return len(os.listdir('/dev/shm')) + x + 1\n"
+        evaluation, _ = await attack(pool, registry, look, RewardSpec(tests=["assert f(1) == 2"], timeout_s=ROOMY_S))
+        expect(evaluation, "none", 1.0)
+
+
 async def test_writes_outside_the_work_dir_fail(pool, registry):
     code = (
         "import os\n"
         "targets = ['/etc/pwned', '/tmp/pwned', '/pwned', '/usr/lib/python3/pwned.py', '/var/tmp/pwned',\n"
-        "           '/dev/shm/pwned', '/home/pwned', '/run/pwned', '/proc/pwned', '/sys/pwned']\n"
+        "           '/home/pwned', '/run/pwned', '/proc/pwned', '/sys/pwned']\n"
         "written = []\n"
         "for path in targets:\n"
         "    try:\n"

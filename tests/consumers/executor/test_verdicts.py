@@ -298,8 +298,9 @@ PROBE_SPY = (
     "import os\n"
     "def spy():\n"
     "    found = []\n"
-    "    for root, dirs, files in os.walk('/work'):\n"
-    "        found += [os.path.join(root, f) for f in files + dirs]\n"
+    "    for top in ('/work', '/dev/shm'):\n"
+    "        for root, dirs, files in os.walk(top):\n"
+    "            found += [os.path.join(root, f) for f in files + dirs]\n"
     "    return found\n"
 )
 PLAIN_REF = "def f(x):\n    return x + 1\n"

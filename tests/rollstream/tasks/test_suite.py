@@ -134,6 +134,7 @@ async def test_every_chain_step_through_the_real_sandbox_with_the_code_carried(s
     passes its step's tests in the sandbox; without the code carried, the last step fails (it uses
     what the earlier ones defined)."""
     from rollstream.consumers.executor.episodes import subtask_turn
+    from rollstream.consumers.executor.reference import ReferenceChecks
     from rollstream.consumers.executor.rewards import default_registry
     from rollstream.consumers.executor.sandbox import DockerSandboxPool
     from rollstream.consumers.executor.score import evaluate
@@ -154,10 +155,14 @@ async def test_every_chain_step_through_the_real_sandbox_with_the_code_carried(s
     config = ExecutorConfig(pool_size=2, concurrency=4, owner="rollstream-test-chains")
     gate = asyncio.Semaphore(config.concurrency)
     async with DockerSandboxPool(config) as pool:
+        references = ReferenceChecks(pool)  # as the executor stage checks each step's (stage.py)
+
         async def one(job: tuple) -> tuple:
             task_id, step, with_carried, spec, completion = job
             async with gate:
-                ev = await evaluate(pool, registry, spec, completion, f"chain-{task_id}-{step}-{with_carried}")
+                ev = await evaluate(pool, registry, spec, completion, f"chain-{task_id}-{step}-{with_carried}",
+                                    references=references)
+                assert ev.reference is not None and ev.reference.judged, (task_id, step, ev.reference)
             return task_id, step, with_carried, ev.scored.execution.passed
         results = await asyncio.gather(*(one(j) for j in jobs))
     wrong = [(t, s, c) for t, s, c, passed in results if passed != c]
