@@ -49,8 +49,9 @@ class ReferenceCheck(msgspec.Struct, frozen=True, kw_only=True):
     judge_failing: list[int] = []  # every test it fails under the judge
     recorded: bool = False  # the judge's run recorded what the reference produced
     objects: list[str] = []  # points where the reference's objects crossed into the tests
-    names: dict[str, str] = {}  # how it bound the names the tests read ("o", "p", "m")
+    names: dict[str, str] = {}  # how it bound the names the tests read ("o", "p", "m", "m:<module>", "s:<module>:<name>")
     skips: dict[str, int] = {}  # test index -> unittest tests the tests skipped (-1: the whole test)
+    delegated: list[str] = []  # points where the tests had the candidate run code from data
     tests: int = 0
 
     @property
@@ -82,7 +83,7 @@ class ReferenceCheck(msgspec.Struct, frozen=True, kw_only=True):
         if not self.recorded or not (self.judged or self.in_process):
             return {}
         return {"mode": "reference", "objects": list(self.objects), "names": dict(self.names),
-                "skips": dict(self.skips)}
+                "skips": dict(self.skips), "delegated": list(self.delegated)}
 
 
 def spec_digest(spec: RewardSpec) -> str:
@@ -124,20 +125,22 @@ async def check_reference(backend: SandboxBackend, spec: RewardSpec, job_id: str
     total = len(spec.tests)
     failing, why = _outcomes(judged, total)
     paths = next((e for e in judged.events if e.get("e") == "paths"), None)
-    objects, names, skips = [], {}, {}
+    objects, names, skips, delegated = [], {}, {}, []
     if isinstance(paths, dict):
         objects = [p for p in paths.get("objects", []) if isinstance(p, str)][:4096]
+        delegated = [p for p in paths.get("delegated", []) if isinstance(p, str)][:4096]
         for entry in paths.get("names", []):
-            name, _, kind = str(entry).rpartition(":")
-            if name and kind in ("o", "p", "m"):
-                names[name] = kind
+            name, _, kind = str(entry).partition(":")
+            if name and (kind in ("o", "p", "m") or kind[:2] in ("m:", "s:")):
+                names[name] = kind[:300]
         for entry in paths.get("skips", []):
             index, _, count = str(entry).partition(":")
             if index.isdigit() and count.lstrip("-").isdigit():
                 skips[index] = int(count)
     return ReferenceCheck(judged=not failing, in_process=not _outcomes(in_process, total)[0],
                           failing_test=failing[0] if failing else None, message=why[:1000], judge_failing=failing,
-                          recorded=paths is not None, objects=objects, names=names, skips=skips, tests=total)
+                          recorded=paths is not None, objects=objects, names=names, skips=skips, delegated=delegated,
+                          tests=total)
 
 
 class ReferenceChecks:

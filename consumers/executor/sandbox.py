@@ -103,10 +103,11 @@ class Job(msgspec.Struct, frozen=True, kw_only=True):
 def tested_names(tests: tuple[str, ...], entry_point: str = "") -> tuple[str, ...]:
     """The names the tests read that the completion may define (the judge binds those the
     task's setup does not define): every name loaded anywhere in a test, but the judge's
-    builtins and helpers; the entry point always. Cached: a group shares its tests."""
-    names = {entry_point} if entry_point else set()
-    for tree in _trees(tests):
-        names.update(n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load))
+    builtins and helpers and the names the tests bind themselves (``result = f(1)``: a global of
+    the completion's called ``result`` is not the tests' result, even where their assignment did
+    not run); the entry point always. Cached: a group shares its tests."""
+    loaded, bound = _loaded_and_bound(tests)
+    names = (loaded - bound) | ({entry_point} if entry_point else set())
     return tuple(sorted(n for n in names if n == entry_point or n not in JUDGE_NAMES))
 
 
@@ -115,6 +116,13 @@ def tested_modules(tests: tuple[str, ...]) -> tuple[str, ...]:
     """Standard-library modules the tests read by name but never bind themselves (``math`` in
     ``assert math.isclose(f(2), 1.41)``, relying on the completion's ``import math``): the judge
     imports these itself, before the completion runs, and binds nothing else to a module."""
+    loaded, bound = _loaded_and_bound(tests)
+    return tuple(sorted(n for n in loaded - bound if n in sys.stdlib_module_names))
+
+
+@functools.lru_cache(maxsize=4096)
+def _loaded_and_bound(tests: tuple[str, ...]) -> tuple[frozenset[str], frozenset[str]]:
+    """(the names the tests read, the names they bind: assignments, imports, definitions)."""
     loaded, bound = set(), set()
     for tree in _trees(tests):
         for node in ast.walk(tree):
@@ -124,7 +132,7 @@ def tested_modules(tests: tuple[str, ...]) -> tuple[str, ...]:
                 bound.add((node.asname or node.name).partition(".")[0])
             elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 bound.add(node.name)
-    return tuple(sorted(n for n in loaded - bound if n in sys.stdlib_module_names))
+    return frozenset(loaded), frozenset(bound)
 
 
 def _trees(tests: tuple[str, ...]) -> list[ast.AST]:
@@ -174,8 +182,8 @@ class SandboxBackend(Protocol):
 # What the runner answers when the container lost a zygote before a job (runtime/zygotes.py).
 CONTAINER_LOST = "this container must be replaced"
 # The sandbox's runtime, in order: each uses the names of those before it.
-RUNTIME = ("codec.py", "channel.py", "proxies.py", "crossing.py", "candidate.py", "judge.py", "inprocess.py", "workspace.py",
-           "zygotes.py", "cleanup.py", "warmup.py", "supervisor.py")
+RUNTIME = ("codec.py", "channel.py", "proxies.py", "crossing.py", "fromdata.py", "candidate.py", "judge.py",
+           "inprocess.py", "workspace.py", "zygotes.py", "cleanup.py", "warmup.py", "supervisor.py")
 # The command line carries a bootstrap; the runtime itself arrives on stdin (a -c argument is
 # capped at 128 KiB by the kernel).
 BOOTSTRAP = "import sys;exec(compile(sys.stdin.buffer.read(int(sys.stdin.buffer.readline())),'<runner>','exec'))"

@@ -16,6 +16,7 @@ standard-library function. Programs (``run_program``) get their input on a real 
 so ``input()``, ``sys.stdin.buffer`` and ``open(0)`` all read it.
 """
 
+import _thread
 import builtins
 import os
 import sys
@@ -27,7 +28,9 @@ if __name__ != "__main__":  # on the host; in the sandbox these names come from 
         ProtocolError,
         Table,
         _text,
+        environ_apply,
         run_setup,
+        setup_classes_of,
         std_name,
     )
     from rollstream.consumers.executor.runtime.proxies import (
@@ -185,6 +188,8 @@ def encode_other(x, encoder):
             return {"st": list(named)}
         if named is None and x.__module__ != "builtins":
             return _handle(x, encoder, _class_desc(x, encoder))
+        if named is not None:  # a standard-library class: its name, so the reference's record can say so
+            return _handle(x, encoder, ["s", *named])
         return _handle(x, encoder, ["f", _text(getattr(x, "__qualname__", "class"), 100)])
     for base, kind in MUTABLE.items():  # a completion's subclass of a container: as the container,
         if isinstance(x, base):  # its content read with the container's own methods (codec.base_view)
@@ -197,6 +202,9 @@ def encode_other(x, encoder):
         return _handle(x, encoder, ["i", encoder.item(t), plain])
     if _is_iterator(x, t):
         return _handle(x, encoder, ["g", t.__name__])
+    named = std_name(x) if callable(x) else None
+    if named is not None:  # a standard-library function (math.isclose): as above
+        return _handle(x, encoder, ["s", *named])
     return _handle(x, encoder, ["f", t.__name__])
 
 
@@ -439,6 +447,7 @@ def _apply_env(env, shared):
     if not env:
         return _nothing
     undo, extras, caught = [], None, None
+    undo_logging, logged = [], None
     for index in range(0, len(env) - 1, 2):
         target, value = env[index], env[index + 1]
         if type(target) is not str:
@@ -452,6 +461,19 @@ def _apply_env(env, shared):
                 continue
             extras = extras or []
             extras.append(random)
+            continue
+        if target == "os.environ":  # the tests changed the environment: so does this process, for good
+            if type(value) is list and len(value) == 2 and all(type(v) is str for v in value):
+                environ_apply(*value)
+            continue
+        if target == "os.chdir":  # the tests moved: so does this process, for good
+            try:
+                os.chdir(value)
+            except BaseException:
+                pass
+            continue
+        if target == "logging.capture":  # the tests handle log records: this call's go back to them
+            logged = _capture_logs(value, undo_logging)
             continue
         if target == "warnings.capture":  # the tests catch warnings: this call's go back to them
             import warnings
@@ -475,7 +497,11 @@ def _apply_env(env, shared):
                 delattr(owner, attribute)
             else:
                 setattr(owner, attribute, old)
+        for undo_one in reversed(undo_logging):
+            undo_one()
         back = []
+        if logged:
+            back += ["logs", logged]
         if extras:
             back += ["random", extras[0].getstate()]
         if caught is not None:
@@ -489,6 +515,57 @@ def _apply_env(env, shared):
 
 
 _MISSING = object()
+
+
+def _capture_logs(levels, undo):
+    """For one call: the tests' logger levels here, and every record the completion's loggers
+    handle also sent back (its own handlers still run; the interpreter's last-resort handler does
+    not, the tests' side has handlers). Returns the list the records go to."""
+    logging = sys.modules.get("logging")
+    if logging is None or type(levels) is not list:
+        return None
+    for index in range(0, len(levels) - 1, 2):
+        name, level = levels[index], levels[index + 1]
+        if type(name) is str and type(level) is int:
+            logger = logging.getLogger(name or None)
+            undo.append(lambda logger=logger, level=logger.level: logger.setLevel(level))
+            logger.setLevel(level)
+    records = []
+    handle_all = logging.Logger.callHandlers
+
+    def forwarding(self, record):
+        if len(records) < 1000:
+            try:
+                records.append(_log_record(logging, record))
+            except BaseException:  # a record the completion made unreadable: not sent
+                pass
+        handle_all(self, record)
+
+    manager, last_resort = logging.Logger.manager, logging.lastResort
+    warned = manager.emittedNoHandlerWarning
+    logging.Logger.callHandlers, logging.lastResort, manager.emittedNoHandlerWarning = forwarding, None, True
+
+    def restore():
+        logging.Logger.callHandlers, logging.lastResort = handle_all, last_resort
+        manager.emittedNoHandlerWarning = warned
+    undo.append(restore)
+    return records
+
+
+def _log_record(logging, record):
+    try:
+        message = record.getMessage()
+    except BaseException:
+        message = _text(record.msg, 10000)
+    exc_text = None
+    if record.exc_info:
+        try:
+            exc_text = logging.Formatter().formatException(record.exc_info)
+        except BaseException:
+            exc_text = None
+    return [_text(record.name, 500), int(record.levelno), _text(record.levelname, 100), str(message)[:10000],
+            _text(record.pathname, 500), int(record.lineno or 0), _text(record.funcName, 200),
+            None if exc_text is None else exc_text[:10000], float(record.created)]
 
 
 def _nothing():
@@ -574,6 +651,7 @@ def candidate_main(code_text, setup, names, program, req_fd, resp_fd, out_cap):
     candidate.namespace = namespace
     channel = candidate.channel = Channel(req_fd, resp_fd, candidate.table, JUDGE_PARITY, encode_other,
                                           decode_other, serve=serve, printed=_printed)
+    channel.lock = _thread.RLock()  # the completion's threads may call the tests' objects too
     try:
         code = compile(code_text, "<completion>", "exec")
     except (SyntaxError, ValueError) as exc:
@@ -591,7 +669,7 @@ def candidate_main(code_text, setup, names, program, req_fd, resp_fd, out_cap):
         channel.send("ready", 0, "setup_error", [type(failed).__name__, _text(failed, 500)])
         return 1
     candidate.setup = {k: v for k, v in namespace.items() if k != "__builtins__"}
-    classes = {k: v for k, v in candidate.setup.items() if isinstance(v, type)}
+    classes = setup_classes_of(namespace)
     candidate.setup_ids = {id(v): k for k, v in candidate.setup.items()
                            if isinstance(v, type) or type(v).__name__ == "function"}
     channel.setup_ids = {id(v): k for k, v in classes.items()}
@@ -616,7 +694,7 @@ def candidate_main(code_text, setup, names, program, req_fd, resp_fd, out_cap):
         _complain(f"candidate: cannot report its names: {type(exc).__name__}: {_text(exc, 300)}")
         channel.send("ready", 0, "ok", [items([])])
     while True:
-        message = channel.receive()
+        message = channel.next_request()  # under the channel's lock; served outside it
         if message is None:
             return 0
         if message.kind != "q":

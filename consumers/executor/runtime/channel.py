@@ -70,6 +70,9 @@ class Channel:
         self.setup_ids = setup_ids or {}  # id(setup class) -> name
         self.setup_classes = setup_classes or {}  # name -> setup class
         self.on_receive = None  # hook(message), e.g. to write what the candidate printed
+        # The candidate's threads may all call the tests' objects (a thread pool mapping a mock):
+        # one exchange at a time, each thread's reply read by that thread (a reentrant lock there).
+        self.lock = None
 
     def new_id(self):
         if self.random_ids:
@@ -80,6 +83,12 @@ class Channel:
     # ------------------------------------------------------------ sending
 
     def send(self, kind, ident, what, items=(), env=None, extras=None):
+        if self.lock is None:
+            return self._send(kind, ident, what, items, env, extras)
+        with self.lock:
+            return self._send(kind, ident, what, items, env, extras)
+
+    def _send(self, kind, ident, what, items, env, extras):
         data, encoder, synced = self._encode(kind, ident, what, items, env, extras)
         try:
             send_bytes(self.write_fd, data)
@@ -136,6 +145,19 @@ class Channel:
 
     def call(self, op, items=(), env=None):
         """Ask the other side; serve its requests meanwhile; the reply's Message."""
+        if self.lock is None:
+            return self._call(op, items, env)
+        with self.lock:
+            return self._call(op, items, env)
+
+    def next_request(self):
+        """(the candidate's main loop) The other side's next request; None at a clean EOF."""
+        if self.lock is None:
+            return self.receive()
+        with self.lock:
+            return self.receive()
+
+    def _call(self, op, items, env):
         ident = self.new_id()
         self.send("q", ident, op, items, env)
         while True:

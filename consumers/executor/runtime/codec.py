@@ -17,7 +17,7 @@ object that has crossed, under a *ref* (the judge numbers its objects even, the 
   before it runs again (the two never run at once);
 * **scalars and the standard library's value types** (int of any size, float, complex, str,
   bytes, Decimal, Fraction, datetime/date/time/timedelta/timezone, range, slice, standard
-  Enum members and namedtuples, ...) cross as themselves;
+  Enum members and namedtuples, ``pathlib`` paths, ``uuid.UUID``) cross as themselves;
 * **anything else** crosses as a *handle*: the receiver holds a proxy whose every use is a
   request to the owner (consumers/remote.py).
 
@@ -143,7 +143,7 @@ def _snapshot(kind, obj):
     if kind == "s":
         return (list(obj), frozenset(map(id, obj)))
     if kind == "S":
-        obj = obj.__dict__
+        obj = instance_state(obj)
     keys = list(obj)
     return (keys, list(obj.values()), obj.default_factory if kind == "D" else None)
 
@@ -160,7 +160,7 @@ def _differs(kind, obj, shadow):
     if kind == "s":
         return len(obj) != len(shadow[1]) or frozenset(map(id, obj)) != shadow[1]
     if kind == "S":
-        obj_dict = obj.__dict__
+        obj_dict = instance_state(obj)
         keys, values, _ = shadow
         return (len(obj_dict) != len(keys) or any(map(is_not, obj_dict, keys))
                 or any(map(is_not, obj_dict.values(), values)))
@@ -250,7 +250,7 @@ class Encoder:
         if kind == "I":
             return [v for pair in x for v in (item(pair[0]), item(pair[1]))]
         if kind == "S":
-            return [self.setup_classes[id(type(x))], *_flat(x.__dict__, item, self.fast)]
+            return [self.setup_classes[id(type(x))], *_flat(instance_state(x), item, self.fast)]
         if kind == "N":
             name = self.setup_classes.get(id(type(x)))
             spec = ["setup", name] if name is not None else ["std", *std_name(type(x))]
@@ -325,9 +325,74 @@ def _flat(mapping, item, fast):
 
 
 def _plain_instance(x, t):
-    """An instance of a task class whose whole state is its ``__dict__`` (replicable)."""
-    return (t.__new__ is object.__new__ and "__slots__" not in t.__dict__
-            and type(getattr(x, "__dict__", None)) is dict)
+    """An instance of a task class whose whole state is its ``__dict__`` and its slots (replicable)."""
+    if t.__new__ is not object.__new__:
+        return False
+    slots = _slots(t)
+    return slots is not None and (type(getattr(x, "__dict__", None)) is dict or (bool(slots) and not hasattr(x, "__dict__")))
+
+
+_SLOTS = {}
+
+
+def _slots(cls):
+    """The slot descriptors of ``cls``'s classes, by name (None: slots that are not plain names)."""
+    found = _SLOTS.get(cls)
+    if found is None and cls not in _SLOTS:
+        found = {}
+        for klass in cls.__mro__:
+            names = klass.__dict__.get("__slots__", ())
+            for name in ([names] if type(names) is str else names):
+                if type(name) is not str:
+                    found = None
+                    break
+                if name in ("__dict__", "__weakref__"):
+                    continue
+                descriptor = klass.__dict__.get(name)
+                if type(descriptor).__name__ != "member_descriptor":
+                    found = None
+                    break
+                found.setdefault(name, descriptor)
+            if found is None:
+                break
+        _SLOTS[cls] = found
+    return found
+
+
+def instance_state(x):
+    """A setup instance's attributes: its ``__dict__`` itself, or (with slots) a dict of them."""
+    slots = _slots(type(x))
+    attributes = getattr(x, "__dict__", None)
+    if not slots and type(attributes) is dict:
+        return attributes
+    state = dict(attributes) if type(attributes) is dict else {}
+    for name, descriptor in (slots or {}).items():
+        try:
+            state[name] = descriptor.__get__(x, type(x))
+        except AttributeError:
+            continue
+    return state
+
+
+def set_instance_state(x, pairs, clear=False):
+    slots = _slots(type(x)) or {}
+    attributes = getattr(x, "__dict__", None)
+    if clear:
+        if type(attributes) is dict:
+            attributes.clear()
+        for descriptor in slots.values():
+            try:
+                descriptor.__delete__(x)
+            except AttributeError:
+                continue
+    for name, value in pairs.items():
+        descriptor = slots.get(name)
+        if descriptor is not None:
+            descriptor.__set__(x, value)
+        elif type(attributes) is dict:
+            attributes[name] = value
+        else:
+            raise ProtocolError("an attribute the instance has no place for")
 
 
 def value_item(x, encoder):
@@ -361,6 +426,12 @@ def value_item(x, encoder):
         return {"ty": x.__name__}
     if _is_enum_member(x) and std_name(t) is not None:
         return {"en": [*std_name(t), x.name]}
+    pathlib = sys.modules.get("pathlib")
+    if pathlib is not None and (t is pathlib.PosixPath or t is pathlib.PurePosixPath):
+        return {"pa": [t is pathlib.PosixPath, str(x)]}
+    uuid = sys.modules.get("uuid")
+    if uuid is not None and t is uuid.UUID:
+        return {"uu": x.hex}
     return None
 
 
@@ -521,7 +592,7 @@ class Decoder:
             pairs = self.pairs(payload[1:])
             if any(type(k) is not str for k in pairs):
                 raise ProtocolError("an attribute name that is not a str")
-            obj.__dict__.update(pairs)
+            set_instance_state(obj, pairs)
         else:
             obj.update(self.pairs(payload))
 
@@ -541,7 +612,7 @@ class Decoder:
         elif kind == "S":
             if type(payload) is not list or not payload or self.setup_classes.get(payload[0]) is not type(obj):
                 raise ProtocolError("an instance that changed its class")
-            obj.__dict__.clear()
+            set_instance_state(obj, {}, clear=True)
             self.fill(obj, kind, payload)
         else:
             obj.clear()
@@ -692,6 +763,14 @@ class Decoder:
                 return slice(*(self.item(v) for v in x))
             if tag == "el":
                 return Ellipsis
+            if tag == "pa" and type(x) is list and len(x) == 2 and type(x[0]) is bool and type(x[1]) is str:
+                import pathlib
+
+                return (pathlib.PosixPath if x[0] else pathlib.PurePosixPath)(x[1])
+            if tag == "uu" and type(x) is str and len(x) == 32:
+                import uuid
+
+                return uuid.UUID(hex=x)
             if tag == "ty" and type(x) is str and x in BUILTIN_TYPES:
                 return BUILTIN_TYPES[x]
             if tag == "en" and type(x) is list and len(x) == 3:
@@ -705,7 +784,7 @@ class Decoder:
                 return member
         except (ValueError, TypeError, OverflowError, ArithmeticError) as exc:
             raise ProtocolError(f"a malformed {tag!r} value: {type(exc).__name__}") from None
-        if tag in ("i", "b", "x", "dec", "fr", "dt", "da", "tm", "td", "rg", "sl", "ty", "en"):
+        if tag in ("i", "b", "x", "dec", "fr", "dt", "da", "tm", "td", "rg", "sl", "ty", "en", "pa", "uu"):
             raise ProtocolError(f"a malformed {tag!r} value")
         return _NOT_A_VALUE
 
@@ -819,6 +898,46 @@ def _read_exact(fd, n):
         chunks.append(chunk)
         got += len(chunk)
     return b"".join(chunks)
+
+
+def environ_text():
+    """The process's environment as one string (``key NUL value NUL ...``; NUL is in no key or
+    value); None when ``os.environ`` is not the real mapping (a test's ``mock.patch`` of it
+    crosses as a patch)."""
+    environ = os.environ
+    if type(environ) is not os._Environ:
+        return None
+    return "\0".join(f"{k}\0{v}" for k, v in environ.items())
+
+
+def environ_apply(before, after):
+    """Make ``os.environ`` differ from ``before`` as ``after`` does (both :func:`environ_text`s):
+    only the keys the other side changed move, so the process's own changes stay."""
+    if type(os.environ) is not os._Environ:
+        return
+    old, new = _environ_pairs(before), _environ_pairs(after)
+    for key in old.keys() | new.keys():
+        value = new.get(key)
+        if value == old.get(key):
+            continue
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
+def _environ_pairs(text):
+    parts = text.split("\0") if text else []
+    return dict(zip(parts[::2], parts[1::2]))
+
+
+def setup_classes_of(namespace):
+    """The classes the task's setup itself defined in ``namespace`` (name -> class): those it only
+    imported (``from typing import *`` binds ``Any``, ``Text = str``; ``from collections import
+    deque``) keep their own meaning. Both sides compute it the same way from the same setup."""
+    module = namespace.get("__name__")
+    return {k: v for k, v in namespace.items()
+            if isinstance(v, type) and type(k) is str and not k.startswith("__") and v.__module__ == module}
 
 
 def run_setup(setup, namespace):

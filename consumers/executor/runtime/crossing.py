@@ -42,6 +42,7 @@ if __name__ != "__main__":  # on the host; in the sandbox these names come from 
         Table,
         TooLarge,
         _text,
+        instance_state,
         resolve_std,
         std_name,
     )
@@ -70,7 +71,7 @@ if __name__ != "__main__":  # on the host; in the sandbox these names come from 
 
 BINARY = frozenset({"add", "sub", "mul", "matmul", "truediv", "floordiv", "mod", "pow", "lshift", "rshift", "and",
                     "or", "xor", "divmod"})
-BINARY = BINARY | {"r" + name for name in BINARY}
+BINARY = BINARY | {"r" + name for name in BINARY} | {"i" + name for name in BINARY if name != "divmod"}
 
 
 class Rules:
@@ -83,7 +84,9 @@ class Rules:
       ``p``: plain data, ``m``: a module); a name it did not bind is not bound;
     * ``skips``: per test, how many ``unittest`` tests the reference's run skipped (``-1``: the
       whole test); a completion that makes the tests skip more fails those;
-    * ``returns_objects``: (strict) the task declares that its entry points return objects.
+    * ``returns_objects``: (strict) the task declares that its entry points return objects;
+    * ``delegated``: the points where the reference's run had the candidate evaluate code from
+      data (``eval`` of a string that is not a literal, a pickle of the completion's classes).
     """
 
     def __init__(self, spec=None):
@@ -96,6 +99,8 @@ class Rules:
         skips = spec.get("skips")
         self.skips = {k: v for k, v in skips.items() if type(v) is int} if type(skips) is dict else {}
         self.returns_objects = bool(spec.get("returns_objects", False))
+        delegated = spec.get("delegated", ())
+        self.delegated = frozenset(p for p in delegated if type(p) is str) if type(delegated) is list else frozenset()
 
     @property
     def record(self):
@@ -173,6 +178,80 @@ def _mock_api():
     return found
 
 
+def _is_object(x, t):
+    """A completion object itself: a proxy (not a built-in iterator's), a mirror class or an
+    instance of one (a mirror exception, or a value subclass: both also hold what is checked)."""
+    if t is MirrorMeta:
+        return True
+    if isinstance(x, RemoteBase):
+        return t is not RemoteIterator
+    return type(t) is MirrorMeta and isinstance(x, BaseException)
+
+
+def _children(x, t, setup):
+    """What ``x`` holds, each with its step from ``x`` (None: nothing to look into)."""
+    if type(t) is MirrorMeta:  # an instance of a mirror that is a value or an exception
+        if isinstance(x, BaseException):
+            return [*((a, f"!{i}") for i, a in enumerate(x.args)), *((v, f".{k}") for k, v in vars(x).items())]
+        if isinstance(x, tuple):
+            return [(v, _index(i)) for i, v in enumerate(tuple.__iter__(x))]
+        if isinstance(x, frozenset):
+            return [(v, "[*]") for v in frozenset.__iter__(x)]
+        return None
+    if isinstance(x, dict):
+        found = []
+        if not (SIMPLE.issuperset(map(type, x)) and SIMPLE.issuperset(map(type, x.values()))):
+            found = [*((k, "{*key}") for k in x), *((v, _key(k)) for k, v in x.items())]
+        factory = getattr(x, "default_factory", None)
+        return found + ([(factory, ".default_factory")] if factory is not None else [])
+    if isinstance(x, (list, tuple)) or t.__name__ == "deque":
+        return [] if SIMPLE.issuperset(map(type, x)) else [(v, _index(i)) for i, v in enumerate(x)]
+    if isinstance(x, (set, frozenset)) or t.__name__ in _ITERABLE_VALUES:
+        return [] if SIMPLE.issuperset(map(type, x)) else [(v, "[*]") for v in x]
+    if isinstance(x, BaseException):
+        attributes = getattr(x, "__dict__", None)
+        return [*((a, f"!{i}") for i, a in enumerate(x.args)),
+                *(((v, f".{k}") for k, v in attributes.items()) if type(attributes) is dict else ())]
+    if setup and isinstance(x, setup):
+        return [(v, f".{k}") for k, v in instance_state(x).items()]
+    if t is slice:
+        return [(x.start, ":"), (x.stop, ":"), (x.step, ":")]
+    return None
+
+
+def _index(i):
+    return f"[{i}]" if i < 64 else "[*]"
+
+
+def _key(k):
+    return "{" + repr(k)[:40] + "}" if type(k) in (str, int) else "{*}"
+
+
+def _general(x, children):
+    """``[*]`` (``{*}``) when every item (value) of the container ``x`` that is not None is a
+    completion object: a list of the completion's nodes, of any length."""
+    items = [child for child, label in children if label[:1] in "[{" and label != "{*key}"]
+    if not items or not all(c is None or _is_object(c, type(c)) for c in items):
+        return None
+    return "{*}" if isinstance(x, dict) else "[*]"
+
+
+def _shadows(cls, name):
+    """Whether an instance attribute ``name`` hides what ``cls`` defines: a method, a property or
+    any other descriptor (a ``cached_property`` filled in by hand), never a slot or a plain value."""
+    declared = getattr(cls, name, None)
+    if declared is None or type(declared) is types.MemberDescriptorType:
+        return False
+    return callable(declared) or hasattr(type(declared), "__get__")
+
+
+def _autospec(target, mock):
+    """A function ``mock.create_autospec`` made (``patch(..., autospec=True)``): a real function
+    that carries its mock's API (``reset_mock``, ``assert_*``, ``mock_calls``) as attributes."""
+    attributes = getattr(target, "__dict__", None) if isinstance(target, types.FunctionType) else None
+    return type(attributes) is dict and isinstance(attributes.get("mock"), mock)
+
+
 class Judge:
     """One job's judge: the channel to the candidate, the objects that crossed, where each
     arrived, and what the task's reference says (:class:`Rules`)."""
@@ -192,9 +271,12 @@ class Judge:
         self.points = {}  # ref -> the point a container of the candidate's arrived at
         self.methods = {}  # mirror class -> names of its methods (no request until called)
         self.modules = {}  # ref -> the name of a module the candidate holds
+        self.std_objects = {}  # ref -> (module, qualname) of a standard-library object the candidate holds
         self.recorded = {}  # (record) point -> whether completion objects arrived there
+        self.recorded_steps = set()  # (record) "point@step": where in a value its objects arrived (handles_in)
         self.bound = {}  # (record) name -> how the reference bound it
         self.skips = {}  # (record) test index -> unittest tests it skipped (-1: the whole test)
+        self.delegated = set()  # (record) points where the tests' code from data ran in the candidate
         self.tainted = set()  # refs of completion objects that arrived where they may not
         self.test = "-"  # the current test's index, as points name it
         self.stack = []  # (point, path) of the requests waiting for an answer
@@ -206,11 +288,10 @@ class Judge:
         self.env = None  # the overrides for the candidate (Guards)
         self.extras = None  # what the candidate's replies carry besides the answer (Guards)
 
-    def set_setup(self, objects):
-        """What the task's setup defined: its classes' instances are replicated, its functions
-        and classes cross by name (the candidate ran the same setup)."""
+    def set_setup(self, objects, classes):
+        """What the task's setup bound: the instances of the classes it defined (``classes``) are
+        replicated, its functions and classes cross by name (the candidate ran the same setup)."""
         self.setup_objects = objects
-        classes = {k: v for k, v in objects.items() if isinstance(v, type)}
         self.setup_names = {id(v): k for k, v in objects.items() if isinstance(v, (type, types.FunctionType))}
         self.setup_classes = tuple(classes.values())
         self.channel.setup_ids = {id(v): k for k, v in classes.items()}
@@ -250,9 +331,9 @@ class Judge:
         finally:
             self.stack.pop()
             self.decoding = False
-        return self.answer(message, point, path, iterating, target if constructing else None)
+        return self.answer(message, point, path, iterating, target if constructing else None, target)
 
-    def answer(self, message, point, path, iterating, constructed):
+    def answer(self, message, point, path, iterating, constructed, receiver=None):
         status, values = message.what, message.items
         self.check_changes(message.changed, point + "<", path + "<")
         if message.extras is not None and self.extras is not None:
@@ -263,7 +344,7 @@ class Judge:
                 self.fail(self.gone)
         if status == "ok" and len(values) == 1:
             value = values[0]
-            self.check(value, point, path, constructed=constructed)
+            self.check(value, point, path, constructed=constructed, receiver=receiver)
             return value
         if status == "m":
             return _METHOD
@@ -295,21 +376,23 @@ class Judge:
 
     # ------------------------------------------------------------ the one rule
 
-    def check(self, value, point, path, *, exception=False, constructed=None):
+    def check(self, value, point, path, *, exception=False, constructed=None, receiver=None):
         """``value`` arrived at ``point``: completion objects in it only where the rules let them."""
         t = type(value)
         if t in SIMPLE or t is bytes:
             if self.rules.record:
                 self.recorded.setdefault(point, False)
             return
-        found = self.handles_in(value, point, path, exception=exception)
-        if constructed is not None and self.rules.strict and found and found[0] is value \
-                and isinstance(value, constructed):
-            found = found[1:]  # (strict) calling a class of the completion's gives an instance of it
+        steps, general = [], set()
+        found = self.handles_in(value, point, path, exception=exception, steps=steps, general=general)
+        if self.rules.strict and found and found[0] is value and (
+                (constructed is not None and isinstance(value, constructed)) or value is receiver):
+            found, steps = found[1:], steps[1:]  # (strict) a class's instance; a method's own receiver
         if self.rules.record:
             self.recorded[point] = self.recorded.get(point, False) or bool(found)
+            self.recorded_steps.update(f"{point}@{step}" for step in [*steps, *general])
             return
-        if found and not self.allowed(point):
+        if found and not self.allowed(point, steps):
             if self.rules.strict:
                 why = (f"type_mismatch: {path} gave a completion object (the task has no reference: its calls "
                        "must give plain data unless it declares returns_objects)")
@@ -325,12 +408,32 @@ class Judge:
         objects = self.table.objects
         for ref in changed:
             container = objects.get(ref)
-            self.check(container, self.points.get(ref, point), self.paths.get(ref, path))
+            if ref % 2 == JUDGE_PARITY:  # the tests' own container: what was written into it arrived now
+                self.check(container, point, path)
+            else:
+                self.check(container, self.points.get(ref, point), self.paths.get(ref, path))
 
-    def allowed(self, point):
+    def delegating(self, what):
+        """The tests are about to have the candidate run code from data (``what``: eval, exec,
+        loads): recorded for the reference, refused where the reference did not."""
+        point = f"{self.test}|<{what}>"
+        if self.rules.record:
+            self.delegated.add(point)
+        elif self.rules.mode == "reference" and point not in self.rules.delegated:
+            self.mismatch(f"type_mismatch: the tests would {what} code the completion made where the task's "
+                          "reference gives plain data")
+
+    def allowed(self, point, steps):
+        """Whether completion objects may arrive at ``point`` where ``steps`` say: where the
+        reference's own arrived (position by position: ``[1]`` of a tuple, ``{'key'}``, or any item
+        of a container whose every item was one of the reference's objects)."""
         rules = self.rules
         if rules.mode == "reference":
-            return point in rules.objects
+            objects = rules.objects
+            return all(f"{point}@{step}" in objects
+                       or (step[:1] == "[" and f"{point}@[*]" in objects)
+                       or (step[:1] == "{" and step != "{*key}" and f"{point}@{{*}}" in objects)
+                       for step in steps)
         return rules.returns_objects
 
     def refuse(self, found, why):
@@ -344,17 +447,21 @@ class Judge:
         self.failed = self.failed or why[:300]
         raise TypeMismatch(why[:300])
 
-    def handles_in(self, value, point, path, exception=False):
+    def handles_in(self, value, point, path, exception=False, steps=None, general=None):
         """The completion's objects in ``value``, deeply (each given its path and point if it
-        has none: the value's own, or ``[]`` after it for what it holds)."""
+        has none: the value's own, or ``[]`` after it for what it holds). ``steps`` (a list) gets,
+        for each, where in ``value`` it lies: ``""`` (the value itself) or the first step into it
+        (``[1]``, ``{'key'}``, ``.attribute``, ``!0`` for an exception's argument); ``general`` (a
+        set) gets ``[*]`` / ``{*}`` when every item of the value that is not None is a completion
+        object."""
         found = []
         refs, paths, points = self.table.refs, self.paths, self.points
         control = _control_classes()
         setup = self.setup_classes
         nested = path + "[]"
-        stack, seen = [value], set()
+        stack, seen = [(value, "")], set()
         while stack:
-            x = stack.pop()
+            x, step = stack.pop()
             t = type(x)
             if t in SIMPLE or t is bytes:
                 continue
@@ -362,57 +469,40 @@ class Judge:
             if key in seen:
                 continue
             seen.add(key)
+            root = x is value
             ref = refs.get(key)
             if ref is not None:
-                paths.setdefault(ref, path if x is value else nested)
+                paths.setdefault(ref, path if root else nested)
                 points.setdefault(ref, point)
-            if t is MirrorMeta:
+            if _is_object(x, t):
                 found.append(x)
-                continue
-            if isinstance(x, RemoteBase):
-                if t is not RemoteIterator:
+                if steps is not None:
+                    steps.append(step)
+                if t is MirrorMeta or isinstance(x, RemoteBase):
+                    continue
+            children = _children(x, t, setup)
+            if children is None:
+                if isinstance(x, type) and control and issubclass(x, control):
                     found.append(x)
+                    if steps is not None:
+                        steps.append(step)
                 continue
-            meta = type(t)
-            if meta is MirrorMeta:  # an instance of a mirror that is a value or an exception
-                if isinstance(x, BaseException):
-                    if not (exception and x is value) or (control and isinstance(x, control)):
-                        found.append(x)
-                    stack.extend(x.args)
-                    stack.extend(vars(x).values())
-                elif isinstance(x, tuple):
-                    stack.extend(tuple.__iter__(x))
-                elif isinstance(x, frozenset):
-                    stack.extend(frozenset.__iter__(x))
-                continue
-            if isinstance(x, dict):
-                if not (SIMPLE.issuperset(map(type, x)) and SIMPLE.issuperset(map(type, x.values()))):
-                    stack.extend(x)
-                    stack.extend(x.values())
-                factory = getattr(x, "default_factory", None)
-                if factory is not None:
-                    stack.append(factory)
-            elif isinstance(x, (list, tuple, set, frozenset)) or t.__name__ in _ITERABLE_VALUES:
-                if not SIMPLE.issuperset(map(type, x)):
-                    stack.extend(x)
-            elif isinstance(x, BaseException):
-                if control and isinstance(x, control):
-                    found.append(x)
-                stack.extend(x.args)
-                attributes = getattr(x, "__dict__", None)
-                if type(attributes) is dict:
-                    stack.extend(attributes.values())
-            elif setup and isinstance(x, setup):
-                attributes = getattr(x, "__dict__", None)
-                if type(attributes) is dict:
-                    stack.extend(attributes.values())
-                    cls = type(x)
-                    if any(callable(getattr(cls, name, None)) for name in attributes if type(name) is str):
-                        found.append(x)  # an instance attribute shadowing one of the class's methods
-            elif t is slice:
-                stack.extend((x.start, x.stop, x.step))
-            elif isinstance(x, type) and control and issubclass(x, control):
+            if t is not MirrorMeta and type(t) is MirrorMeta and isinstance(x, BaseException) and exception and root \
+                    and not (control and isinstance(x, control)):
+                found.pop()  # the exception raised is the point's own (checked as an exception)
+                if steps is not None:
+                    steps.pop()
+            elif control and isinstance(x, BaseException) and isinstance(x, control) and not _is_object(x, t):
                 found.append(x)
+                if steps is not None:
+                    steps.append(step)
+            if setup and isinstance(x, setup) and any(_shadows(t, name) for name in instance_state(x) if type(name) is str):
+                found.append(x)  # an instance attribute shadowing one of the class's methods or properties
+                if steps is not None:
+                    steps.append(step)
+            if root and general is not None and _general(x, children):
+                general.add(_general(x, children))
+            stack.extend((child, label if root else step) for child, label in children)
         return found
 
     # ------------------------------------------------------------ the tests' uses of the candidate's objects
@@ -428,6 +518,8 @@ class Judge:
         if name == "next" or name == "anext":
             return self.ask("op", target, [name, *args], "[*]", iterating=True)
         result = self.ask("op", target, [name, *args], f"#{name}")
+        if name == "exit" and result and len(args) > 1 and not self.may_suppress(args[1]):
+            return False
         if self.rules.strict and name in BINARY and not self.rules.record:
             other = args[0] if args else None
             if not self.handles_in(other, "", "") and not self.handles_in(result, "", ""):
@@ -435,6 +527,19 @@ class Judge:
                               "task has no reference: a completion object never decides a comparison with the "
                               "tests' values)")
         return result
+
+    def may_suppress(self, error):
+        """Whether a completion's ``__exit__`` may swallow ``error``: not the tests' own assertion
+        or a skip or stop of the test framework (a test that did not run to its end never passes);
+        any exception the completion raised itself, or the tests raise otherwise."""
+        if error is None or id(error) in self.candidate_errors:
+            return True
+        control = _control_classes()
+        if isinstance(error, AssertionError) or (control and isinstance(error, control)):
+            self.failed = self.failed or (f"the completion's __exit__ swallowed the tests' {type(error).__name__}: a "
+                                          "test that did not run to its end never passes")
+            return False
+        return True
 
     def attribute(self, target, name):
         cls = target if type(target) is MirrorMeta else type(target)
@@ -519,6 +624,8 @@ class Judge:
         owner = getattr(target, "__self__", None) if isinstance(target, types.MethodType) else None
         framework = _framework_classes()
         if isinstance(target, framework) or (owner is not None and isinstance(owner, framework)):
+            if op == "call" and owner is not None and not target.__func__.__name__.startswith("_"):
+                return None  # a method the tests handed over as a callable (self.assertEqual as a check)
             return f"the test framework's {type(owner if owner is not None else target).__name__} is not the " \
                    "completion's to use"
         if op == "set":
@@ -534,7 +641,7 @@ class Judge:
             return None
         if owner is not None and isinstance(owner, mock) and target.__func__.__name__ in api:
             return f"calls the mock's own {target.__func__.__name__}"
-        if isinstance(target, mock) and op in ("get", "callm") and rest[0] in api:
+        if (isinstance(target, mock) or _autospec(target, mock)) and op in ("get", "callm") and rest[0] in api:
             return f"uses the mock's own {rest[0]!r}"
         return None
 
@@ -558,8 +665,9 @@ class Judge:
                 return {"st": list(named)}
         ref = encoder.table.add(x)
         encoder.added.append(ref)
-        try:
-            value = hash(x)
+        mock, _ = _mock_api()
+        try:  # a mock records hash(mock) as a call of its own: its default hash, unasked
+            value = object.__hash__(x) if mock is not None and isinstance(x, mock) else hash(x)
         except BaseException:
             value = None
         return {"h": [ref, value, ["o", _type_name(x), callable(x)]]}
@@ -627,6 +735,9 @@ class Judge:
             self.modules[ref] = desc[1]
         elif kind == "f" and len(desc) == 2:
             obj = object.__new__(Remote)
+        elif kind == "s" and len(desc) == 3 and type(desc[1]) is str and type(desc[2]) is str:
+            obj = object.__new__(Remote)  # the candidate's standard-library class or function, by its name
+            self.std_objects[ref] = (desc[1][:200], desc[2][:200])
         else:
             raise ProtocolError("a malformed handle")
         table.add(obj, None, ref)

@@ -40,8 +40,22 @@ import types
 
 if __name__ != "__main__":  # on the host; in the sandbox these names come from the files above
     from rollstream.consumers.executor.runtime.channel import LinkDown
-    from rollstream.consumers.executor.runtime.codec import ProtocolError, _text, run_setup
-    from rollstream.consumers.executor.runtime.crossing import Judge, Refused, Rules
+    from rollstream.consumers.executor.runtime.codec import (
+        ProtocolError,
+        _text,
+        environ_text,
+        resolve_std,
+        run_setup,
+        setup_classes_of,
+    )
+    from rollstream.consumers.executor.runtime.crossing import Judge, Refused, Rules, _control_classes
+    from rollstream.consumers.executor.runtime.fromdata import (
+        ExecGuard,
+        NotPlain,
+        plain_eval,
+        plain_unmarshal,
+        plain_unpickle,
+    )
     from rollstream.consumers.executor.runtime.proxies import (
         NEVER_IMPORT,
         RemoteBase,
@@ -69,12 +83,9 @@ def preimport(modules):
 
 def bind(judge, namespace, report, wanted, entry_point, preimported):
     """Bind the completion's names the tests use: not those the task's setup defined (its own
-    helpers stay the judge's; the entry point always comes from the completion), never a builtin.
-    A name of a standard-library module (``math``, ``re``: read by tests that rely on the
-    completion's import) is the judge's own import of that module when the completion bound the
-    real one, and unbound otherwise, unless it is the entry point or a name the reference binds
-    to something else. With a reference, a name is bound only as the reference binds it (plain
-    data where it has plain data: else :class:`Refused`); a name it does not bind is not bound."""
+    helpers stay the judge's; the entry point always comes from the completion), never a builtin
+    (but the entry point). With a reference, a name is bound only as the reference binds it
+    (:func:`_binding`); a name it does not bind is not bound."""
     if type(report) is not list or len(report) % 2:
         raise ProtocolError("a malformed name report")
     rules = judge.rules
@@ -90,30 +101,90 @@ def bind(judge, namespace, report, wanted, entry_point, preimported):
     for ref, names in by_ref.items():  # aliases: how the tests reach it is every name it has
         judge.paths.setdefault(ref, "|".join(sorted(names)))
     for name, value in reported.items():
-        if name.startswith("__") or hasattr(builtins, name) or name in ("raises", "run_program"):
+        if name.startswith("__") or name in ("raises", "run_program") or (hasattr(builtins, name) and name != entry_point):
             continue
         if name in namespace and name != entry_point:
             continue
-        module = judge.modules.get(judge.table.refs.get(id(value))) if isinstance(value, RemoteBase) else None
+        ref = judge.table.refs.get(id(value)) if isinstance(value, RemoteBase) else None
+        module, std = judge.modules.get(ref), judge.std_objects.get(ref)
         if rules.record:  # the reference itself: what it binds is what the task means
-            kind = "m" if module is not None else ("o" if judge.handles_in(value, name, name) else "p")
-            judge.bound[name] = kind
+            kind = judge.bound[name] = _kind_of(judge, name, value, module, std)
         else:
             kind = rules.names.get(name) if rules.mode == "reference" else None
-        if module is not None or (name in sys.stdlib_module_names and name != entry_point and kind not in ("o", "p")):
-            if module == name and name in preimported:  # the real module: the judge's own import of it
-                namespace[name] = preimported[name]
-            continue  # anything else under a module's name is not bound
-        if rules.mode == "reference":
-            if kind is None:
-                continue  # the reference does not bind it: nor may the completion
-            if kind == "p" and judge.handles_in(value, name, name):
-                namespace[name] = Refused(f"type_mismatch: {name} is a completion object where the task's "
-                                          "reference binds plain data")
-                continue
-        namespace[name] = value
+        bound = _binding(judge, name, value, kind, module, entry_point, preimported)
+        if bound is not _UNBOUND:
+            namespace[name] = bound
     if entry_point in namespace and entry_point not in reported:
         del namespace[entry_point]  # the setup's stub (HumanEval prompts) is not the answer
+
+
+_UNBOUND = object()
+
+
+def _kind_of(judge, name, value, module, std):
+    """How the reference binds ``name``: ``m:<module>`` (a standard-library module, under its name
+    or an alias), ``s:<module>:<qualname>`` (a standard-library class or function), ``o`` (an
+    object of its own), ``p`` (plain data)."""
+    if module is not None:
+        return f"m:{module}" if _std_module(module, {}) is not None else "m"
+    if std is not None:
+        return f"s:{std[0]}:{std[1]}"
+    return "o" if judge.handles_in(value, name, name) else "p"
+
+
+def _binding(judge, name, value, kind, module, entry_point, preimported):
+    """What the tests see under ``name``:
+
+    * a standard-library module or object the reference binds there (``import datetime as dt``,
+      ``from math import isclose``): the judge's own, whatever the completion bound;
+    * a module the completion bound (no reference): the judge's own import of that module, under
+      its own name or an alias that is no other module's name; never a completion object under a
+      module's name (``math``, ``re`` read by tests that rely on the completion's import), unless
+      it is the entry point or the reference binds an object of its own there (``chunk``);
+    * with a reference: nothing where it binds nothing, :class:`Refused` for a completion object
+      where it binds plain data, or for a standard-library class or function where it binds an
+      object of its own (``InsufficientFunds = Exception`` would let ``except`` swallow the tests'
+      failures); else the completion's value."""
+    if kind is not None and kind.startswith("m:"):
+        found = _std_module(kind[2:], preimported)
+        return _UNBOUND if found is None else found
+    if kind is not None and kind.startswith("s:"):
+        std_module, _, qualname = kind[2:].partition(":")
+        found = None if _std_module(std_module, preimported) is None else resolve_std(std_module, qualname)
+        return _UNBOUND if found is None else found
+    if module is not None:
+        if kind is not None or (name in sys.stdlib_module_names and name != module):
+            return _UNBOUND
+        found = _std_module(module, preimported)
+        return _UNBOUND if found is None else found
+    if name in sys.stdlib_module_names and name != entry_point and kind not in ("o", "p"):
+        return _UNBOUND
+    if judge.rules.mode == "reference":
+        if kind is None:
+            return _UNBOUND
+        objects = judge.handles_in(value, name, name)
+        if kind == "p" and objects:
+            return Refused(f"type_mismatch: {name} is a completion object where the task's reference binds plain data")
+        if kind == "o" and not objects and (isinstance(value, type) or callable(value)):
+            return Refused(f"type_mismatch: {name} is a standard-library class or function where the task's "
+                           "reference binds an object of its own")
+    return value
+
+
+def _std_module(name, preimported):
+    """The judge's own import of the standard-library module ``name`` (None: not one, or not importable)."""
+    top = name.partition(".")[0] if type(name) is str else None
+    if top not in sys.stdlib_module_names or top in NEVER_IMPORT or "__main__" in name.split("."):
+        return None  # (the tests' own namespace is this process's __main__)
+    found = preimported.get(name) or sys.modules.get(name)
+    if found is not None:
+        return found if type(found) is types.ModuleType else None
+    try:
+        __import__(name)
+    except BaseException:
+        return None
+    found = sys.modules.get(name)
+    return found if type(found) is types.ModuleType else None
 
 
 class Guards:
@@ -126,6 +197,7 @@ class Guards:
         self.judge = judge
         self.constants = set()  # ids of the str/bytes literals of the tests and setup
         self.keep = []
+        self.codes = {id(code) for code in codes if isinstance(code, types.CodeType)}  # the runner compiled these
         for code in codes:
             self._constants(code)
         self.trusted_bytes = set()  # ids of bytes this judge pickled from its own objects
@@ -141,6 +213,8 @@ class Guards:
         self.builtins_before = _CACHE.get("builtins") or dict(vars(builtins))
         self.stdin = sys.stdin
         self.argv = list(sys.argv)
+        self.environ = environ_text()  # the environment and working directory as last sent
+        self.cwd = _cwd()
 
     def _constants(self, code):
         if not isinstance(code, types.CodeType):
@@ -156,19 +230,51 @@ class Guards:
         t = type(source)
         return t is types.CodeType or ((t is str or t is bytes) and id(source) in self.constants)
 
+    def own_code(self, code):
+        return id(code) in self.codes
+
     def delegate(self, mode, source, globals_, locals_, frame):
+        """An ``eval``/``exec`` of a string the tests did not write, and that is not plain data
+        (fromdata.plain_eval): run in the candidate's process, with the tests' namespace but never
+        their builtins (what it writes there comes back under the rules; the builtins stay theirs).
+        With a reference, only where the reference's run did so too: elsewhere the completion made
+        a literal into code so that its own process would decide (``type_mismatch``)."""
+        self.judge.delegating(mode)
         modules = None
         if globals_ is None:
             modules = {k: v for k, v in frame.f_globals.items()
                        if type(v) is types.ModuleType and v.__name__.partition(".")[0] in sys.stdlib_module_names}
-        return self.judge.ask("eval", None, [mode, source, globals_, locals_, modules])
+            return self.judge.ask("eval", None, [mode, source, None, locals_, modules])
+        sent = {k: v for k, v in globals_.items() if k != "__builtins__"}
+        try:
+            return self.judge.ask("eval", None, [mode, source, sent, sent if locals_ is globals_ else locals_, None])
+        finally:
+            for name in [k for k in globals_ if k != "__builtins__" and k not in sent]:
+                del globals_[name]
+            globals_.update({k: v for k, v in sent.items() if k != "__builtins__"})
 
     def loads(self, kind, data, real, kwargs):
+        """Pickle or marshal data: the judge's own bytes as they are; any other loaded here as plain
+        data (fromdata); a pickle naming other classes by the candidate, where it must give an
+        object of the completion's (never plain data the completion chose for it)."""
         if id(data) in self.trusted_bytes or self.trusted(data):
             return real(data, **kwargs) if kwargs else real(data)
         if type(data) is bytearray or isinstance(data, memoryview):
             data = bytes(data)
-        return self.judge.ask("loads", None, [kind, data])
+        if kind == "marshal":
+            return plain_unmarshal(data, real)
+        try:
+            return plain_unpickle(data, sys.modules[TEST_MODULE], _CACHE["unpickler"], kwargs)
+        except NotPlain as exc:
+            named = str(exc)
+        self.judge.delegating("loads")
+        value = self.judge.ask("loads", None, [kind, data])
+        if not self.judge.handles_in(value, "<loads>", "<loads>"):
+            import pickle
+
+            raise pickle.UnpicklingError(f"a pickle naming {named[:200]} gave plain data: it is the completion's "
+                                         "to say what its own classes hold, never what plain data is")
+        return value
 
     def dumps(self, obj, protocol, real, kwargs):
         try:
@@ -182,21 +288,32 @@ class Guards:
     def env(self):
         """The tests' overrides the candidate must see during the next request."""
         overrides = []
-        current = vars(builtins)
-        if current != self.builtins_before:
-            for name, value in current.items():
-                if self.builtins_before.get(name) is not value and name != "_":
-                    overrides += [f"builtins.{name}", value]
+        before = self.builtins_before
+        for name, value in vars(builtins).items():  # by identity: `!=` would ask a mock, which records it
+            if before.get(name) is not value and name != "_":
+                overrides += [f"builtins.{name}", value]
         if sys.stdin is not self.stdin:
             overrides += ["sys.stdin", sys.stdin]
         if sys.argv != self.argv:
             overrides += ["sys.argv", list(sys.argv)]
+        environ, cwd = environ_text(), _cwd()
+        if environ is not None and environ != self.environ:  # os.environ[...] = ..., mock.patch.dict
+            overrides += ["os.environ", [self.environ, environ]]
+            self.environ = environ
+        if cwd is not None and cwd != self.cwd:  # os.chdir in the tests (a temporary directory)
+            overrides += ["os.chdir", cwd]
+            self.cwd = cwd
         for _, target in self.patches:
             try:
                 module, _, attribute = target.rpartition(".")
                 overrides += [target, getattr(sys.modules[module], attribute)]
             except BaseException:
                 continue
+        logging = sys.modules.get("logging")
+        if logging is not None:
+            levels = _logging_capture(logging)
+            if levels is not None:  # the tests handle log records: the completion's come here too
+                overrides += ["logging.capture", levels]
         if self.random_shared:
             overrides += ["random.state", sys.modules["random"].getstate()]
         if self.catching_warnings():
@@ -225,6 +342,8 @@ class Guards:
                     sys.modules["random"].setstate(value)
                 except (TypeError, ValueError, OverflowError):
                     raise ProtocolError("a malformed random state") from None
+            elif kind == "logs" and type(value) is list and "logging" in sys.modules:
+                _handle_records(sys.modules["logging"], value)
             elif kind == "warnings" and type(value) is list:
                 import warnings
 
@@ -233,8 +352,25 @@ class Guards:
                             or type(entry[2]) is not str or type(entry[3]) is not int:
                         raise ProtocolError("a malformed warning")
                     message, _, filename, line = entry
+                    why = self.unwarnable(message)
+                    if why is not None:  # never issued here: under an "error" filter it would be raised
+                        self.judge.failed = self.judge.failed or why
+                        continue
+                    self.judge.candidate_errors.add(id(message))
+                    self.keep.append(message)
                     warnings.warn_explicit(message, type(message), filename, line, module="solution",
                                            registry=self.warning_registry)
+
+    def unwarnable(self, message):
+        """Why a warning the completion issued may not be issued again here: a class of its own that
+        is also a skip, a stop or an exit, or completion objects in its arguments."""
+        stops = (SystemExit, KeyboardInterrupt, GeneratorExit) + _control_classes()
+        if isinstance(message, stops):
+            return (f"the completion's warning {type(message).__name__} is also a skip, stop or exit: a test the "
+                    "completion skipped or stopped never passes")
+        if self.judge.handles_in(list(message.args), f"{self.judge.test}|<warning>", "<warning>"):
+            return "type_mismatch: a warning of the completion's carries objects of its own"
+        return None
 
 
 def _tests_eval(source, globals=None, locals=None):
@@ -242,20 +378,29 @@ def _tests_eval(source, globals=None, locals=None):
         frame = sys._getframe(1)
         return builtins.eval(source, frame.f_globals if globals is None else globals,
                              (frame.f_locals if globals is None else globals) if locals is None else locals)
+    plain, value = plain_eval(source, "eval")  # constants and operators: evaluated here
+    if plain:
+        return value
     return Guards.current.delegate("eval", source, globals, locals, sys._getframe(1))
 
 
 def _tests_exec(source, globals=None, locals=None, **kwargs):
+    frame = sys._getframe(1)
     if Guards.current.trusted(source):
-        frame = sys._getframe(1)
         return builtins.exec(source, frame.f_globals if globals is None else globals,
                              (frame.f_locals if globals is None else globals) if locals is None else locals)
-    return Guards.current.delegate("exec", source, globals, locals, sys._getframe(1))
+    plain, assigned = plain_eval(source, "exec")  # assignments of constants: made here
+    if plain:
+        target = locals if locals is not None else globals if globals is not None else frame.f_locals
+        target.update(assigned)
+        return None
+    return Guards.current.delegate("exec", source, globals, locals, frame)
 
 
 def _tests_compile(source, filename, mode, flags=0, dont_inherit=False, optimize=-1, **kwargs):
     if Guards.current.trusted(source) or isinstance(source, types.CodeType):
         return builtins.compile(source, filename, mode, flags, dont_inherit, optimize)
+    Guards.current.judge.delegating("compile")
     return Guards.current.judge.ask("compile", None, [source, filename, mode, flags, dont_inherit, optimize])
 
 
@@ -266,6 +411,53 @@ def builtins_for_tests():
     if found is None:
         found = _CACHE["test_builtins"] = dict(vars(builtins), eval=_tests_eval, exec=_tests_exec, compile=_tests_compile)
     return found
+
+
+def _logging_capture(logging):
+    """``["", root level, name, level, ...]`` (the levels the tests set) when the tests have a
+    log handler anywhere (``assertLogs``, ``basicConfig``, their own handler); else None."""
+    root = logging.root
+    found = bool(root.handlers)
+    levels = ["", root.level]
+    for name, logger in list(logging.Logger.manager.loggerDict.items()):
+        if isinstance(logger, logging.Logger):
+            found = found or bool(logger.handlers)
+            if logger.level:
+                levels += [name, logger.level]
+    return levels if found else None
+
+
+LOG_FIELDS = (("name", str), ("levelno", int), ("levelname", str), ("msg", str), ("pathname", str),
+              ("lineno", int), ("funcName", str), ("exc_text", (str, type(None))), ("created", float))
+
+
+def _handle_records(logging, records):
+    """The completion's log records (plain data, checked field by field), handled by the tests'
+    loggers as if logged here: the level was decided in the candidate, under the tests' levels."""
+    for entry in records[:1000]:
+        if type(entry) is not list or len(entry) != len(LOG_FIELDS) \
+                or not all(isinstance(v, kind) and type(v) is not bool for v, (_, kind) in zip(entry, LOG_FIELDS)):
+            raise ProtocolError("a malformed log record")
+        fields = dict(zip((name for name, _ in LOG_FIELDS), entry))
+        fields.update(args=None, filename=os.path.basename(fields["pathname"]),
+                      module=os.path.splitext(os.path.basename(fields["pathname"]))[0])
+        logging.getLogger(fields["name"] or None).handle(logging.makeLogRecord(fields))
+
+
+def _cwd():
+    try:
+        return os.getcwd()
+    except OSError:
+        return None
+
+
+def _regular_file(fd, devices):
+    """Whether the open descriptor ``fd`` is a regular file of the sandbox's own filesystems."""
+    try:
+        info = os.fstat(fd)
+    except (OSError, ValueError, OverflowError):
+        return False
+    return stat.S_ISREG(info.st_mode) and info.st_dev in devices
 
 
 def install_guards(out_fds=(1, 2)):
@@ -300,9 +492,9 @@ def install_guards(out_fds=(1, 2)):
 
     def guarded_open(file, mode="r", buffering=-1, encoding=None, errors=None, newline=None, closefd=True,
                      opener=None):
-        if isinstance(file, int):
-            if file not in (0, 1, 2):
-                raise PermissionError("the judge opens no descriptor but its standard streams")
+        if isinstance(file, int):  # os.fdopen(fd) of tempfile.mkstemp's fd: a regular file, never a pipe
+            if file not in (0, 1, 2) and not _regular_file(file, allowed):
+                raise PermissionError("the judge opens no descriptor but its standard streams and regular files")
             return real_open(file, mode, buffering, encoding, errors, newline, closefd)
         return real_open(file, mode, buffering, encoding, errors, newline, closefd, opener=opener or checked_opener)
 
@@ -311,11 +503,15 @@ def install_guards(out_fds=(1, 2)):
 
     builtins.open = io.open = guarded_open
     os.open = guarded_os_open
-    sys.meta_path.insert(0, ImportGuard(_stdlib_dirs()))
+    stdlib = _stdlib_dirs()
+    sys.meta_path.insert(0, ImportGuard(stdlib))
+    sys.addaudithook(ExecGuard(lambda: Guards.current, (_tests_eval.__code__, _tests_exec.__code__),
+                               lambda path: _inside(path, stdlib)))
     import marshal
     import pickle
 
     real = (pickle.loads, pickle.dumps, marshal.loads)
+    _CACHE["unpickler"] = pickle.Unpickler
 
     def loads(kind, data, real_loads, kwargs):
         guards = Guards.current
@@ -583,7 +779,7 @@ def judge_main(part, read_fd, write_fd, report, guarded=True):
         report({"e": "setup_error", "type": type(failed).__name__, "msg": _text(failed, 500)})
         return finish(judge, report)
     setup_objects = {k: v for k, v in namespace.items() if k not in ("__builtins__", "raises", "run_program")}
-    judge.set_setup(setup_objects)
+    judge.set_setup(setup_objects, setup_classes_of(namespace))
     status, detail = first_messages(judge)
     if status == "syntax":
         kind, line, msg = (detail + [None, None, None])[:3]
@@ -736,9 +932,10 @@ def finish(judge, report, tests=(), start=None, gone_reported=False):
     if judge.tamper is not None:
         report({"e": "tamper", "kind": judge.tamper[0], "msg": judge.tamper[1]})
     if judge.rules.record:  # what the reference produced: the rules for the task's other jobs
-        report({"e": "paths", "objects": sorted(p for p, objects in judge.recorded.items() if objects)[:4096],
+        report({"e": "paths", "objects": sorted(judge.recorded_steps)[:4096],
                 "names": sorted(f"{name}:{kind}" for name, kind in judge.bound.items()),
-                "skips": sorted(f"{index}:{count}" for index, count in judge.skips.items())})
+                "skips": sorted(f"{index}:{count}" for index, count in judge.skips.items()),
+                "delegated": sorted(judge.delegated)[:4096]})
     report({"e": "done"})
     return 0
 

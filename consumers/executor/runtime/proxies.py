@@ -327,6 +327,9 @@ class MirrorMeta(type):
     def __len__(cls):
         return _j().op(cls, "len")
 
+    def __bool__(cls):  # a class is true (`if category:` in warnings), whatever its metaclass says of len()
+        return True
+
     def __getitem__(cls, key):
         return _j().op(cls, "getitem", key)
 
@@ -358,6 +361,20 @@ def _mirror_str(self):
 
 def _mirror_reduce(self, *args):
     raise _NeedsCandidate()
+
+
+def _value_copy(base, x):
+    """A copy of an instance of a completion subclass of a value type: its base type's value
+    (read with the base type's own methods; the subclass's copy hooks never run)."""
+    if base is str:
+        return str.__str__(x)
+    if base is bytes:
+        return bytes(memoryview(x))
+    if base is tuple:
+        return tuple(tuple.__iter__(x))
+    if base is frozenset:
+        return frozenset(frozenset.__iter__(x))
+    return base.__pos__(x) if base in (int, float, complex) else x
 
 
 def _field(index):
@@ -436,8 +453,8 @@ def make_mirror(name, qualname, module, bases, methods, info, setup_classes=()):
     elif value is not None:
         text, show, shape = _value_text(value, fields)
         namespace.update(__slots__=(), __getattr__=_mirror_getattr, __str__=text, __repr__=show, __format__=shape,
-                         __reduce_ex__=_mirror_reduce, __copy__=RemoteBase.__copy__,
-                         __deepcopy__=RemoteBase.__deepcopy__)
+                         __reduce_ex__=_mirror_reduce, __copy__=lambda self: _value_copy(value, self),
+                         __deepcopy__=lambda self, memo=None: _value_copy(value, self))
         if value is tuple and fields is not None:
             namespace["_fields"] = fields
             for index, field in enumerate(fields):

@@ -89,7 +89,8 @@ def recorded_rules(events: list[dict]) -> dict:
     paths = next(e for e in events if e["e"] == "paths")
     return {"mode": "reference", "objects": paths["objects"],
             "names": dict(n.split(":", 1) for n in paths["names"]),
-            "skips": {i: int(n) for i, n in (s.split(":") for s in paths["skips"])}}
+            "skips": {i: int(n) for i, n in (s.split(":") for s in paths["skips"])},
+            "delegated": paths.get("delegated", [])}
 
 
 def judged_against(reference: str, code: str, tests: list[str], **kwargs) -> tuple[list[dict], int]:
