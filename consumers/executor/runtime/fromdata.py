@@ -214,8 +214,13 @@ class NotPlain(Exception):
 def plain_unpickle(data, tests_module, real_unpickler, kwargs):
     """Unpickle ``data`` here, naming only plain-data classes and the classes the tests define
     (in ``tests_module``); NotPlain when it names anything else."""
+    import _compat_pickle
+
     class Plain(real_unpickler):
         def find_class(self, module, name):
+            if (module, name) in _compat_pickle.NAME_MAPPING:  # protocols 0-2 name Python 2's modules
+                module, name = _compat_pickle.NAME_MAPPING[(module, name)]
+            module = _compat_pickle.IMPORT_MAPPING.get(module, module)
             if (module, name) in PLAIN_CLASSES:
                 return super().find_class(module, name)
             if module == tests_module.__name__ and isinstance(vars(tests_module).get(name), type):
