@@ -12,6 +12,21 @@ Measures, in one run, with the same image, limits and hardening:
 Usage: ``python bench/executor.py --quick --json OUT`` (needs dockerd and the sandbox image:
 ``rollstream sandbox build --offline``). Starts only containers labelled with its own owner label
 and removes them at the end. The last line printed is the JSON of the headline figures.
+
+``--against REV`` measures the fast path only, this checkout against commit REV, in one run:
+``python bench/executor.py --quick --against 2ebca11 --json OUT``. REV is checked out into a
+temporary worktree (removed at the end, also on Ctrl-C); the sides alternate, this checkout then REV,
+``--rounds`` times (A B A B by default), each in a child process whose ``PYTHONPATH`` (and working
+directory) is that side's tree, so that the pool and the runtime it copies into the container
+(consumers/executor/runtime/) are that tree's; the child reports where its sandbox module and runtime
+came from and the run stops if they are not under the tree meant. Both sides do the same work: this
+file's ``fast_path`` (same code, 3 asserts, executions, pool size, concurrency, image, limits; warmed up
+first), using only the pool API every revision has (``ExecutorConfig``, ``DockerSandboxPool``, ``Job``),
+each child with an owner label of its own, its containers removed when it ends. Reported:
+``executions_per_s`` (this checkout) and ``against_executions_per_s`` (REV), each the median over the
+rounds, ``executions_per_s_ratio`` = their ratio (target >= 0.9 against 2ebca11), the per-round figures
+and ratios, ``against`` (the full hash), ``all_passed`` (every execution passed its 3 asserts on both
+sides) and the machine's load average at the start. The last line printed holds the figures.
 """
 
 from __future__ import annotations
@@ -19,22 +34,25 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
+import shutil
+import statistics
+import subprocess
 import sys
+import tempfile
 import time
 import uuid
+from importlib import resources
 from pathlib import Path
+from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+if __name__ == "__main__":  # run as a script: this checkout's code; --against's children import this
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # file, their side's tree on their path
 
 from rollstream.config import ExecutorConfig
-from rollstream.consumers.executor.sandbox import (
-    LABEL,
-    OWNER_LABEL,
-    DockerSandboxPool,
-    Job,
-    hardened_config,
-    limits_from_config,
-)
+from rollstream.consumers.executor.sandbox import OWNER_LABEL, DockerSandboxPool, Job
+
+ROOT = Path(__file__).resolve().parents[1]
 
 CODE = "def add(a, b):\n    return a + b\n"
 TESTS = ["assert add(1, 2) == 3", "assert add(-1, 1) == 0", "assert add(2, 3) == 5"]
@@ -60,6 +78,8 @@ async def fast_path(config: ExecutorConfig, n: int, concurrency: int) -> tuple[f
 async def baseline(config: ExecutorConfig, n: int, concurrency: int) -> tuple[float, int]:
     """(executions/s, how many printed ok) with a fresh hardened container per execution."""
     import aiodocker
+
+    from rollstream.consumers.executor.sandbox import LABEL, hardened_config, limits_from_config
 
     program = CODE + "\n".join(TESTS) + "\nprint('ok')\n"
     body = hardened_config(
@@ -109,14 +129,144 @@ async def cleanup(owner: str) -> None:
                 pass
 
 
-async def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="small run (< 2 min)")
-    parser.add_argument("--json", help="write the figures to this file")
-    parser.add_argument("--image", default="rollstream-sandbox:latest")
-    parser.add_argument("--pool-size", type=int, default=2)
-    parser.add_argument("--concurrency", type=int, default=2)
-    args = parser.parse_args()
+async def measure(spec: dict[str, Any]) -> dict[str, Any]:
+    """One side of --against, in a child whose path holds that side's checkout: the fast path on its pool,
+    and where the pool and the runtime it sends into the container came from."""
+    config = ExecutorConfig(
+        image=spec["image"],
+        owner=spec["owner"],
+        pool_size=spec["pool_size"],
+        concurrency=spec["concurrency"],
+        recycle_after=1_000_000,
+    )
+    try:
+        rate, passed = await fast_path(config, spec["executions"], spec["concurrency"])
+    finally:
+        await cleanup(spec["owner"])
+    return {
+        "executions_per_s": rate,
+        "passed": passed,
+        "sandbox": sys.modules[DockerSandboxPool.__module__].__file__,
+        "runtime": str(resources.files("rollstream.consumers.executor.runtime")),
+    }
+
+
+# What an --against child runs, its working directory and PYTHONPATH the side's tree: rollstream is
+# imported from there, then this file (argv[1]) as a module, its measure() given the spec (argv[2]).
+CHILD = """\
+import asyncio, importlib.util, json, sys
+spec = importlib.util.spec_from_file_location("bench_executor", sys.argv[1])
+bench = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(bench)
+print(json.dumps(asyncio.run(bench.measure(json.loads(sys.argv[2])))))
+"""
+
+
+def git(*args: str, check: bool = True) -> str:
+    """``git args`` in this checkout, its output."""
+    done = subprocess.run(["git", "-C", str(ROOT), *args], check=check, capture_output=True, text=True)
+    return done.stdout.strip()
+
+
+def run_side(tree: Path, spec: dict[str, Any]) -> dict[str, Any]:
+    """measure(spec) in a child process that imports the checkout at ``tree``; checks that it did."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(tree), os.environ.get("PYTHONPATH")])),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD, str(Path(__file__).resolve()), json.dumps(spec)],
+        cwd=tree,
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+        timeout=600,
+        check=True,
+    )
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    for name in ("sandbox", "runtime"):
+        if not Path(result[name]).resolve().is_relative_to(tree.resolve()):
+            raise SystemExit(f"the child meant to run {tree} imported its {name} from {result[name]}")
+    return result
+
+
+def alternate(args: argparse.Namespace, trees: dict[str, Path], executions: int) -> dict[str, list[dict]]:
+    """The sides in turn, ``args.rounds`` times (this, against, this, against, ...): each side's runs."""
+    runs: dict[str, list[dict]] = {side: [] for side in trees}
+    owners: list[str] = []
+    try:
+        for i in range(args.rounds):
+            for side, tree in trees.items():
+                spec = {
+                    "image": args.image,
+                    "owner": f"bench-{side}-{uuid.uuid4().hex[:8]}",
+                    "pool_size": args.pool_size,
+                    "concurrency": args.concurrency,
+                    "executions": executions,
+                }
+                owners.append(spec["owner"])
+                run = run_side(tree, spec)
+                runs[side].append(run)
+                print(
+                    f"round {i + 1}/{args.rounds} {side}: {run['executions_per_s']:.1f} executions/s, "
+                    f"{run['passed']}/{executions} passed ({Path(run['sandbox']).parents[2]})",
+                    flush=True,
+                )
+    finally:  # a child stopped before its own cleanup (Ctrl-C, timeout, failure) leaves containers
+        for owner in owners:
+            asyncio.run(cleanup(owner))
+    return runs
+
+
+def against(args: argparse.Namespace) -> None:
+    """--against REV: this checkout's fast path vs REV's, alternating, in one run (see the docstring)."""
+    from bench.common import report
+
+    commit = git("rev-parse", "--verify", f"{args.against}^{{commit}}")
+    executions = 1000 if args.quick else 5000
+    load = os.getloadavg()
+    tmp = Path(tempfile.mkdtemp(prefix="rollstream-against-"))
+    tree = tmp / commit[:12]
+    try:
+        git("worktree", "add", "--detach", str(tree), commit)
+        runs = alternate(args, {"this": ROOT, "against": tree}, executions)
+    finally:
+        git("worktree", "remove", "--force", str(tree), check=False)
+        git("worktree", "prune", check=False)
+        shutil.rmtree(tmp, ignore_errors=True)
+    rates = {side: [run["executions_per_s"] for run in side_runs] for side, side_runs in runs.items()}
+    this, other = statistics.median(rates["this"]), statistics.median(rates["against"])
+    all_passed = all(run["passed"] == executions for side_runs in runs.values() for run in side_runs)
+    figures = {
+        "executions_per_s": round(this, 1),
+        "against_executions_per_s": round(other, 1),
+        "executions_per_s_ratio": round(this / other, 3),
+        "against": commit,
+        "all_passed": all_passed,
+        "executions_per_s_rounds": [round(r, 1) for r in rates["this"]],
+        "against_executions_per_s_rounds": [round(r, 1) for r in rates["against"]],
+        "executions_per_s_ratio_rounds": [round(a / b, 3) for a, b in zip(rates["this"], rates["against"])],
+        "rounds": args.rounds,
+        "executions": executions,
+        "pool_size": args.pool_size,
+        "concurrency": args.concurrency,
+        "head": git("rev-parse", "HEAD"),
+        "head_dirty": bool(git("status", "--porcelain", "--untracked-files=no")),
+        "load_average_start": [round(x, 2) for x in load],
+        "cpus": os.cpu_count(),
+    }
+    print(
+        f"this checkout {this:.1f} executions/s vs {commit[:7]} {other:.1f}/s (medians of {args.rounds} "
+        f"rounds): ratio {this / other:.3f}, per round {figures['executions_per_s_ratio_rounds']}; "
+        f"all passed: {all_passed}"
+    )
+    report(figures, args.json)
+    if not all_passed:
+        raise SystemExit("wrong results: not every execution passed its 3 asserts (see the rounds above)")
+
+
+async def compare(args: argparse.Namespace) -> None:
+    """The default run: the fast path (and one container sequentially) vs a fresh container each."""
     n_fast, n_base = (1000, 12) if args.quick else (5000, 40)
     owner = f"bench-{uuid.uuid4().hex[:8]}"
     config = ExecutorConfig(
@@ -158,5 +308,23 @@ async def main() -> None:
     print(json.dumps(figures))
 
 
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="small run (< 2 min; with --against < 5 min)")
+    parser.add_argument("--json", help="write the figures to this file")
+    parser.add_argument("--image", default="rollstream-sandbox:latest")
+    parser.add_argument("--pool-size", type=int, default=2)
+    parser.add_argument("--concurrency", type=int, default=2)
+    parser.add_argument("--against", metavar="REV", help="fast path only: this checkout vs commit REV")
+    parser.add_argument("--rounds", type=int, default=2, help="--against: rounds of (this, REV)")
+    args = parser.parse_args()
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
+    if args.against:
+        against(args)
+    else:
+        asyncio.run(compare(args))
+
+
 if __name__ == "__main__":
-    asyncio.run(main())
+    main()
