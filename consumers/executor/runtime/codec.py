@@ -900,14 +900,17 @@ def _read_exact(fd, n):
     return b"".join(chunks)
 
 
-def environ_text():
-    """The process's environment as one string (``key NUL value NUL ...``; NUL is in no key or
-    value); None when ``os.environ`` is not the real mapping (a test's ``mock.patch`` of it
-    crosses as a patch)."""
+def environ_text(data=None):
+    """The process's environment (or ``data``, a copy of ``os.environ._data``) as one string
+    (``key NUL value NUL ...``; NUL is in no key or value); None when ``os.environ`` is not the
+    real mapping (a test's ``mock.patch`` of it crosses as a patch)."""
     environ = os.environ
     if type(environ) is not os._Environ:
         return None
-    return "\0".join(f"{k}\0{v}" for k, v in environ.items())
+    if data is None:
+        return "\0".join(f"{k}\0{v}" for k, v in environ.items())
+    decode = environ.decodevalue
+    return "\0".join(f"{decode(k)}\0{decode(v)}" for k, v in data.items())
 
 
 def environ_apply(before, after):

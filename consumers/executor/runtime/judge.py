@@ -37,6 +37,7 @@ import os
 import stat
 import sys
 import types
+from operator import is_not
 
 if __name__ != "__main__":  # on the host; in the sandbox these names come from the files above
     from rollstream.consumers.executor.runtime.channel import LinkDown
@@ -211,9 +212,11 @@ class Guards:
         self.warning_registry = {}
         self.patches = []  # (patch, "module.attribute") of active mock.patch-es (see _wrap_mock)
         self.builtins_before = _CACHE.get("builtins") or dict(vars(builtins))
+        self.builtins_values = _CACHE.get("builtins_values") or list(self.builtins_before.values())
         self.stdin = sys.stdin
         self.argv = list(sys.argv)
-        self.environ = environ_text()  # the environment and working directory as last sent
+        data = getattr(os.environ, "_data", None)  # the environment and working directory as last sent
+        self.environ_data = dict(data) if type(data) is dict else {}
         self.cwd = _cwd()
 
     def _constants(self, code):
@@ -288,18 +291,23 @@ class Guards:
     def env(self):
         """The tests' overrides the candidate must see during the next request."""
         overrides = []
-        before = self.builtins_before
-        for name, value in vars(builtins).items():  # by identity: `!=` would ask a mock, which records it
-            if before.get(name) is not value and name != "_":
-                overrides += [f"builtins.{name}", value]
+        before, current = self.builtins_before, vars(builtins)
+        # by identity, in C while nothing changed (`!=` would ask a patched-in mock, which records it)
+        if len(current) != len(before) or any(map(is_not, current.values(), self.builtins_values)):
+            for name, value in current.items():
+                if before.get(name) is not value and name != "_":
+                    overrides += [f"builtins.{name}", value]
         if sys.stdin is not self.stdin:
             overrides += ["sys.stdin", sys.stdin]
         if sys.argv != self.argv:
             overrides += ["sys.argv", list(sys.argv)]
-        environ, cwd = environ_text(), _cwd()
-        if environ is not None and environ != self.environ:  # os.environ[...] = ..., mock.patch.dict
-            overrides += ["os.environ", [self.environ, environ]]
-            self.environ = environ
+        data = getattr(os.environ, "_data", None)
+        if type(data) is dict and data != self.environ_data:  # os.environ[k] = v, mock.patch.dict (in C)
+            before, environ = environ_text(self.environ_data), environ_text()
+            if before is not None and environ is not None:
+                overrides += ["os.environ", [before, environ]]
+            self.environ_data = dict(data)
+        cwd = _cwd()
         if cwd is not None and cwd != self.cwd:  # os.chdir in the tests (a temporary directory)
             overrides += ["os.chdir", cwd]
             self.cwd = cwd
@@ -544,6 +552,7 @@ def install_guards(out_fds=(1, 2)):
         _wrap_asyncio(sys.modules["asyncio.runners"])
     _share_random()
     _CACHE["builtins"] = dict(vars(builtins))  # what the tests' overrides are measured against
+    _CACHE["builtins_values"] = list(_CACHE["builtins"].values())
     _CACHE.pop("test_builtins", None)  # made again with the guarded open
     builtins_for_tests()
 
