@@ -303,8 +303,11 @@ class ExecutionRecord(msgspec.Struct, frozen=True, kw_only=True):
 
     @property
     def passed(self) -> bool:
-        """Ran cleanly and passed every test that ran (a task without tests: ran cleanly)."""
-        return self.error_kind == "none" and self.tests_passed == self.tests_total - self.tests_skipped
+        """Ran cleanly and passed every test that ran, at least one (a task without tests: ran
+        cleanly; one whose every test the tests skipped verified nothing: not passed)."""
+        if self.error_kind != "none":
+            return False
+        return self.tests_total == 0 or 0 < self.tests_passed == self.tests_total - self.tests_skipped
 
     @property
     def verdict(self) -> str:
