@@ -1,15 +1,17 @@
 """`rollstream eval`: pass@1 / pass@k per task family at a fixed policy, without Kafka.
 
 Runs a prompt set (the sampler's sources: the built-in suite, HumanEval, JSONL, local HF
-datasets) through generation (consumers' transformers backend, the same prompt rendering,
-sampling resolution and per-sample seeds as the generator stage) and execution (the
-executor's sandbox pool and reward registry, ``consumers.score.evaluate``), then reports
-per family: tasks, samples, pass@1 and pass@k (the unbiased estimator of Chen et al. 2021,
-averaged over tasks) as a table on stdout and as JSON.
+datasets) through the episode player the evaluator stage uses (``evaluator/play.py``: the
+generator's prompt rendering, sampling and per-sample seeds; the executor's sandbox, reward
+rules, reference checks and episode rule), then reports per family: tasks, samples, pass@1 and
+pass@k (the unbiased estimator of Chen et al. 2021, averaged over tasks), and format apart from
+correctness (samples with a code block, that parse, that run; pass@1 among each), as a table on
+stdout and as JSON.
 
-A sample *passes* when its code ran cleanly and every test passed. ``--tests`` picks the
-tests: the task's visible ``reward.tests``, its ``heldout_tests``, or ``all`` (both; the
-default; tasks without held-out tests use their visible ones).
+A sample *passes* as an episode passes in training (``consumers/executor/episodes.py``): its last
+turn ran cleanly and passed every test that ran (a chain: every step, one turn or more each).
+``--tests`` picks the tests: the task's visible ``reward.tests``, its ``heldout_tests``, or
+``all`` (both; the default; tasks without held-out tests use their visible ones).
 
 The options are the ``[eval]`` section of the config (rollstream/config.py: EvalConfig); the
 command's flags set its keys. The policy is a checkpoint directory (``--model DIR``, a Hugging
@@ -24,88 +26,38 @@ import argparse
 import asyncio
 import json
 import logging
-import math
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
 from rollstream.config import Config, EvalConfig
+from rollstream.evaluator.play import Player, SampleResult
+from rollstream.evaluator.report import pass_at_k, summarize
+
+__all__ = ["SampleResult", "format_table", "pass_at_k", "run", "summarize"]
 
 log = logging.getLogger(__name__)
 
 
-def pass_at_k(n: int, c: int, k: int) -> float:
-    """Unbiased pass@k from n samples of which c passed: 1 - C(n-c, k) / C(n, k)."""
-    if k > n:
-        raise ValueError(f"pass@{k} needs at least {k} samples per task, got {n}")
-    if n - c < k:
-        return 1.0
-    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
-
-
-@dataclass(frozen=True)
-class SampleResult:
-    task_id: str
-    family: str
-    sample_index: int
-    passed: bool
-    reward: float
-    error_kind: str
-    finish_reason: str
-    completion_tokens: int
-
-
-def summarize(results: Iterable[SampleResult], ks: Sequence[int]) -> dict[str, dict[str, Any]]:
-    """family -> {tasks, samples, passed, pass@k...}; plus "ALL" over every task."""
-    per_task: dict[str, list[SampleResult]] = defaultdict(list)
-    for r in results:
-        per_task[r.task_id].append(r)
-    by_family: dict[str, list[list[SampleResult]]] = defaultdict(list)
-    for samples in per_task.values():
-        by_family[samples[0].family].append(samples)
-        by_family["ALL"].append(samples)
-    summary = {}
-    for family in sorted(by_family, key=lambda f: (f == "ALL", f)):
-        groups = by_family[family]
-        row: dict[str, Any] = {
-            "tasks": len(groups),
-            "samples": sum(len(g) for g in groups),
-            "passed": sum(r.passed for g in groups for r in g),
-            "tasks_solved": sum(any(r.passed for r in g) for g in groups),
-            "mean_reward": sum(r.reward for g in groups for r in g) / max(1, sum(len(g) for g in groups)),
-        }
-        for k in ks:
-            usable = [g for g in groups if len(g) >= k]
-            row[f"pass@{k}"] = (sum(pass_at_k(len(g), sum(r.passed for r in g), k) for g in usable) / len(usable)
-                                if usable else None)
-        summary[family] = row
-    return summary
-
-
 def format_table(summary: Mapping[str, Mapping[str, Any]], ks: Sequence[int]) -> str:
-    """A Markdown table of the summary."""
+    """A Markdown table of the summary (evaluator/report.py: summarize)."""
     from rollstream.cli.tables import table
 
-    head = ["family", "tasks", "samples", *[f"pass@{k}" for k in ks], "tasks solved", "mean reward"]
+    head = ["family", "tasks", "samples", *[f"pass@{k}" for k in ks], "tasks solved", "mean reward",
+            "with code", "pass@1|code", "pass@1|parses", "pass@1|runs"]
     rows = []
     for family, row in summary.items():
         cells = [family, str(row["tasks"]), str(row["samples"])]
         cells += ["-" if row[f"pass@{k}"] is None else f"{row[f'pass@{k}']:.3f}" for k in ks]
         cells += [f"{row['tasks_solved']}/{row['tasks']}", f"{row['mean_reward']:.3f}"]
+        cells += ["-" if row.get(key) is None else f"{row[key]:.3f}"
+                  for key in ("with_code", "pass@1|code", "pass@1|parses", "pass@1|runs")]
         rows.append(cells)
     return table(head, rows, markdown=True)
-
-
-def eval_spec(task: Any, tests: str) -> Any:
-    """The task's reward spec with the tests ``--tests`` asks for."""
-    chosen = {"visible": list(task.reward.tests), "heldout": list(task.heldout_tests),
-              "all": list(task.reward.tests) + list(task.heldout_tests)}[tests] or list(task.reward.tests)
-    return msgspec.structs.replace(task.reward, tests=chosen)
 
 
 def select_tasks(config: Config) -> list[Any]:
@@ -146,7 +98,6 @@ async def run(config: Config) -> dict[str, Any]:
 
         raise ConfigError("eval: --resume works with one turn only; drop --resume or --turns")
     results = previous_results(options, tasks)
-    by_turns: dict[int, list[SampleResult]] = {}
     done = {(r.task_id, r.sample_index) for r in results}
     missing = [(t, i) for t in tasks for i in range(options.samples) if (t.task_id, i) not in done]
     tokens = 0
@@ -161,7 +112,7 @@ async def run(config: Config) -> dict[str, Any]:
                                           config.generator.dtype)
         log.info("loaded %s in %.0f s; %d samples to generate (%d tasks x %d, %d already scored)", model,
                  time.monotonic() - started, len(missing), len(tasks), options.samples, len(done))
-        tokens = await generate_and_score(config, backend, missing, results, by_turns)
+        tokens = await generate_and_score(config, backend, missing, results)
     summary = summarize(results, options.ks)
     report = {
         "model": model, "sources": list(options.sources or config.sampler.sources), "tests": options.tests,
@@ -172,7 +123,8 @@ async def run(config: Config) -> dict[str, Any]:
         "turns": options.turns,
     }
     if options.turns > 1:  # pass@k after each number of turns, from one run (the last is `families`)
-        report["families_by_turns"] = {str(t): summarize(r, options.ks) for t, r in sorted(by_turns.items())}
+        report["families_by_turns"] = {str(t): summarize(r, options.ks)
+                                       for t, r in sorted(after_turns(results, options.turns).items())}
         for t, turn_summary in report["families_by_turns"].items():
             print(f"after {t} turn{'s' if t != '1' else ''}:")
             print(format_table(turn_summary, options.ks))
@@ -183,117 +135,44 @@ async def run(config: Config) -> dict[str, Any]:
     return report
 
 
-def build_requests(config: Config, tokenizer: Any,
-                   missing: Sequence[tuple[Any, int]]) -> tuple[list[Any], dict[str, tuple[Any, int]]]:
-    """Generation requests of the (task, sample index) pairs, shortest prompts first."""
-    options = config.eval
-    from rollstream.consumers.generator.backends.base import GenerationRequest
-    from rollstream.consumers.generator.backends.sampling import derive_seed
-    from rollstream.consumers.generator.chat import chat_prompt_ids
-    from rollstream.consumers.generator.stage import resolve_sampling
-    from rollstream.schemas.events import SamplingParams
-
-    requests, owners = [], {}
-    prompt_cache: dict[str, list[int]] = {}
-    for task, i in missing:
-        if task.task_id not in prompt_cache:
-            messages = [msgspec.structs.asdict(m) for m in _messages(config, task)]
-            prompt_cache[task.task_id] = chat_prompt_ids(tokenizer, messages)
-        sampling = resolve_sampling(config.generator, task.sampling or SamplingParams())
-        request_id = f"{task.task_id}/{i}"
-        requests.append(GenerationRequest(request_id, prompt_cache[task.task_id], sampling,
-                                          derive_seed(options.seed, task.task_id, i)))
-        owners[request_id] = (task, i)
-    requests.sort(key=lambda r: len(r.prompt_token_ids))  # similar lengths batch with less padding
-    return requests, owners
-
-
 async def generate_and_score(config: Config, backend: Any, missing: Sequence[tuple[Any, int]],
-                             results: list[SampleResult], by_turns: dict[int, list[SampleResult]] | None = None) -> int:
-    """Generate the missing samples in batches; score each batch in the sandbox pool while the
-    next one generates. Appends to ``results`` (and the completions file); returns tokens generated.
-
-    With ``eval.turns`` > 1, the samples that failed a turn continue: the observation of what
-    went wrong is appended to their transcript as a user turn (as the executor and generator do
-    for a multi-turn episode) and they are sampled again, up to ``turns`` turns. ``by_turns[t]``
-    then holds every sample's result after ``t`` turns (passed at any of them); ``results``
-    gets the last."""
+                             results: list[SampleResult]) -> int:
+    """Play the missing samples (evaluator/play.py) and append their results to ``results`` (and to
+    the completions file, as they come); returns the tokens generated."""
     options = config.eval
-    from rollstream.consumers.executor.episodes import observation
-    from rollstream.consumers.executor.rewards import default_registry
     from rollstream.consumers.executor.sandbox import DockerSandboxPool
-    from rollstream.consumers.executor.score import evaluate
-    from rollstream.consumers.generator.backends.base import GenerationRequest
-    from rollstream.consumers.generator.backends.sampling import derive_seed
-    from rollstream.consumers.generator.turns import observation_ids
 
-    requests, owners = build_requests(config, backend.tokenizer, missing)
-    contexts = {r.request_id: list(r.prompt_token_ids) for r in requests}
-    sampling_of = {r.request_id: r.sampling for r in requests}
-    finals: dict[str, SampleResult] = {}
-    turn_results: list[SampleResult] = []
-    retry: list[Any] = []
-    registry = default_registry()
     mode = "a" if options.resume else "w"
     completions_file = open(options.completions_out, mode) if options.completions_out else None  # noqa: SIM115
-    gate = asyncio.Semaphore(config.executor.concurrency)
-    tokens = 0
-    started = time.monotonic()
+
+    def record(result: SampleResult) -> None:
+        results.append(result)
+        if completions_file:
+            completions_file.write(json.dumps({
+                "task_id": result.task_id, "family": result.family, "sample": result.sample_index,
+                "passed": result.passed, "reward": result.reward, "error_kind": result.error_kind,
+                "finish_reason": result.finish_reason, "completion_tokens": result.completion_tokens,
+                "has_code": result.has_code, "parses": result.parses, "ran": result.ran, "turns": result.turns,
+                "completion": result.completion}) + "\n")
+            completions_file.flush()
+
     try:
         async with DockerSandboxPool(config.executor) as pool:
-            async def score(completion: Any) -> None:
-                task, index = owners[completion.request_id]
-                async with gate:
-                    ev = await evaluate(pool, registry, eval_spec(task, options.tests), completion.text,
-                                        f"eval-{completion.request_id}")
-                ex = ev.scored.execution
-                passed = ex.error_kind == "none" and ex.tests_total > 0 and ex.tests_passed == ex.tests_total
-                result = SampleResult(task.task_id, task.family, index, passed, ev.scored.reward, ex.error_kind,
-                                      completion.finish_reason, len(completion.token_ids))
-                if completions_file:
-                    completions_file.write(json.dumps({
-                        "task_id": task.task_id, "family": task.family, "sample": index, "passed": passed,
-                        "reward": ev.scored.reward, "error_kind": ex.error_kind,
-                        "finish_reason": completion.finish_reason, "completion_tokens": len(completion.token_ids),
-                        "completion": completion.text, **({"turn": turn} if options.turns > 1 else {})}) + "\n")
-                    completions_file.flush()
-                turn_results.append(result)
-                if not passed and ex.error_kind not in ("tamper", "infra") and turn < options.turns:
-                    context = contexts[completion.request_id] + list(completion.token_ids)
-                    told = observation(eval_spec(task, options.tests), ex, ev.result.events if ev.result else [])
-                    contexts[completion.request_id] = context + observation_ids(backend.tokenizer, told,
-                                                                                completion.token_ids)
-                    retry.append(completion.request_id)
-
-            for turn in range(1, options.turns + 1):
-                scoring: list[asyncio.Task[None]] = []
-                for start in range(0, len(requests), options.batch):
-                    completions = await backend.generate(requests[start:start + options.batch])
-                    tokens += sum(len(c.token_ids) for c in completions)
-                    scoring += [asyncio.create_task(score(c)) for c in completions]
-                    log.info("turn %d: generated %d/%d (%.0f tok/s), %d scored, %d passed", turn,
-                             start + len(completions), len(requests), tokens / max(time.monotonic() - started, 1e-9),
-                             len(results) + len(turn_results), sum(r.passed for r in results + turn_results))
-                await asyncio.gather(*scoring)
-                for result in turn_results:  # a sample's result after this turn: its last one
-                    finals[f"{result.task_id}/{result.sample_index}"] = result
-                if by_turns is not None:
-                    by_turns[turn] = list(finals.values())
-                turn_results.clear()
-                requests = [GenerationRequest(rid, contexts[rid], sampling_of[rid],
-                                              derive_seed(options.seed, f"{owners[rid][0].task_id}#{turn + 1}",
-                                                          owners[rid][1]), turn=turn + 1) for rid in retry]
-                retry.clear()
-                if not requests:
-                    break
-            results += list(finals.values())
-            if by_turns is not None:
-                for turn in range(1, options.turns + 1):  # turns no sample needed: as after the last
-                    by_turns.setdefault(turn, list(finals.values()))
+            player = Player(config, backend, pool, seed=options.seed, turns=options.turns, tests=options.tests,
+                            batch=options.batch)
+            await player.play(missing, on_result=record)
+            return player.tokens
     finally:
         if completions_file:
             completions_file.close()
-    return tokens
+
+
+def after_turns(results: Sequence[SampleResult], turns: int) -> dict[int, list[SampleResult]]:
+    """Each sample's verdict after 1, 2, ... turns: passed by then (an episode ends when it passes)."""
+    import dataclasses
+
+    return {t: [r if r.turns <= t else dataclasses.replace(r, passed=False) for r in results]
+            for t in range(1, turns + 1)}
 
 
 def previous_results(options: EvalConfig, tasks: Sequence[Any]) -> list[SampleResult]:
@@ -308,18 +187,11 @@ def previous_results(options: EvalConfig, tasks: Sequence[Any]) -> list[SampleRe
         if row["task_id"] in family and row["sample"] < options.samples:
             out[(row["task_id"], row["sample"])] = SampleResult(
                 row["task_id"], family[row["task_id"]], row["sample"], row["passed"], row["reward"],
-                row["error_kind"], row.get("finish_reason", "unknown"), row.get("completion_tokens", 0))
+                row["error_kind"], row.get("finish_reason", "unknown"), row.get("completion_tokens", 0),
+                has_code=row.get("has_code", True), parses=row.get("parses", True), ran=row.get("ran", True),
+                turns=row.get("turns", 1))
     log.info("resuming: %d samples already scored in %s", len(out), path)
     return list(out.values())
-
-
-def _messages(config: Config, task: Any) -> list[Any]:
-    from rollstream.schemas.events import Message
-
-    messages = task.chat()
-    if config.sampler.system_prompt and not any(m.role == "system" for m in messages):
-        messages = [Message(role="system", content=config.sampler.system_prompt), *messages]
-    return messages
 
 
 # `rollstream eval` flag -> the eval key it sets (the flags are short for --set eval.KEY=VALUE).

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import msgspec
@@ -58,38 +59,98 @@ FAILED_TESTS_SHOWN = 5
 TAIL_CHARS = 600
 
 
+@dataclass(frozen=True)
+class Turn:
+    """Where one sample's episode stands when a turn of it is scored."""
+
+    turn: int  # 1-based
+    max_turns: int
+    subtask_index: int = 0  # a chain's step
+    carried_code: str = ""  # a chain's code of the steps passed
+    generated: bool = True  # False: nothing could be generated for it (an infrastructure failure)
+
+
+@dataclass(frozen=True)
+class TurnOutcome:
+    """What follows a scored turn: the episode ends (with its verdict and reward) or continues
+    (with the next turn's user message, step and carried code). The one rule the executor, the
+    evaluator and ``rollstream eval`` play episodes by."""
+
+    ends: bool
+    passed: bool  # (ends) the episode passed: its turn passed, or every step of its chain
+    reward: float  # (ends) the episode's reward
+    progress: float | None  # (ends, a chain) steps passed + the failing step's share of tests, / steps
+    observation: str = ""  # (continues) the next user turn
+    subtask_index: int = 0  # (continues) the next turn's step
+    carried_code: str = ""  # (continues) the code carried into it
+
+
+def decide(spec: RewardSpec, state: Turn, completion_text: str, reward: float, execution: ExecutionRecord,
+           events: Sequence[dict[str, Any]] = ()) -> TurnOutcome:
+    """The episode after a turn whose scored reward is ``reward`` and execution ``execution``."""
+    steps = len(spec.subtasks)
+    passed = execution.passed
+    last_step = state.subtask_index + 1 >= steps
+    ends = (state.turn >= state.max_turns or not state.generated or execution.error_kind in ("tamper", "infra")
+            or (passed and (not steps or last_step)))
+    if ends:
+        if not steps:
+            return TurnOutcome(True, passed, final_reward(spec, reward, state.turn) if state.turn > 1 else reward, None)
+        done = _progress(steps, state.subtask_index, execution)
+        return TurnOutcome(True, passed and last_step, final_reward(spec, done, state.turn), done)
+    if steps and passed:  # on to the next step, with this turn's code carried
+        step = state.subtask_index + 1
+        told = (f"Step {step} passed. Step {step + 1} of {steps}: {spec.subtasks[step].instruction}\n"
+                "Answer with the code of this step in one ```python block; what you wrote before is kept.")
+        carried = _chain_code(state.carried_code, completion_text) or state.carried_code
+        return TurnOutcome(False, False, reward, None, told[:OBSERVATION_CHARS], step, carried)
+    shown = turn_spec(spec, state.subtask_index, state.carried_code, completion_text)[0] if steps else spec
+    return TurnOutcome(False, False, reward, None, observation(shown, execution, events, chain=bool(steps)),
+                       state.subtask_index, state.carried_code)
+
+
+def turn_of(action: ActionGenerated) -> Turn:
+    return Turn(action.turn, action.max_turns, action.subtask_index, action.carried_code, action.error is None)
+
+
 def ends(action: ActionGenerated, execution: ExecutionRecord) -> bool:
     """Whether the episode ends after this turn (else it continues)."""
-    if action.turn >= action.max_turns or action.error is not None or execution.error_kind in ("tamper", "infra"):
-        return True
-    if execution.passed:  # a chain goes on to its next step
-        return action.subtask_index + 1 >= len(action.reward.subtasks)
-    return False
+    return decide(action.reward, turn_of(action), action.completion_text, 0.0, execution).ends
+
+
+def _chain_code(carried: str, completion_text: str) -> str | None:
+    new = extract_code(completion_text).code
+    if new is None or not carried.strip():
+        return new
+    return f"{carried.rstrip()}\n\n\n{new}"
 
 
 def chain_code(action: ActionGenerated) -> str | None:
     """A chain turn's code to run: the code carried from the steps passed, then this turn's (None:
     the turn has no code)."""
-    new = extract_code(action.completion_text).code
-    if new is None or not action.carried_code.strip():
-        return new
-    return f"{action.carried_code.rstrip()}\n\n\n{new}"
+    return _chain_code(action.carried_code, action.completion_text)
 
 
-def subtask_turn(action: ActionGenerated) -> tuple[RewardSpec, str] | None:
-    """For a turn of a subtask chain: its step's spec (the step's tests) and the completion to run
-    (:func:`chain_code`); None for a plain task."""
-    spec = action.reward
+def turn_spec(spec: RewardSpec, subtask_index: int, carried_code: str, completion_text: str
+              ) -> tuple[RewardSpec, str] | None:
+    """For a turn of a subtask chain: its step's spec (the step's tests, checked against the
+    references of the steps so far) and the completion to run (the carried code, then the turn's);
+    None for a plain task."""
     if not spec.subtasks:
         return None
-    index = min(action.subtask_index, len(spec.subtasks) - 1)
+    index = min(subtask_index, len(spec.subtasks) - 1)
     step = spec.subtasks[index]
     step_spec = msgspec.structs.replace(spec, tests=list(step.tests), subtasks=[], entry_point="",
                                         reference=step_reference(spec, index))
-    code = chain_code(action)
+    code = _chain_code(carried_code, completion_text)
     if code is None:  # nothing to run: scored as such
-        return step_spec, action.completion_text
+        return step_spec, completion_text
     return step_spec, f"```python\n{code}\n```"
+
+
+def subtask_turn(action: ActionGenerated) -> tuple[RewardSpec, str] | None:
+    """:func:`turn_spec` of an action."""
+    return turn_spec(action.reward, action.subtask_index, action.carried_code, action.completion_text)
 
 
 def step_reference(spec: RewardSpec, index: int) -> str:
@@ -102,13 +163,16 @@ def step_reference(spec: RewardSpec, index: int) -> str:
     return spec.reference
 
 
+def _progress(steps: int, subtask_index: int, execution: ExecutionRecord) -> float:
+    if execution.passed:
+        return (subtask_index + 1) / steps
+    partial = execution.tests_passed / execution.tests_total if execution.tests_total else 0.0
+    return (subtask_index + partial) / steps
+
+
 def progress(action: ActionGenerated, execution: ExecutionRecord) -> float:
     """A chain's progress after this turn: steps passed, plus the failing step's share of tests."""
-    steps = len(action.reward.subtasks)
-    if execution.passed:
-        return (action.subtask_index + 1) / steps
-    partial = execution.tests_passed / execution.tests_total if execution.tests_total else 0.0
-    return (action.subtask_index + partial) / steps
+    return _progress(len(action.reward.subtasks), action.subtask_index, execution)
 
 
 def after_turn(action: ActionGenerated, scored: RewardScored, events: Sequence[dict[str, Any]] = (),
@@ -117,27 +181,15 @@ def after_turn(action: ActionGenerated, scored: RewardScored, events: Sequence[d
     the episode ends, else ``("prompts", the continuation for its next turn)``, which carries the
     files the turn left (``workspace``: its sandbox's /work after it ran, size-capped)."""
     files = [WorkspaceFile(path=path, data=data) for path, data in workspace]
-    execution = scored.execution
-    chain = bool(action.reward.subtasks)
-    if ends(action, execution):
-        if chain:
-            done = progress(action, execution)
-            reward = final_reward(action.reward, done, action.turn)
-            scored = msgspec.structs.replace(scored, reward=reward, components={"progress": done})
+    outcome = decide(action.reward, turn_of(action), action.completion_text, scored.reward, scored.execution, events)
+    if outcome.ends:
+        if outcome.progress is not None:
+            scored = msgspec.structs.replace(scored, reward=outcome.reward, components={"progress": outcome.progress})
         elif action.turn > 1:
-            scored = msgspec.structs.replace(scored, reward=final_reward(action.reward, scored.reward, action.turn))
+            scored = msgspec.structs.replace(scored, reward=outcome.reward)
         return "rewards", scored
-    if chain and execution.passed:  # on to the next step, with this turn's code carried
-        step = action.subtask_index + 1
-        told = (f"Step {step} passed. Step {step + 1} of {len(action.reward.subtasks)}: "
-                f"{action.reward.subtasks[step].instruction}\nAnswer with the code of this step in one ```python "
-                f"block; what you wrote before is kept.")
-        return "prompts", continuation_of(action, told[:OBSERVATION_CHARS], now=now, subtask_index=step,
-                                          carried_code=chain_code(action) or action.carried_code, workspace=files)
-    spec = subtask_turn(action)[0] if chain else action.reward
-    return "prompts", continuation_of(action, observation(spec, execution, events, chain=chain), now=now,
-                                      subtask_index=action.subtask_index, carried_code=action.carried_code,
-                                      workspace=files)
+    return "prompts", continuation_of(action, outcome.observation, now=now, subtask_index=outcome.subtask_index,
+                                      carried_code=outcome.carried_code, workspace=files)
 
 
 def final_reward(spec: RewardSpec, reward: float, turn: int) -> float:

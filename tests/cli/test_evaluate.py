@@ -8,8 +8,10 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from rollstream.cli.evaluate import SampleResult, format_table, pass_at_k, run, summarize
+from rollstream.cli.evaluate import format_table, run
 from rollstream.config import Config, EvalConfig, ExecutorConfig, GeneratorConfig
+from rollstream.evaluator.play import SampleResult
+from rollstream.evaluator.report import pass_at_k, summarize
 from rollstream.testing import make_tiny_model_dir
 
 
@@ -70,7 +72,7 @@ async def test_eval_with_two_turns_reports_pass_after_each_turn_from_one_run(tmp
     assert by_turns["2"]["ALL"]["passed"] >= by_turns["1"]["ALL"]["passed"]
     lines = [json.loads(line) for line in completions.read_text().splitlines()]
     # a random model fails: every sample had a second turn, sampled from its transcript and the observation
-    assert sorted(line["turn"] for line in lines) == [1] * 4 + [2] * 4
+    assert [line["turns"] for line in lines] == [2] * 4 and not any(line["passed"] for line in lines)
 
 
 @pytest.mark.sandbox
