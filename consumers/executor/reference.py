@@ -52,6 +52,7 @@ class ReferenceCheck(msgspec.Struct, frozen=True, kw_only=True):
     names: dict[str, str] = {}  # how it bound the names the tests read ("o", "p", "m", "m:<module>", "s:<module>:<name>")
     skips: dict[str, int] = {}  # test index -> unittest tests the tests skipped (-1: the whole test)
     delegated: list[str] = []  # points where the tests had the candidate run code from data
+    suppressed: list[str] = []  # points where the reference's __exit__ swallowed an exception
     tests: int = 0
 
     @property
@@ -83,7 +84,7 @@ class ReferenceCheck(msgspec.Struct, frozen=True, kw_only=True):
         if not self.recorded or not (self.judged or self.in_process):
             return {}
         return {"mode": "reference", "objects": list(self.objects), "names": dict(self.names),
-                "skips": dict(self.skips), "delegated": list(self.delegated)}
+                "skips": dict(self.skips), "delegated": list(self.delegated), "suppressed": list(self.suppressed)}
 
 
 def spec_digest(spec: RewardSpec) -> str:
@@ -125,10 +126,11 @@ async def check_reference(backend: SandboxBackend, spec: RewardSpec, job_id: str
     total = len(spec.tests)
     failing, why = _outcomes(judged, total)
     paths = next((e for e in judged.events if e.get("e") == "paths"), None)
-    objects, names, skips, delegated = [], {}, {}, []
+    objects, names, skips, delegated, suppressed = [], {}, {}, [], []
     if isinstance(paths, dict):
         objects = [p for p in paths.get("objects", []) if isinstance(p, str)][:4096]
         delegated = [p for p in paths.get("delegated", []) if isinstance(p, str)][:4096]
+        suppressed = [p for p in paths.get("suppressed", []) if isinstance(p, str)][:4096]
         for entry in paths.get("names", []):
             name, _, kind = str(entry).partition(":")
             if name and (kind in ("o", "p", "m") or kind[:2] in ("m:", "s:")):
@@ -140,7 +142,7 @@ async def check_reference(backend: SandboxBackend, spec: RewardSpec, job_id: str
     return ReferenceCheck(judged=not failing, in_process=not _outcomes(in_process, total)[0],
                           failing_test=failing[0] if failing else None, message=why[:1000], judge_failing=failing,
                           recorded=paths is not None, objects=objects, names=names, skips=skips, delegated=delegated,
-                          tests=total)
+                          suppressed=suppressed, tests=total)
 
 
 class ReferenceChecks:

@@ -15,6 +15,7 @@ from rollstream.schemas.events import (
     SCHEMA_VERSION,
     ActionGenerated,
     DeadLetter,
+    EvalReported,
     GroupAdvantaged,
     GroupFate,
     PromptIssued,
@@ -27,7 +28,7 @@ from rollstream.testing import make_action, make_prompt, make_reward
 pytestmark = pytest.mark.unit
 
 EVENTS = [PromptIssued, ActionGenerated, RewardScored, GroupAdvantaged, GroupFate, WeightsPublished, SandboxAudit,
-          DeadLetter]
+          DeadLetter, EvalReported]
 
 _texts = st.text(max_size=40)
 _ids = st.text(min_size=1, max_size=20)
@@ -110,6 +111,17 @@ STRATEGIES = {
     WeightsPublished: st.fixed_dictionaries({
         "version": st.integers(0, 10**9), "step": st.integers(0, 10**9), "manifest_key": _texts,
         "checksum": _texts, "num_bytes": st.integers(0, 2**40), "dtype": _texts, "published_at": _stamp,
+    }),
+    EvalReported: st.fixed_dictionaries({
+        "version": st.integers(0, 10**9), "step": st.integers(0, 10**9), "scope": st.sampled_from(["live", "final"]),
+        "status": st.sampled_from(["evaluated", "skipped"]), "reason": _texts,
+        "families": st.lists(st.fixed_dictionaries({
+            "family": _texts, "tasks": st.integers(0, 10**4), "samples": st.integers(0, 10**5),
+            "pass_at": st.dictionaries(st.sampled_from(["1", "2", "5"]), st.floats(0, 1)),
+            "mean_reward": _finite, "with_code": st.one_of(st.none(), st.floats(0, 1)),
+            "ci_low": st.one_of(st.none(), st.floats(0, 1)), "forgetting": st.booleans()}), max_size=3),
+        "samples": st.integers(0, 10**6), "turns": st.integers(1, 8), "seed": st.integers(-2**31, 2**31),
+        "task_digest": _texts, "heldout_digest": _texts, "duration_s": st.floats(0, 1e5), "reported_at": _stamp,
     }),
     SandboxAudit: st.fixed_dictionaries({
         "sandbox_id": _texts, "container_id": _texts, "rollout_id": _texts, "code_sha256": _texts,

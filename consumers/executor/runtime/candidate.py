@@ -459,6 +459,9 @@ def _apply_env(env, shared):
                 random.setstate(value)
             except BaseException:
                 continue
+            _SEEDED.clear()
+            if not getattr(random.seed, "_noted", False):
+                random.seed = _noting_seed(random.seed)
             extras = extras or []
             extras.append(random)
             continue
@@ -503,7 +506,7 @@ def _apply_env(env, shared):
         if logged:
             back += ["logs", logged]
         if extras:
-            back += ["random", extras[0].getstate()]
+            back += ["random", [extras[0].getstate(), _SEEDED[-1] if _SEEDED else None]]
         if caught is not None:
             caught.__exit__(None, None, None)
             back += ["warnings", [[w.message if isinstance(w.message, Warning) else w.category(str(w.message)),
@@ -515,6 +518,16 @@ def _apply_env(env, shared):
 
 
 _MISSING = object()
+_SEEDED = []  # the last seed the completion gave random.seed during this call (the judge checks the state against it)
+
+
+def _noting_seed(seed):
+    def noting(a=None, version=2):
+        _SEEDED[:] = [[a, version] if type(a) in (int, str, bytes, float) else None]
+        return seed(a, version)
+
+    noting._noted = True
+    return noting
 
 
 def _capture_logs(levels, undo):

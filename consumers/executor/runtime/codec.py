@@ -57,6 +57,28 @@ INTS = frozenset({int, bool})
 BIG = 1 << JSON_INT_BITS
 
 
+# Modules neither side imports for the other, whoever asks (work on import, or a __main__).
+NEVER_IMPORT = frozenset({"antigravity", "this", "__hello__", "__phello__", "idlelib", "turtledemo",
+                          "tkinter", "turtle", "ensurepip", "venv", "pydoc", "webbrowser"})
+
+
+def resolve_std_importing(module, qualname):
+    """:func:`resolve_std`, importing the standard-library module first when this side has not
+    (the other side's ``HTTPStatus.OK`` when only it imported ``http``); never a module of
+    ``NEVER_IMPORT`` or a ``__main__``."""
+    found = resolve_std(module, qualname)
+    if found is not None or type(module) is not str:
+        return found
+    top = module.partition(".")[0]
+    if top not in sys.stdlib_module_names or top in NEVER_IMPORT or "__main__" in module.split("."):
+        return None
+    try:
+        __import__(module)
+    except BaseException:
+        return None
+    return resolve_std(module, qualname)
+
+
 class NotTransferable(Exception):
     """A value that cannot cross (too large, a cycle through a tuple): the call fails, honestly."""
 
@@ -774,7 +796,7 @@ class Decoder:
             if tag == "ty" and type(x) is str and x in BUILTIN_TYPES:
                 return BUILTIN_TYPES[x]
             if tag == "en" and type(x) is list and len(x) == 3:
-                cls = resolve_std(x[0], x[1])
+                cls = resolve_std_importing(x[0], x[1])
                 enum = sys.modules.get("enum")
                 if enum is None or not (isinstance(cls, type) and issubclass(cls, enum.Enum)) or type(x[2]) is not str:
                     raise ProtocolError("a member of an enum this side does not know")

@@ -30,6 +30,7 @@ of the setup's own instances), use a mock's own API (``assert_*``, ``reset_mock`
 internal stop raised by the completion fail the test instead of skipping it.
 """
 
+import _thread
 import sys
 import types
 
@@ -86,7 +87,8 @@ class Rules:
       whole test); a completion that makes the tests skip more fails those;
     * ``returns_objects``: (strict) the task declares that its entry points return objects;
     * ``delegated``: the points where the reference's run had the candidate evaluate code from
-      data (``eval`` of a string that is not a literal, a pickle of the completion's classes).
+      data (``eval`` of a string that is not a literal, a pickle of the completion's classes);
+    * ``suppressed``: the points where the reference's ``__exit__`` swallowed an exception.
     """
 
     def __init__(self, spec=None):
@@ -99,8 +101,8 @@ class Rules:
         skips = spec.get("skips")
         self.skips = {k: v for k, v in skips.items() if type(v) is int} if type(skips) is dict else {}
         self.returns_objects = bool(spec.get("returns_objects", False))
-        delegated = spec.get("delegated", ())
-        self.delegated = frozenset(p for p in delegated if type(p) is str) if type(delegated) is list else frozenset()
+        self.delegated = _points(spec.get("delegated"))
+        self.suppressed = _points(spec.get("suppressed"))
 
     @property
     def record(self):
@@ -109,6 +111,10 @@ class Rules:
     @property
     def strict(self):
         return self.mode == "strict"
+
+
+def _points(listed):
+    return frozenset(p for p in listed if type(p) is str) if type(listed) is list else frozenset()
 
 
 class Refused:
@@ -264,11 +270,13 @@ class Judge:
         self.channel = Channel(read_fd, write_fd, self.table, CANDIDATE_PARITY, self.encode_other,
                                self.decode_other, serve=self.serve, random_ids=True)
         self.channel.on_receive = self.printed
+        self.lock = _thread.RLock()
         self.rules = rules if isinstance(rules, Rules) else Rules(rules)
         self.hashes = {}  # ref -> the candidate's hash of a handle (None: unhashable)
         self.texts = {}  # ref -> str() of a candidate exception
         self.paths = {}  # ref -> how the tests reached the object ("f()", "Stack().pop()")
         self.points = {}  # ref -> the point a container of the candidate's arrived at
+        self.arrivals = {}  # ref -> every (point, path) a container of the candidate's arrived at itself
         self.methods = {}  # mirror class -> names of its methods (no request until called)
         self.modules = {}  # ref -> the name of a module the candidate holds
         self.std_objects = {}  # ref -> (module, qualname) of a standard-library object the candidate holds
@@ -277,6 +285,7 @@ class Judge:
         self.bound = {}  # (record) name -> how the reference bound it
         self.skips = {}  # (record) test index -> unittest tests it skipped (-1: the whole test)
         self.delegated = set()  # (record) points where the tests' code from data ran in the candidate
+        self.suppressed = set()  # (record) points where the completion's __exit__ swallowed an exception
         self.tainted = set()  # refs of completion objects that arrived where they may not
         self.test = "-"  # the current test's index, as points name it
         self.stack = []  # (point, path) of the requests waiting for an answer
@@ -285,6 +294,7 @@ class Judge:
         self.tamper = None  # (kind, detail) of the first attack seen
         self.failed = None  # why a call of the current test failed
         self.candidate_errors = set()  # ids of exceptions raised on the candidate's behalf
+        self.kept_errors = []  # ... kept alive for the job, so that no other object takes their ids
         self.env = None  # the overrides for the candidate (Guards)
         self.extras = None  # what the candidate's replies carry besides the answer (Guards)
 
@@ -300,6 +310,10 @@ class Judge:
     # ------------------------------------------------------------ requests to the candidate
 
     def ask(self, op, target, rest=(), suffix="", env=True, iterating=False, constructing=False):
+        with self.lock:  # the tests' threads may all use the completion's objects: one request at a time
+            return self._ask(op, target, rest, suffix, env, iterating, constructing)
+
+    def _ask(self, op, target, rest, suffix, env, iterating, constructing):
         if self.gone is not None:
             self.fail(self.gone)
         if target is not None:
@@ -344,8 +358,8 @@ class Judge:
                 self.fail(self.gone)
         if status == "ok" and len(values) == 1:
             value = values[0]
-            self.check(value, point, path, constructed=constructed, receiver=receiver)
-            return value
+            refused = self.check(value, point, path, constructed=constructed, receiver=receiver, lazy=True)
+            return value if refused is None else refused
         if status == "m":
             return _METHOD
         if status == "exc" and len(values) == 1 and isinstance(values[0], BaseException):
@@ -364,7 +378,7 @@ class Judge:
                 wrapped.__cause__ = error
                 error = wrapped
             self.candidate_errors.add(id(error))
-            self._keep = error  # the id stays this error's while it is raised
+            self.kept_errors.append(error)  # the id stays this error's for the whole job
             raise error
         if status == "fail" and len(values) == 1 and type(values[0]) is str:
             if values[0].startswith("too_large"):
@@ -376,8 +390,11 @@ class Judge:
 
     # ------------------------------------------------------------ the one rule
 
-    def check(self, value, point, path, *, exception=False, constructed=None, receiver=None):
-        """``value`` arrived at ``point``: completion objects in it only where the rules let them."""
+    def check(self, value, point, path, *, exception=False, constructed=None, receiver=None, lazy=False):
+        """``value`` arrived at ``point``: completion objects in it only where the rules let them.
+        ``lazy``: a value that is itself the one object refused is answered as :class:`Refused`,
+        which fails the test when the test uses it (a fluent ``return self`` the test ignores is no
+        failure); returned, for the caller to hand over instead."""
         t = type(value)
         if t in SIMPLE or t is bytes:
             if self.rules.record:
@@ -398,7 +415,10 @@ class Judge:
                        "must give plain data unless it declares returns_objects)")
             else:
                 why = f"type_mismatch: {path} gave a completion object where the task's reference gives plain data"
+            if lazy and len(found) == 1 and found[0] is value:
+                return Refused(why)  # (not tainted: where the tests hold it otherwise, it came there rightly)
             self.refuse(found, why)
+        return None
 
     def check_changes(self, changed, point, path):
         """Containers the candidate sent again (written back in place): checked again, at the
@@ -410,8 +430,11 @@ class Judge:
             container = objects.get(ref)
             if ref % 2 == JUDGE_PARITY:  # the tests' own container: what was written into it arrived now
                 self.check(container, point, path)
-            else:
-                self.check(container, self.points.get(ref, point), self.paths.get(ref, path))
+                continue
+            # a container of the candidate's: at every point it arrived at (the tests may hold it from each)
+            for where, how in sorted(self.arrivals.get(ref, ())) or [(self.points.get(ref, point),
+                                                                          self.paths.get(ref, path))]:
+                self.check(container, where, how)
 
     def delegating(self, what):
         """The tests are about to have the candidate run code from data (``what``: eval, exec,
@@ -474,6 +497,8 @@ class Judge:
             if ref is not None:
                 paths.setdefault(ref, path if root else nested)
                 points.setdefault(ref, point)
+                if root and ref % 2 != JUDGE_PARITY and point:
+                    self.arrivals.setdefault(ref, set()).add((point, path))
             if _is_object(x, t):
                 found.append(x)
                 if steps is not None:
@@ -518,8 +543,10 @@ class Judge:
         if name == "next" or name == "anext":
             return self.ask("op", target, [name, *args], "[*]", iterating=True)
         result = self.ask("op", target, [name, *args], f"#{name}")
-        if name == "exit" and result and len(args) > 1 and not self.may_suppress(args[1]):
-            return False
+        if name == "exit" and result and len(args) > 1 and args[1] is not None:
+            where = f"{self.test}|{self.paths.get(self.table.refs.get(id(target)), '?')}#exit"
+            if not self.may_suppress(args[1], where):
+                return False
         if self.rules.strict and name in BINARY and not self.rules.record:
             other = args[0] if args else None
             if not self.handles_in(other, "", "") and not self.handles_in(result, "", ""):
@@ -528,18 +555,27 @@ class Judge:
                               "tests' values)")
         return result
 
-    def may_suppress(self, error):
-        """Whether a completion's ``__exit__`` may swallow ``error``: not the tests' own assertion
-        or a skip or stop of the test framework (a test that did not run to its end never passes);
-        any exception the completion raised itself, or the tests raise otherwise."""
-        if error is None or id(error) in self.candidate_errors:
-            return True
+    def may_suppress(self, error, point):
+        """Whether a completion's ``__exit__`` may swallow ``error`` at ``point``: never the tests'
+        assertion or a skip or stop of the test framework (a test that did not run to its end never
+        passes); otherwise where the task's reference swallowed one too, or (no reference) an
+        exception the completion raised itself."""
         control = _control_classes()
-        if isinstance(error, AssertionError) or (control and isinstance(error, control)):
-            self.failed = self.failed or (f"the completion's __exit__ swallowed the tests' {type(error).__name__}: a "
-                                          "test that did not run to its end never passes")
-            return False
-        return True
+        own = id(error) in self.candidate_errors
+        if (isinstance(error, AssertionError) and not own) or (control and isinstance(error, control)):
+            allowed = False
+        elif self.rules.record:
+            self.suppressed.add(point)
+            allowed = True
+        elif self.rules.mode == "reference":
+            allowed = point in self.rules.suppressed
+        else:
+            allowed = own
+        if not allowed:
+            self.failed = self.failed or (f"the completion's __exit__ swallowed {type(error).__name__} where the "
+                                          "task's reference lets it through: a test that did not run to its end "
+                                          "never passes")
+        return allowed
 
     def attribute(self, target, name):
         cls = target if type(target) is MirrorMeta else type(target)
@@ -641,7 +677,8 @@ class Judge:
             return None
         if owner is not None and isinstance(owner, mock) and target.__func__.__name__ in api:
             return f"calls the mock's own {target.__func__.__name__}"
-        if (isinstance(target, mock) or _autospec(target, mock)) and op in ("get", "callm") and rest[0] in api:
+        function = target.__func__ if isinstance(target, types.MethodType) else target
+        if (isinstance(target, mock) or _autospec(function, mock)) and op in ("get", "callm") and rest[0] in api:
             return f"uses the mock's own {rest[0]!r}"
         return None
 

@@ -14,9 +14,11 @@ module, unit-tested there). ``judge.py`` installs and uses it.
   docstring, annotations of the completion's functions evaluated by ``typing``/``inspect``,
   ``runpy``/``importlib`` on files in ``/work``, ``logging.config``'s ``eval``.
 * **Expressions from data** (:func:`plain_eval`): a string the tests ``eval``/``exec`` that is
-  only constants, containers and operators on them (``'12*34'``, ``"{'a': [1, 2]}"``,
-  ``'x = 5'``) is evaluated here by walking its syntax tree (no code object, no names, calls or
-  attributes); only other strings go to the candidate's process (``Guards.delegate``).
+  only constants, containers, operators on them and calls of pure functions (``'12*34'``,
+  ``"{'a': [1, 2]}"``, ``'max(3, 4) - abs(-2)'``, ``'math.sqrt(2)'``, ``'set([1, 2])'``, ``'x = 5'``)
+  is evaluated here by walking its syntax tree (no code object; only the builtins and the modules
+  of ``PURE_BUILTINS``/``PURE_MODULES``, never a name of the tests or of the completion); only
+  other strings go to the candidate's process (``Guards.delegate``).
 * **Pickles and marshal data** (:func:`plain_unpickle`, :func:`plain_unmarshal`): loaded here
   with only plain-data classes (the builtins' containers and values, the standard library's value
   types, the classes the tests define); a pickle naming anything else goes to the candidate, and
@@ -66,8 +68,8 @@ class ExecGuard:
             return True
         module = frame.f_globals.get("__name__")
         function = frame.f_code.co_name
-        if module in IMPORT_SYSTEM:  # a module of the standard library (never one in /work)
-            filename = getattr(code, "co_filename", "")
+        if module in IMPORT_SYSTEM:  # a module of the standard library (never one in /work), by the path
+            filename = getattr(code, "co_filename", "")  # as given: a link in /work is no stdlib path
             return type(filename) is str and (filename.startswith("<frozen ") or self.stdlib_inside(filename))
         if (module, function) in TEMPLATES:
             return True
@@ -75,8 +77,64 @@ class ExecGuard:
         if module == "typing" and function == "_evaluate":  # the tests' own annotations only
             return guards.trusted(getattr(local.get("self"), "__forward_arg__", None))
         if module == "timeit" and function == "__init__":  # timeit of the tests' own statement
-            return all(callable(local.get(k)) or guards.trusted(local.get(k)) for k in ("stmt", "setup"))
+            return all(callable(local.get(k)) or local.get(k) == "pass" or guards.trusted(local.get(k))
+                       or guards.trusted_text(local.get(k), indent=8) for k in ("stmt", "setup"))
         return False
+
+
+def guard_logging_config(module, allowed):
+    """``logging.config``'s dictionaries name callables by dotted path (``'()'`` factories,
+    ``ext://`` values, handler classes) and call or set what they name: from data the completion
+    made, that would call anything in the judge. Names are resolved only to what ``allowed(obj)``
+    accepts (logging's own classes, the standard streams, the tests' own classes and functions),
+    never through a private name."""
+    base = module.BaseConfigurator
+    if getattr(base.resolve, "_guarded", False):
+        return
+    resolve = base.resolve
+
+    def guarded(self, name):
+        if type(name) is not str or any(part.startswith("_") for part in name.split(".")):
+            raise ValueError(f"Cannot resolve {str(name)[:200]!r}: the judge resolves no private names")
+        found = resolve(self, name)
+        if not allowed(found):
+            raise ValueError(f"Cannot resolve {name[:200]!r} here: a logging configuration names logging's own "
+                             "classes, the standard streams and the tests' own classes (the judge calls nothing "
+                             "else from data)")
+        return found
+
+    guarded._guarded = True
+    base.resolve = guarded
+
+
+MAX_TWISTS = 256  # ~160k 32-bit draws: a call draws fewer between the tests' own draws
+
+
+def random_continues(random, before, after, seeded=None):
+    """Whether the generator state ``after`` the candidate sends back is one the tests' shared
+    generator reaches by drawing from ``before``, or from ``random.seed(*seeded)`` (the completion
+    seeded it itself): never a state the completion made up (an all-zero one makes every later
+    draw of the tests the same)."""
+    if after == before:
+        return True
+    starts = [before]
+    if type(seeded) is list and len(seeded) == 2 and type(seeded[0]) in (int, str, bytes, float) \
+            and seeded[1] in (1, 2):
+        probe = random.Random()
+        probe.seed(*seeded)
+        starts.append(probe.getstate())
+    target = after[1][:624] if type(after) is tuple and len(after) == 3 and type(after[1]) is tuple else None
+    if target is None:
+        return False
+    for start in starts:
+        probe = random.Random()
+        probe.setstate(start)
+        for _ in range(MAX_TWISTS):
+            state = probe.getstate()[1]
+            if state[:624] == target and state[624] <= after[1][624]:
+                return True
+            probe.getrandbits(32 * max(1, 624 - state[624]) + 32)
+    return False
 
 
 # ---------------------------------------------------------------- expressions from data
@@ -91,6 +149,29 @@ _COMPARE = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, as
             ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b}
 _NOT_PLAIN = object()
 MAX_NODES = 100_000
+# What an expression from data may call in the judge: functions of the builtins and of these modules
+# that only compute values from their arguments, and the public methods of plain values.
+PURE_BUILTINS = frozenset({
+    "abs", "min", "max", "sum", "len", "round", "pow", "divmod", "int", "float", "complex", "str", "bool", "bytes",
+    "sorted", "list", "tuple", "set", "frozenset", "dict", "all", "any", "chr", "ord", "hex", "oct", "bin", "range",
+    "repr", "format", "reversed", "enumerate", "zip", "map", "filter", "slice"})
+PURE_MODULES = {  # module -> its names an expression may use (None: every public one)
+    "math": None, "cmath": None,
+    "statistics": frozenset({"mean", "fmean", "geometric_mean", "harmonic_mean", "median", "median_low",
+                             "median_high", "mode", "multimode", "pstdev", "pvariance", "stdev", "variance",
+                             "quantiles"}),
+    "operator": frozenset({"add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "neg", "pos", "abs", "eq",
+                           "ne", "lt", "le", "gt", "ge", "and_", "or_", "xor", "not_", "invert", "lshift",
+                           "rshift", "concat", "contains", "getitem", "itemgetter", "index", "truth"}),
+    "fractions": frozenset({"Fraction"}), "decimal": frozenset({"Decimal"}),
+    "string": frozenset({"ascii_letters", "ascii_lowercase", "ascii_uppercase", "digits", "hexdigits",
+                         "octdigits", "punctuation", "printable", "whitespace", "capwords"}),
+    "itertools": frozenset({"accumulate", "chain", "combinations", "combinations_with_replacement", "compress",
+                            "count", "cycle", "dropwhile", "groupby", "islice", "pairwise", "permutations",
+                            "product", "repeat", "starmap", "takewhile", "zip_longest"}),
+    "functools": frozenset({"reduce"}),
+}
+PLAIN_TYPES = (str, bytes, int, float, complex, bool, tuple, list, dict, set, frozenset, range, type(None))
 
 
 def plain_eval(source, mode):
@@ -189,7 +270,47 @@ def _value(node):
     if kind is ast.Slice:
         parts = [None if p is None else _value(p) for p in (node.lower, node.upper, node.step)]
         return _NOT_PLAIN if any(p is _NOT_PLAIN for p in parts) else slice(*parts)
+    if kind is ast.Name:
+        import builtins
+
+        return getattr(builtins, node.id) if node.id in PURE_BUILTINS else _NOT_PLAIN
+    if kind is ast.Attribute:
+        return _pure_attribute(node)
+    if kind is ast.Call:
+        return _pure_call(node)
     return _NOT_PLAIN
+
+
+def _pure_attribute(node):
+    """``math.pi``, ``math.sqrt``, ``'a'.upper``: a public name of a pure module or of a plain value."""
+    if node.attr.startswith("_"):
+        return _NOT_PLAIN
+    owner = node.value
+    if type(owner) is ast.Name and owner.id in PURE_MODULES:
+        names = PURE_MODULES[owner.id]
+        if names is not None and node.attr not in names:
+            return _NOT_PLAIN  # (operator.attrgetter, string.Formatter would reach any attribute)
+        module = sys.modules.get(owner.id) or __import__(owner.id)
+        found = getattr(module, node.attr, _NOT_PLAIN)
+        return _NOT_PLAIN if type(found) is types.ModuleType else found
+    value = _value(owner)
+    if value is _NOT_PLAIN or not isinstance(value, PLAIN_TYPES):
+        return _NOT_PLAIN
+    return getattr(value, node.attr, _NOT_PLAIN)
+
+
+def _pure_call(node):
+    """A call of a pure function (or a plain value's method) with plain arguments."""
+    function = _value(node.func)
+    if function is _NOT_PLAIN or not callable(function):
+        return _NOT_PLAIN
+    if any(type(a) is ast.Starred for a in node.args) or any(k.arg is None for k in node.keywords):
+        return _NOT_PLAIN
+    args = [_value(a) for a in node.args]
+    kwargs = {k.arg: _value(k.value) for k in node.keywords}
+    if any(a is _NOT_PLAIN for a in args) or any(v is _NOT_PLAIN for v in kwargs.values()):
+        return _NOT_PLAIN
+    return function(*args, **kwargs)
 
 
 # ---------------------------------------------------------------- pickles and marshal data
@@ -223,8 +344,15 @@ def plain_unpickle(data, tests_module, real_unpickler, kwargs):
             module = _compat_pickle.IMPORT_MAPPING.get(module, module)
             if (module, name) in PLAIN_CLASSES:
                 return super().find_class(module, name)
-            if module == tests_module.__name__ and isinstance(vars(tests_module).get(name), type):
-                return vars(tests_module)[name]
+            if module.partition(".")[0] in sys.stdlib_module_names and not name.startswith("_") \
+                    and "__main__" not in module.split("."):
+                enum = sys.modules.get("enum")
+                found = super().find_class(module, name)
+                if enum is not None and isinstance(found, type) and issubclass(found, enum.Enum):
+                    return found  # a standard-library enum (HTTPStatus): its members are values
+            found = vars(tests_module).get(name)
+            if module == tests_module.__name__ and isinstance(found, type) and found.__module__ == module:
+                return found  # a class the tests define (not one they imported: MagicMock)
             raise NotPlain(f"{module}.{name}")
 
     return Plain(io.BytesIO(bytes(data)), **kwargs).load()

@@ -42,6 +42,7 @@ from operator import is_not
 if __name__ != "__main__":  # on the host; in the sandbox these names come from the files above
     from rollstream.consumers.executor.runtime.channel import LinkDown
     from rollstream.consumers.executor.runtime.codec import (
+        NEVER_IMPORT,
         ProtocolError,
         _text,
         environ_text,
@@ -53,12 +54,14 @@ if __name__ != "__main__":  # on the host; in the sandbox these names come from 
     from rollstream.consumers.executor.runtime.fromdata import (
         ExecGuard,
         NotPlain,
+        guard_logging_config,
         plain_eval,
         plain_unmarshal,
         plain_unpickle,
+        random_continues,
     )
     from rollstream.consumers.executor.runtime.proxies import (
-        NEVER_IMPORT,
+        MirrorMeta,
         RemoteBase,
         _NeedsCandidate,
         _State,
@@ -166,8 +169,8 @@ def _binding(judge, name, value, kind, module, entry_point, preimported):
         objects = judge.handles_in(value, name, name)
         if kind == "p" and objects:
             return Refused(f"type_mismatch: {name} is a completion object where the task's reference binds plain data")
-        if kind == "o" and not objects and (isinstance(value, type) or callable(value)):
-            return Refused(f"type_mismatch: {name} is a standard-library class or function where the task's "
+        if kind == "o" and not objects:
+            return Refused(f"type_mismatch: {name} is plain data or a standard-library object where the task's "
                            "reference binds an object of its own")
     return value
 
@@ -236,6 +239,14 @@ class Guards:
     def own_code(self, code):
         return id(code) in self.codes
 
+    def trusted_text(self, text, indent=0):
+        """Whether ``text`` is one of the tests' literals, as it is or indented by ``indent`` after
+        each line break (timeit's reindent of a multi-line statement)."""
+        if type(text) is not str:
+            return False
+        pad = "\n" + " " * indent
+        return any(type(c) is str and (c == text or c.replace("\n", pad) == text) for c in self.keep)
+
     def delegate(self, mode, source, globals_, locals_, frame):
         """An ``eval``/``exec`` of a string the tests did not write, and that is not plain data
         (fromdata.plain_eval): run in the candidate's process, with the tests' namespace but never
@@ -249,12 +260,15 @@ class Guards:
                        if type(v) is types.ModuleType and v.__name__.partition(".")[0] in sys.stdlib_module_names}
             return self.judge.ask("eval", None, [mode, source, None, locals_, modules])
         sent = {k: v for k, v in globals_.items() if k != "__builtins__"}
+        before = dict(sent)
         try:
             return self.judge.ask("eval", None, [mode, source, sent, sent if locals_ is globals_ else locals_, None])
-        finally:
-            for name in [k for k in globals_ if k != "__builtins__" and k not in sent]:
-                del globals_[name]
-            globals_.update({k: v for k, v in sent.items() if k != "__builtins__"})
+        finally:  # new names come back; the tests' own names are never rebound or deleted by it
+            changed = [k for k, v in before.items() if sent.get(k, _UNBOUND) is not v]
+            globals_.update({k: v for k, v in sent.items() if k not in before and k != "__builtins__"})
+            if changed:
+                self.judge.mismatch(f"type_mismatch: code the completion made rebinds the tests' own "
+                                    f"{', '.join(sorted(changed)[:5])}")
 
     def loads(self, kind, data, real, kwargs):
         """Pickle or marshal data: the judge's own bytes as they are; any other loaded here as plain
@@ -346,8 +360,12 @@ class Guards:
         for index in range(0, len(values), 2):
             kind, value = values[index], values[index + 1]
             if kind == "random" and self.random_shared:
+                if type(value) is not list or len(value) != 2:
+                    raise ProtocolError("a malformed random state")
+                random = sys.modules["random"]
                 try:
-                    sys.modules["random"].setstate(value)
+                    if random_continues(random, random.getstate(), value[0], value[1]):
+                        random.setstate(value[0])
                 except (TypeError, ValueError, OverflowError):
                     raise ProtocolError("a malformed random state") from None
             elif kind == "logs" and type(value) is list and "logging" in sys.modules:
@@ -365,17 +383,18 @@ class Guards:
                         self.judge.failed = self.judge.failed or why
                         continue
                     self.judge.candidate_errors.add(id(message))
-                    self.keep.append(message)
+                    self.judge.kept_errors.append(message)
                     warnings.warn_explicit(message, type(message), filename, line, module="solution",
                                            registry=self.warning_registry)
 
     def unwarnable(self, message):
         """Why a warning the completion issued may not be issued again here: a class of its own that
         is also a skip, a stop or an exit, or completion objects in its arguments."""
-        stops = (SystemExit, KeyboardInterrupt, GeneratorExit) + _control_classes()
-        if isinstance(message, stops):
-            return (f"the completion's warning {type(message).__name__} is also a skip, stop or exit: a test the "
-                    "completion skipped or stopped never passes")
+        mro = type(message).__mro__
+        if not all(base in (object, BaseException, Exception) or issubclass(base, Warning)
+                   or type(base) is MirrorMeta for base in mro) or isinstance(message, _control_classes() or ()):
+            return (f"the completion's warning {type(message).__name__} is also another exception (a skip, a stop, "
+                    "StopIteration, an exit...): a test the completion skipped or stopped never passes")
         if self.judge.handles_in(list(message.args), f"{self.judge.test}|<warning>", "<warning>"):
             return "type_mismatch: a warning of the completion's carries objects of its own"
         return None
@@ -514,7 +533,9 @@ def install_guards(out_fds=(1, 2)):
     stdlib = _stdlib_dirs()
     sys.meta_path.insert(0, ImportGuard(stdlib))
     sys.addaudithook(ExecGuard(lambda: Guards.current, (_tests_eval.__code__, _tests_exec.__code__),
-                               lambda path: _inside(path, stdlib)))
+                               lambda path: _inside(os.path.normpath(path), stdlib, resolve=False)))
+    if "logging.config" in sys.modules:
+        guard_logging_config(sys.modules["logging.config"], _logging_may_name)
     import marshal
     import pickle
 
@@ -705,14 +726,24 @@ class ImportGuard:
             raise ImportError(f"the judge imports from the standard library only, not {origin or name}")
         if name == "unittest.mock":
             spec.loader = _AfterImport(spec.loader, _wrap_mock)
+        elif name == "logging.config":
+            spec.loader = _AfterImport(spec.loader, lambda module: guard_logging_config(module, _logging_may_name))
         elif name == "asyncio.runners":
             spec.loader = _AfterImport(spec.loader, _wrap_asyncio)
         return spec
 
 
-def _inside(path, allowed):
-    real = os.path.realpath(path)
+def _inside(path, allowed, resolve=True):
+    real = os.path.realpath(path) if resolve else path
     return any(real == a or real.startswith(a + os.sep) for a in allowed)
+
+
+def _logging_may_name(found):
+    """What a logging configuration may name in the judge (fromdata.guard_logging_config)."""
+    if found is sys.stdout or found is sys.stderr or found is sys.stdin or isinstance(found, RemoteBase):
+        return True
+    module = getattr(found, "__module__", None) if isinstance(found, (type, types.FunctionType)) else None
+    return type(module) is str and (module == TEST_MODULE or module.partition(".")[0] in ("logging", "io"))
 
 
 def _stdlib_dirs():
@@ -944,7 +975,7 @@ def finish(judge, report, tests=(), start=None, gone_reported=False):
         report({"e": "paths", "objects": sorted(judge.recorded_steps)[:4096],
                 "names": sorted(f"{name}:{kind}" for name, kind in judge.bound.items()),
                 "skips": sorted(f"{index}:{count}" for index, count in judge.skips.items()),
-                "delegated": sorted(judge.delegated)[:4096]})
+                "delegated": sorted(judge.delegated)[:4096], "suppressed": sorted(judge.suppressed)[:4096]})
     report({"e": "done"})
     return 0
 

@@ -38,9 +38,6 @@ STD_VALUE_CLASSES = frozenset({
     ("datetime", "datetime"), ("datetime", "date"), ("datetime", "time"), ("datetime", "timedelta"),
     ("datetime", "timezone"),
 })
-# Modules the judge never imports, whoever asks (work on import, or a __main__).
-NEVER_IMPORT = frozenset({"antigravity", "this", "__hello__", "__phello__", "idlelib", "turtledemo",
-                          "tkinter", "turtle", "ensurepip", "venv", "pydoc", "webbrowser"})
 
 
 class FailedCall(BaseException):

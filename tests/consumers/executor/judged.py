@@ -90,7 +90,7 @@ def recorded_rules(events: list[dict]) -> dict:
     return {"mode": "reference", "objects": paths["objects"],
             "names": dict(n.split(":", 1) for n in paths["names"]),
             "skips": {i: int(n) for i, n in (s.split(":") for s in paths["skips"])},
-            "delegated": paths.get("delegated", [])}
+            "delegated": paths.get("delegated", []), "suppressed": paths.get("suppressed", [])}
 
 
 def judged_against(reference: str, code: str, tests: list[str], **kwargs) -> tuple[list[dict], int]:
