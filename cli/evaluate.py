@@ -71,6 +71,7 @@ def select_tasks(config: Config) -> list[Any]:
         if not held_out:
             raise ValueError("eval.split needs sampler.holdout_fraction > 0 (the split the run trained with)")
         tasks = held_out if options.split == "heldout" else trained
+        check_split(options, held_out)
     if options.families:
         tasks = [t for t in tasks if t.family in options.families]
     if options.task_ids:
@@ -84,6 +85,37 @@ def select_tasks(config: Config) -> list[Any]:
                 kept.append(t)
         tasks = kept
     return tasks
+
+
+def check_split(options: EvalConfig, held_out: Sequence[Any]) -> None:
+    """With ``--run`` (``eval.heldout_digest``): the held-out split must be the one that run trained
+    around, or nothing is reported."""
+    if not options.heldout_digest:
+        return
+    from rollstream.errors import ConfigError
+    from rollstream.evaluator.report import task_digest
+
+    found = task_digest(t.task_id for t in held_out)
+    if found != options.heldout_digest:
+        raise ConfigError(f"the held-out split here ({found}) is not the one the run trained around "
+                          f"({options.heldout_digest}): the sources or sampler.holdout_fraction/holdout_seed "
+                          "differ from the run's (run.json records them); nothing is reported")
+
+
+def run_heldout_digest(config: Config, run: str) -> str:
+    """The held-out digest ``run.json`` of run ``run`` (an id under the state directory, or a run
+    directory) recorded."""
+    from rollstream.errors import ConfigError
+
+    path = Path(run) if Path(run).is_dir() else Path(config.infra.state_dir) / "runs" / run
+    try:
+        digest = json.loads((path / "run.json").read_text()).get("heldout_digest")
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"--run {run}: cannot read {path / 'run.json'}: {exc}") from exc
+    if not digest:
+        raise ConfigError(f"--run {run}: its run.json records no held-out split (a run before this check, or "
+                          "one without sampler.holdout_fraction)")
+    return str(digest)
 
 
 async def run(config: Config) -> dict[str, Any]:
@@ -225,6 +257,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=int, help="torch threads (0 = torch default)")
     parser.add_argument("--json", dest="json_out", help="write the report as JSON here")
     parser.add_argument("--completions", dest="completions_out", help="write every completion and verdict (JSONL)")
+    parser.add_argument("--run", dest="run", help="with --split heldout: the run (an id under the state "
+                                                  "directory, or its directory) whose held-out split this must be")
     parser.add_argument("--resume", action="store_true", default=None,
                         help="keep the samples already in --completions and generate only the missing ones")
 

@@ -30,6 +30,7 @@ STAGES: dict[str, tuple[str, str]] = {
     "stream": ("rollstream.streams.advantages", "gather each group's rewards and compute advantages (Faust)"),
     "learner": ("rollstream.learner.train", "train the policy on advantages and broadcast weights"),
     "archiver": ("rollstream.consumers.archiver.stage", "sink every topic of a run into the run archive (Parquet)"),
+    "evaluator": ("rollstream.evaluator.stage", "held-out pass@k of the policy versions a run publishes (evals)"),
 }
 
 
@@ -59,6 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--learner-ranks", type=int, default=1, metavar="N",
                    help="learner ranks (torchrun; learner.parallel, fsdp unless set); default 1")
     p.add_argument("--keep-infra", action="store_true", help="leave the local broker/Redis running afterwards")
+    p.add_argument("--eval-every", type=int, default=None, metavar="N",
+                   help="start the evaluator: held-out pass@1 per family of every N-th policy version and of "
+                        "the last (eval.every_versions; on the evals topic, the status line and the plot)")
     p.add_argument("--placement", choices=["split", "none"], default="split",
                    help="split (default): the learner and the generator get disjoint CPU cores when both run "
                         "torch on this CPU (rollstream/cpus.py); none: the kernel places them")
@@ -201,6 +205,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             overrides += eval_overrides(args)  # the flags are short for --set eval.KEY=VALUE
         config = load_config(args.config, overrides, profile=profile)
+        if args.command == "eval" and getattr(args, "run", None):
+            from rollstream.cli.evaluate import run_heldout_digest
+
+            config = load_config(args.config, [*overrides, f"eval.heldout_digest={run_heldout_digest(config, args.run)}"],
+                                 profile=profile)
         if args.command == "learner":
             launch_ranks(args, config, list(sys.argv[1:] if argv is None else argv))  # returns with one rank
         return dispatch(args, config)

@@ -56,8 +56,10 @@ def run_pipeline(config: Config, args: argparse.Namespace) -> int:
     base = Path(config.infra.state_dir).resolve()
     run_dir = base / "runs" / run_id
     profile = str(profile_path(args.profile or PROFILE))
+    every = getattr(args, "eval_every", None)
     overrides = [
         *args.overrides,
+        *([f"eval.every_versions={every}"] if every is not None else []),
         f"learner.max_steps={args.max_steps}",
         f"infra.state_dir={base}",
         f"infra.topic_prefix={config.infra.topic_prefix}{run_id}.",
@@ -95,7 +97,10 @@ def run_pipeline(config: Config, args: argparse.Namespace) -> int:
 
     asyncio.run(ensure_topics(resolved.infra, list(TOPICS)))
     children: list[Child] = []
-    record = RunRecord(run_dir, run_id, resolved)
+    record = RunRecord(run_dir, run_id, resolved, heldout_digest(resolved))
+    if resolved.eval.every_versions > 0:  # the evaluator checks that it evaluates the split the run trains around
+        overrides.append(f"eval.heldout_digest={record.data['heldout_digest']}")
+        resolved = load_config(args.config, overrides, profile=profile)
     cli_args = ["--profile", profile] + (["--config", args.config] if args.config else []) + \
         [a for o in overrides for a in ("--set", o)]
     code = 1
@@ -104,12 +109,15 @@ def run_pipeline(config: Config, args: argparse.Namespace) -> int:
     previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
         plan = [("archiver", int(resolved.archive.enabled)), ("learner", 1), ("stream", 1),
-                ("executor", args.executors), ("generator", args.generators), ("sampler", 1)]
+                ("executor", args.executors), ("generator", args.generators), ("sampler", 1),
+                ("evaluator", int(resolved.eval.every_versions > 0))]
         for stage, count in plan:
             for i in range(count):
                 port = infra.free_port()  # each process serves its metrics: the status line reads them
-                section = "archive" if stage == "archiver" else stage
+                section = {"archiver": "archive", "evaluator": "eval"}.get(stage, stage)
                 extra = ["--nproc", str(ranks)] if stage == "learner" and ranks > 1 else []
+                if stage == "evaluator":
+                    extra = [a for o in evaluator_overrides(resolved, run_id) for a in ("--set", o)]
                 children.append(_spawn(stage, i, [*cli_args, "--set", f"{section}.metrics_port={port}", *extra],
                                        run_dir, port))
         code = _supervise(resolved, children, run_dir, max_minutes=args.max_minutes)
@@ -126,6 +134,24 @@ def run_pipeline(config: Config, args: argparse.Namespace) -> int:
                 infra.down(resolved.infra)
         finally:
             signal.signal(signal.SIGTERM, previous)
+
+
+def heldout_digest(config: Config) -> str:
+    """The digest of the held-out task ids of the run's split ("" without one)."""
+    from rollstream.evaluator.report import task_digest
+    from rollstream.evaluator.stage import heldout_split
+
+    held_out, _ = heldout_split(config) if config.sampler.holdout_fraction > 0 else ([], [])
+    return task_digest(t.task_id for t in held_out) if held_out else ""
+
+
+def evaluator_overrides(config: Config, run_id: str) -> list[str]:
+    """What the run's evaluator gets besides the run's settings: a sandbox pool of its own (an
+    owner label of its own, one container), one torch thread; it also lowers its own CPU priority
+    (eval.nice), so it takes what the generator and the learner leave."""
+    owner = f"{config.executor.owner}-evaluator-{run_id}"
+    return ["eval.threads=1" if not config.eval.threads else f"eval.threads={config.eval.threads}",
+            f"executor.owner={owner}", "executor.pool_size=1"]
 
 
 def _interrupt(signum: int, frame: Any) -> None:
@@ -170,7 +196,7 @@ def _summarise(watcher: Any, run_dir: Path) -> None:
     """The summary table of the steps so far and, when there are any, where their metrics and plot are."""
     from rollstream.cli.watch import PLOT_FILE, plot, summary
 
-    print(summary(watcher.records))
+    print(summary(watcher.records, watcher.evals))
     if watcher.records:
         print(f"metrics: {watcher.out}; plot: {plot([run_dir], run_dir / PLOT_FILE)}")
 
@@ -194,6 +220,7 @@ def _watch(config: Config, children: list[Child], learner: Child, watcher: Any, 
             if child is learner and code == 0:
                 watcher.poll()
                 print(f"learner finished {len(watcher.records)} steps")
+                _await_final_evaluation(config, children, watcher)
                 _summarise(watcher, run_dir)
                 print(f"checkpoints: {config.learner.checkpoint.dir}")
                 return 0
@@ -211,6 +238,29 @@ def _watch(config: Config, children: list[Child], learner: Child, watcher: Any, 
             print(_stamp(asyncio.run(_progress(config))), flush=True)
             last_news = time.monotonic()
         time.sleep(0.5)
+
+
+def _await_final_evaluation(config: Config, children: list[Child], watcher: Any) -> None:
+    """With an evaluator that evaluates the learner's last version on the whole held-out split:
+    wait for its report (or for it to exit, or ``eval.final_timeout_s``), printing progress."""
+    evaluator = next((c for c in children if c.name == "evaluator"), None)
+    last = config.learner.max_steps
+    if evaluator is None or not config.eval.final or not last:
+        return
+    deadline = time.monotonic() + config.eval.final_timeout_s
+    print(_stamp(f"waiting for the evaluator's report on version {last} (the whole held-out split; at most "
+                 f"{config.eval.final_timeout_s:.0f} s)"), flush=True)
+    next_line = time.monotonic() + PROGRESS_EVERY_S
+    while time.monotonic() < deadline and evaluator.proc.poll() is None:
+        watcher.poll_evals()
+        if any(e.get("version") == last for e in watcher.evals):
+            return
+        if time.monotonic() > next_line:
+            print(_stamp(f"evaluator still on version {last}"), flush=True)
+            next_line = time.monotonic() + PROGRESS_EVERY_S
+        time.sleep(1.0)
+    print(_stamp(f"no report on version {last} from the evaluator ("
+                 f"{'it exited' if evaluator.proc.poll() is not None else 'timed out'})"), flush=True)
 
 
 def _restart_learner(old: Child, children: list[Child], run_dir: Path) -> Child:
@@ -278,15 +328,17 @@ def _check_archive(config: Config) -> None:
 
 class RunRecord:
     """``run.json`` in the run directory: what ``rollstream runs`` lists (the run's id, prefixes,
-    start and end, exit status); the archive holds the rest."""
+    start and end, exit status, the digest of its held-out split); the archive holds the rest."""
 
-    def __init__(self, run_dir: Path, run_id: str, config: Config) -> None:
+    def __init__(self, run_dir: Path, run_id: str, config: Config, heldout: str = "") -> None:
         self.path = run_dir / "run.json"
         self.data: dict[str, Any] = {
             "run_id": run_id, "started_at": time.time(), "ended_at": None, "exit_code": None,
             "topic_prefix": config.infra.topic_prefix, "key_prefix": config.infra.key_prefix,
             "max_steps": config.learner.max_steps, "archive": config.archive.url if config.archive.enabled else None,
-            "checkpoints": config.learner.checkpoint.dir}
+            "checkpoints": config.learner.checkpoint.dir, "heldout_digest": heldout,
+            "holdout": {"fraction": config.sampler.holdout_fraction, "seed": config.sampler.holdout_seed,
+                        "sources": list(config.sampler.sources)}}
         self.write()
 
     def finish(self, code: int) -> None:

@@ -20,6 +20,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from rollstream.evaluator.report import EVALS_FILE
+
 METRICS_FILE = "metrics.jsonl"
 PLOT_FILE = "reward.png"
 # topic -> (stage that produces it, stage that consumes it)
@@ -61,6 +63,9 @@ class Watcher:
     def __init__(self, steps_log: Path, run_dir: Path, max_steps: int, ports: Sequence[int] = (),
                  echo: Any = print, max_seconds: float = 0.0) -> None:
         self.steps_log, self.out = steps_log, run_dir / METRICS_FILE
+        self.evals_log = steps_log.parent / EVALS_FILE  # the evaluator's reports (evaluator/stage.py)
+        self.evals_read = 0
+        self.evals: list[dict[str, Any]] = []
         self.max_steps, self.ports, self.echo = max_steps, list(ports), echo
         self.started = time.time()
         self.max_seconds = max_seconds  # a time limit (0: none) caps the ETA
@@ -68,7 +73,8 @@ class Watcher:
         self.records: list[dict[str, Any]] = []
 
     def poll(self) -> list[dict[str, Any]]:
-        """New records since the last poll (each written and printed)."""
+        """New records since the last poll (each written and printed); the evaluator's too."""
+        self.poll_evals()
         try:
             lines = self.steps_log.read_text().splitlines()
         except FileNotFoundError:
@@ -87,6 +93,27 @@ class Watcher:
             with open(self.out, "a") as fh:
                 fh.write(json.dumps(record) + "\n")
             self.echo(status_line(record, self.max_steps))
+        return new
+
+    def poll_evals(self) -> list[dict[str, Any]]:
+        """The evaluator's new reports, as ``kind: eval`` lines of metrics.jsonl (and printed)."""
+        try:
+            lines = self.evals_log.read_text().splitlines()
+        except FileNotFoundError:
+            return []
+        new = []
+        for line in lines[self.evals_read:]:
+            try:
+                report = json.loads(line)
+            except ValueError:
+                break
+            self.evals_read += 1
+            record = eval_record(report, self.started)
+            new.append(record)
+            self.evals.append(record)
+            with open(self.out, "a") as fh:
+                fh.write(json.dumps(record) + "\n")
+            self.echo(eval_line(record))
         return new
 
     def record(self, step: Mapping[str, Any]) -> dict[str, Any]:
@@ -111,6 +138,31 @@ class Watcher:
         return record
 
 
+def eval_record(report: Mapping[str, Any], started: float) -> dict[str, Any]:
+    """A metrics.jsonl line of one EvalReported: held-out pass@1 per family against the version."""
+    families = report.get("families") or []
+    return {"kind": "eval", "version": report.get("version"), "step": report.get("step"),
+            "scope": report.get("scope"), "status": report.get("status"), "reason": report.get("reason", ""),
+            "samples": report.get("samples"), "time": report.get("reported_at"),
+            "elapsed_s": round(float(report.get("reported_at") or started) - started, 1),
+            "heldout_pass1": {f["family"]: f.get("pass_at", {}).get("1") for f in families},
+            "heldout_pass1_with_code": {f["family"]: f.get("pass1_with_code") for f in families},
+            "forgetting": sorted(f["family"] for f in families if f.get("forgetting"))}
+
+
+def eval_line(record: Mapping[str, Any]) -> str:
+    if record["status"] != "evaluated":
+        return f"evaluator: version {record['version']} skipped ({record['reason'][:120]})"
+    overall = record["heldout_pass1"].get("ALL")
+    coded = record["heldout_pass1_with_code"].get("ALL")
+    text = (f"evaluator: version {record['version']} ({record['scope']}, {record['samples']} samples): held-out "
+            f"pass@1 {'-' if overall is None else f'{overall:.3f}'}"
+            f" (among samples with code {'-' if coded is None else f'{coded:.3f}'})")
+    if record["forgetting"]:
+        text += " | FORGETTING: " + ", ".join(record["forgetting"])
+    return text
+
+
 def status_line(record: Mapping[str, Any], max_steps: int) -> str:
     def pct(value: float | None) -> str:
         return "-" if value is None else f"{100 * value:.0f}%"
@@ -133,13 +185,15 @@ def status_line(record: Mapping[str, Any], max_steps: int) -> str:
     return " | ".join(parts)
 
 
-def read_records(run: Path) -> list[dict[str, Any]]:
+def read_records(run: Path, kind: str = "step") -> list[dict[str, Any]]:
+    """The learner-step lines of a run's metrics.jsonl (``kind="eval"``: the evaluator's)."""
     path = run / METRICS_FILE if run.is_dir() else run
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [r for r in rows if r.get("kind", "step") == kind]
 
 
-def summary(records: Sequence[Mapping[str, Any]]) -> str:
-    """The table printed when a run ends."""
+def summary(records: Sequence[Mapping[str, Any]], evals: Sequence[Mapping[str, Any]] = ()) -> str:
+    """The table printed when a run ends (with the evaluator's first and last held-out pass@1)."""
     if not records:
         return "no learner step was recorded"
     trained = [r for r in records if r["trained"]]
@@ -160,6 +214,12 @@ def summary(records: Sequence[Mapping[str, Any]]) -> str:
         ("groups filtered (nothing to train on)", str(sum(r.get("groups_filtered") or 0 for r in records))),
         ("loss, first / last", f"{mean('loss', trained[:1])} / {mean('loss', trained[-1:])}"),
     ]
+    done = [e for e in evals if e.get("status") == "evaluated" and e["heldout_pass1"].get("ALL") is not None]
+    for e in (done[:1] + done[-1:]) if len(done) > 1 else done:
+        rows.append((f"held-out pass@1 at version {e['version']} ({e['scope']})", f"{e['heldout_pass1']['ALL']:.3f}"))
+    skipped = [e for e in evals if e.get("status") == "skipped"]
+    if skipped:
+        rows.append(("versions the evaluator skipped", ", ".join(str(e["version"]) for e in skipped)))
     from rollstream.cli.tables import table
 
     return "\n".join(f"  {line}" for line in table(["", ""], rows, header=False).splitlines())
@@ -194,8 +254,14 @@ def plot(runs: Sequence[Path], out: Path, window: int = 5) -> Path:
             smooth = moving_average(values, window)
             axis.plot(steps, [v if v is not None else float("nan") for v in smooth], color=color, linewidth=2,
                       label=f"{label} ({window}-step average)")
+        evals = [e for e in read_records(run, "eval") if e.get("status") == "evaluated"
+                 and e["heldout_pass1"].get("ALL") is not None and e.get("step") is not None]
+        if evals:
+            bottom.plot([e["step"] for e in evals], [e["heldout_pass1"]["ALL"] for e in evals], color=color,
+                        marker="o", linestyle="--", label=f"{label}: held-out pass@1 (evaluator)")
     top.set_ylabel("reward, mean")
     bottom.set_ylabel("pass rate")
+    bottom.legend(loc="best", fontsize=8)
     bottom.set_xlabel("learner step")
     top.legend(loc="best", fontsize=8)
     top.grid(alpha=0.3)

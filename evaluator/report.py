@@ -21,6 +21,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 ALL = "ALL"
+EVALS_FILE = "evals.jsonl"  # the evaluator's reports, beside the learner's steps.jsonl (what `rollstream run` shows)
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:

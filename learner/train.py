@@ -450,6 +450,19 @@ class LearnerLoop:
 
         self.publishing = asyncio.create_task(publish_then_release())
 
+    async def pin_for_evaluator(self, version: int) -> None:
+        """Keep ``version`` in the weight store for the evaluator (it unpins it once read), unless
+        ``eval.max_pinned`` versions already wait: then it expires as usual and the evaluator
+        reports it skipped. Best effort: a failure here never stops training."""
+        try:
+            if len(await self.store.pinned()) < self.config.eval.max_pinned:
+                await self.store.pin(version)
+            else:
+                log.warning("version %d is not kept for the evaluator: %d versions already wait for it", version,
+                            self.config.eval.max_pinned)
+        except Exception as exc:  # noqa: BLE001 (the evaluator then reports the version skipped)
+            log.warning("could not keep version %d for the evaluator: %s", version, exc)
+
     async def publish_done(self) -> None:
         """Wait for an overlapped publish (its failure is raised here)."""
         task, self.publishing = self.publishing, None
@@ -465,6 +478,9 @@ class LearnerLoop:
         dtype = getattr(torch, c.broadcast_dtype)
         base = getattr(self.trainer.model, "get_base_model", lambda: self.trainer.model)()
         files = {"config.json": base.config.to_json_string().encode()}
+        version = self.lineage.version
+        if self.config.eval.evaluates(version, self.config.learner.max_steps):
+            await self.pin_for_evaluator(version)
         with PeakRSS() as peak:
             published = await self.store.publish_stream(
                 self.lineage.version, iterate_in_thread(lambda: self.trainer.named_weights(dtype)),

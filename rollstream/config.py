@@ -398,7 +398,8 @@ class LearnerConfig(Section):
 
 class EvalConfig(Section):
     """`rollstream eval`: pass@1 / pass@k per task family at a fixed policy (the command's flags
-    set these keys)."""
+    set these keys); and the evaluator stage (`rollstream evaluator`, `rollstream run --eval-every N`):
+    held-out pass@k of the versions a run publishes, on the `evals` topic."""
 
     model: str | None = None
     """A checkpoint directory or "smollm2" (None: generator.model)."""
@@ -433,6 +434,38 @@ class EvalConfig(Section):
     """Write every completion and its verdict here (JSONL)."""
     resume: bool = False
     """Keep the samples already in completions_out; generate only the missing ones."""
+    every_versions: NonNegInt = 0
+    """The evaluator: evaluate every N-th policy version, and the learner's last (0: no evaluator)."""
+    live_per_family: PositiveInt = 2
+    """The evaluator's live subset: the first N held-out tasks of each family (and of each family of
+    eval.sources, when set)."""
+    live_samples: PositiveInt = 2
+    """The evaluator's live subset: samples per task (pass@k for k <= this)."""
+    final: bool = True
+    """The evaluator evaluates the learner's last version on the whole held-out split (eval.samples
+    samples per task), besides the live subset."""
+    max_pinned: PositiveInt = 2
+    """Versions the learner keeps in the weight store past weights.keep_versions for the evaluator;
+    a version it could not pin expires and the evaluator reports it skipped."""
+    heldout_digest: str = ""
+    """The digest of the held-out task ids the run trained around (run.json's); the evaluator refuses
+    to report when the split it would evaluate has another (empty: not checked)."""
+    bootstrap_resamples: PositiveInt = 1000
+    """Resamples of the bootstrap interval of each family's pass@1 (the forgetting alert reads it)."""
+    bootstrap_level: Annotated[float, Meta(gt=0.0, lt=1.0)] = 0.9
+    """Its level."""
+    metrics_port: Port = 0
+    """The evaluator's Prometheus metrics port (0 = off)."""
+    nice: Annotated[int, Meta(ge=0, le=19)] = 10
+    """The evaluator lowers its CPU priority by this much, so that it takes what the generator and
+    the learner leave (0: as they are)."""
+    final_timeout_s: PositiveFloat = 1800.0
+    """`rollstream run`: how long to wait, after the learner's last step, for the evaluator's report
+    on the whole held-out split."""
+
+    def evaluates(self, version: int, last: int) -> bool:
+        """Whether the evaluator evaluates ``version`` (``last``: the learner's max_steps, 0: none)."""
+        return self.every_versions > 0 and version > 0 and (version % self.every_versions == 0 or version == last)
 
 
 class WeightsConfig(Section):

@@ -228,16 +228,16 @@ class FileWeightStore(WeightStore):
         # Files one publish later than the keys: a reader that found a manifest before it expired
         # finishes reading (the Redis store's grace, in files).
         cut = newest - self.keep_versions - 1
-        await asyncio.to_thread(self._remove_before, cut)
+        await asyncio.to_thread(self._remove_before, cut, await self.pinned())
 
-    def _remove_before(self, cut: int) -> None:
+    def _remove_before(self, cut: int, pinned: set[int] = frozenset()) -> None:
         try:
             listed = self.fs.ls(self.root, detail=False)
         except FileNotFoundError:
             return
         for path in listed:
             name = path.rstrip("/").rsplit("/", 1)[-1]
-            if name.startswith("v") and name[1:].isdigit() and int(name[1:]) <= cut:
+            if name.startswith("v") and name[1:].isdigit() and int(name[1:]) <= cut and int(name[1:]) not in pinned:
                 self.fs.rm(path, recursive=True)
 
     def _data_keys(self, version: int, manifest: bytes) -> list[str]:

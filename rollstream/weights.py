@@ -256,9 +256,26 @@ class WeightStore:
                     pipe.set(self._chunk_key(version, index), chunk)
                 await pipe.execute()
 
+    async def pin(self, version: int) -> None:
+        """Keep ``version`` past ``keep_versions`` until :meth:`unpin` (the evaluator reads it later)."""
+        with converted(lambda: f"pinning weights version {version}", into=WeightStoreError):
+            await self.client.sadd(f"{self.prefix}pinned", str(version))
+
+    async def unpin(self, version: int) -> None:
+        """Let ``version`` expire again (now, if it is past ``keep_versions``)."""
+        with converted(lambda: f"unpinning weights version {version}", into=WeightStoreError):
+            await self.client.srem(f"{self.prefix}pinned", str(version))
+            newest = await self.latest_version()
+            if newest is not None:
+                await self._expire_old(newest)
+
+    async def pinned(self) -> set[int]:
+        return {int(v) for v in await self.client.smembers(f"{self.prefix}pinned")}
+
     async def _expire_old(self, newest: int) -> None:
         versions = [int(v) for v in await self.client.zrange(f"{self.prefix}versions", 0, -1)]
-        doomed = [v for v in versions if v <= newest - self.keep_versions]
+        pinned = await self.pinned()
+        doomed = [v for v in versions if v <= newest - self.keep_versions and v not in pinned]
         if not doomed:
             return
         async with self.client.pipeline(transaction=False) as pipe:

@@ -372,6 +372,53 @@ class WeightsPublished(Event, frozen=True, kw_only=True):
     published_at: Timestamp
 
 
+Share = Annotated[float, Meta(ge=0.0, le=1.0)]
+
+
+class FamilyEval(msgspec.Struct, frozen=True, kw_only=True):
+    """One task family's figures in an evaluation (``ALL``: every task evaluated)."""
+
+    family: ShortText
+    tasks: Annotated[int, Meta(ge=0)]
+    samples: Annotated[int, Meta(ge=0)]
+    pass_at: dict[str, Share] = {}  # "1" -> pass@1, "k" -> pass@k (the unbiased estimator, averaged over tasks)
+    mean_reward: Reward = 0.0
+    with_code: Share | None = None  # samples whose last turn had a code block
+    parses: Share | None = None  # ... whose code parsed
+    runs: Share | None = None  # ... whose code ran without an error
+    pass1_with_code: Share | None = None  # pass@1 among the samples with a code block
+    pass1_parsing: Share | None = None  # ... among those whose code parsed
+    pass1_running: Share | None = None  # ... among those whose code ran
+    ci_low: Share | None = None  # a bootstrap interval of pass@1 over tasks and samples
+    ci_high: Share | None = None
+    best_before: Share | None = None  # the family's best pass@1 at an earlier version (same scope)
+    forgetting: bool = False  # ci_high < best_before
+
+
+EvalScope = Literal["live", "final"]
+
+
+class EvalReported(Event, frozen=True, kw_only=True):
+    """The evaluator's verdict on one policy version: held-out pass@k per family (``scope`` "live":
+    the fixed live subset; "final": the whole held-out split, at the end of the run), or why the
+    version was skipped (``status`` "skipped": the evaluator fell behind, the weights expired, the
+    split changed)."""
+
+    version: Version
+    step: Annotated[int, Meta(ge=0)]
+    scope: EvalScope = "live"
+    status: Literal["evaluated", "skipped"] = "evaluated"
+    reason: ShortText = ""
+    families: list[FamilyEval] = []
+    samples: Annotated[int, Meta(ge=0)] = 0
+    turns: Annotated[int, Meta(ge=1)] = 1
+    seed: int = 0
+    task_digest: ShortText = ""  # of the task ids evaluated
+    heldout_digest: ShortText = ""  # of the run's held-out split (run.json says the same, or nothing is reported)
+    duration_s: Seconds = 0.0
+    reported_at: Timestamp
+
+
 GroupFateKind = Literal["trained", "stale", "filtered", "duplicate", "invalid"]
 
 

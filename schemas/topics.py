@@ -15,6 +15,7 @@ from rollstream.schemas.events import (
     SCHEMA_VERSION,
     ActionGenerated,
     DeadLetter,
+    EvalReported,
     Event,
     GroupAdvantaged,
     GroupFate,
@@ -55,6 +56,8 @@ TOPICS: dict[str, TopicSpec[Any]] = {
         TopicSpec("fates", GroupFate, _by_group, 8, "one GroupFate per group the learner consumed (learner)"),
         TopicSpec("policy", WeightsPublished, lambda e: None, 1, "one WeightsPublished per broadcast (learner)"),
         TopicSpec("audit", SandboxAudit, lambda e: e.sandbox_id.encode(), 4, "one SandboxAudit per execution"),
+        TopicSpec("evals", EvalReported, lambda e: None, 1,
+                  "one EvalReported per policy version the evaluator evaluated or skipped (evaluator)"),
     )
 }
 DLQ_SUFFIX = ".dlq"

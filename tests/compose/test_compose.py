@@ -236,7 +236,12 @@ def test_stack_runs_offline_and_every_dashboard_query_finds_data(stack: Stack) -
 
     # Every query of every panel, as Grafana sends it, finds series (a legitimately zero metric,
     # KL with kl_beta = 0, still has its series).
-    queries = dashboard_queries()
+    # The held-out panels read the evaluator (rollstream run --eval-every N; not in this stack):
+    # Prometheus must accept their queries; their data comes with an evaluator.
+    queries = [(title, expr) for title, expr in dashboard_queries() if "held-out" not in title.lower()]
+    for title, expr in dashboard_queries():
+        if "held-out" in title.lower():
+            stack.query(expr)  # raises on a query Prometheus refuses
     missing: list[tuple[str, str]] = []
 
     def all_found() -> bool:
@@ -253,7 +258,7 @@ def test_stack_runs_offline_and_every_dashboard_query_finds_data(stack: Stack) -
     groups = stack.api("/api/v1/rules")["groups"]
     rules = {rule["name"]: rule for group in groups for rule in group["rules"]}
     assert {"StageDown", "StageMissing", "ConsumerLagGrowing", "DeadLetters", "StaleDropsHigh",
-            "SandboxTamper"} <= set(rules), sorted(rules)
+            "SandboxTamper", "FamilyForgetting"} <= set(rules), sorted(rules)
     unhealthy = [(name, rule.get("lastError")) for name, rule in rules.items() if rule["health"] != "ok"]
     assert not unhealthy, unhealthy
     wait_for("the DeadLetters alert", lambda: any(

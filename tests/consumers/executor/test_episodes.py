@@ -112,3 +112,36 @@ def test_a_chain_moves_step_by_step_carrying_the_code_and_rewards_progress() -> 
     done = turn(2, 3, "...", "def h():\n    return 3")
     topic, final = after_turn(done, scored(done, msgspec.structs.replace(PASS, tests_passed=2, tests_total=2)))
     assert topic == "rewards" and final.components == {"progress": 1.0} and abs(final.reward - 0.8) < 1e-9
+
+
+def test_the_executor_and_the_evaluator_decide_an_episode_alike() -> None:
+    """after_turn (the executor) and decide (the evaluator, rollstream eval) are one rule: the same
+    end, verdict, reward and next step, on plain tasks and chains."""
+    from rollstream.consumers.executor.episodes import Turn, after_turn, decide
+    from rollstream.consumers.executor.rewards import Scored
+    from rollstream.schemas.events import Subtask
+
+    chain = msgspec.structs.replace(SPEC, subtasks=[Subtask(instruction="a", tests=["assert f(1) == 2"]),
+                                                    Subtask(instruction="b", tests=["assert f(2) == 3"])])
+    cases = [(SPEC, 1, 3, 0, FAIL, 0.33), (SPEC, 3, 3, 0, FAIL, 0.33), (SPEC, 2, 3, 0, PASS, 1.0),
+             (chain, 1, 3, 0, PASS, 1.0), (chain, 2, 3, 1, PASS, 1.0), (chain, 3, 3, 1, FAIL, 0.0)]
+    for spec, turn, max_turns, step, execution, reward in cases:
+        action = msgspec.structs.replace(episode(turn, max_turns), reward=spec, subtask_index=step,
+                                         completion_text="```python\ndef f(x):\n    return x + 1\n```")
+        scored = Scored(reward=reward, components={"tests": reward}, execution=execution)
+        where, sent = after_turn(action, make_reward_of(action, scored))
+        outcome = decide(spec, Turn(turn, max_turns, step), action.completion_text, reward, execution)
+        assert outcome.ends == (where == "rewards"), (spec.subtasks, turn, execution)
+        if outcome.ends:
+            assert sent.reward == pytest.approx(outcome.reward)
+            assert outcome.passed == (execution.passed and (not spec.subtasks or step == len(spec.subtasks) - 1))
+        else:
+            assert sent.continuation.subtask_index == outcome.subtask_index
+            assert sent.continuation.observation == outcome.observation
+
+
+def make_reward_of(action, scored):
+    from rollstream.schemas.events import RewardScored
+
+    return RewardScored(rollout=action.rollout, reward=scored.reward, components=scored.components,
+                        execution=scored.execution, executor_id="e", scored_at=1.0)
