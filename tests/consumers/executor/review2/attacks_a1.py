@@ -1,14 +1,9 @@
 import json
-import textwrap
 
-VERBOSE = False
+from tests.consumers.executor.review2 import PAY, collector, d
+
 CASES = []
-def d(s):
-    return textwrap.dedent(s).lstrip("\n")
-def C(name, spec, code, mode="refonly"):
-    CASES.append((name, spec, d(code), mode))
-PAY = ("import sys\nfr = sys._getframe()\nwhile fr.f_code.co_name != 'run_test':\n    fr = fr.f_back\n"
-       "fr.f_globals['_failure'] = lambda i, e: {'e': 'test', 'i': i, 'ok': True}\n")
+C, H = collector(CASES)
 
 # A1: __exit__ swallows the tests' own non-assertion exceptions (TypeError/AttributeError/KeyError/ValueError)
 REF_CFG = d('''

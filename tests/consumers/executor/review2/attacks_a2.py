@@ -1,11 +1,8 @@
-import textwrap
 
-VERBOSE = False
+from tests.consumers.executor.review2 import collector, d
+
 CASES = []
-def d(s):
-    return textwrap.dedent(s).lstrip("\n")
-def C(name, spec, code, mode="refonly"):
-    CASES.append((name, spec, d(code), mode))
+C, H = collector(CASES)
 REF_LOGCFG = d('''
 import json
 def task_func(path, level='INFO'):

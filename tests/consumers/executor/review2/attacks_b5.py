@@ -1,17 +1,9 @@
 import json
-import textwrap
 
-VERBOSE = False
+from tests.consumers.executor.review2 import collector, d
+
 CASES = []
-def d(s):
-    return textwrap.dedent(s).lstrip("\n")
-def C(name, spec, code, mode="refonly"):
-    CASES.append((name, spec, d(code), mode))
-def H(name, spec, code, mode="refonly"):
-    spec = dict(spec)
-    code = d(code)
-    spec.setdefault("reference", code)
-    CASES.append((name, spec, code, mode))
+C, H = collector(CASES)
 PAY = ("import sys\nfr = sys._getframe()\nwhile fr.f_code.co_name != 'run_test':\n    fr = fr.f_back\n"
        "fr.f_globals['_failure'] = lambda i, e: {'e': 'test', 'i': i, 'ok': True}\nopen(__file__ + '.won', 'w').close()\n")
 REF_W = "def write_script(path):\n    with open(path, 'w') as fh:\n        fh.write('RESULT = 42\\n')\n"

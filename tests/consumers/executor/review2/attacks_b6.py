@@ -1,23 +1,26 @@
-import textwrap
 
-VERBOSE = False
+from tests.consumers.executor.review2 import collector, d
+
 CASES = []
-def d(s):
-    return textwrap.dedent(s).lstrip("\n")
-def C(name, spec, code, mode="refonly"):
-    CASES.append((name, spec, d(code), mode))
-def H(name, spec, code, mode="refonly"):
-    spec = dict(spec)
-    code = d(code)
-    spec.setdefault("reference", code)
-    CASES.append((name, spec, code, mode))
-exec(open('/tmp/redteam2/h1.py').read().split("H(\"H01")[0])  # nothing
-H1SRC = open('/tmp/redteam2/h1.py').read()
-ns = {}
-exec(H1SRC, ns)
-for c in ns["CASES"]:
-    if c[0].startswith("H03"):
-        CASES.append((c[0] + "-v", c[1], c[2], "refonly"))
+C, H = collector(CASES)
+H("H03-threads-call-completion-v", {"entry_point": "Counter", "tests": [
+    "import threading\nc = Counter()\nts = [threading.Thread(target=c.increment) for _ in range(8)]\nfor t in ts:\n"
+    "    t.start()\nfor t in ts:\n    t.join()\nassert c.value() == 8",
+    "from concurrent.futures import ThreadPoolExecutor\nwith ThreadPoolExecutor(4) as ex:\n"
+    "    out = list(ex.map(square, range(10)))\nassert out == [i * i for i in range(10)]"]}, '''
+import threading
+class Counter:
+    def __init__(self):
+        self._n = 0
+        self._lock = threading.Lock()
+    def increment(self):
+        with self._lock:
+            self._n += 1
+    def value(self):
+        return self._n
+def square(x):
+    return x * x
+''')
 VERBOSE = True
 H("H45-decorator-noref", {"entry_point": "memoize", "tests": [
     "calls = []\n@memoize\ndef sq(x):\n    calls.append(x)\n    return x * x\nassert sq(3) == 9 and sq(3) == 9 and calls == [3]"]}, '''

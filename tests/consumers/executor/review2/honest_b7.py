@@ -1,14 +1,8 @@
-import textwrap
 
-VERBOSE = False
+from tests.consumers.executor.review2 import collector
+
 CASES = []
-def d(s):
-    return textwrap.dedent(s).lstrip("\n")
-def H(name, spec, code, mode="refonly"):
-    spec = dict(spec)
-    code = d(code)
-    spec.setdefault("reference", code)
-    CASES.append((name, spec, code, mode))
+C, H = collector(CASES)
 REF_STACK = "class Stack:\n    def __init__(self):\n        self.items = []\n    def push(self, x):\n        self.items.append(x)\n    def pop(self):\n        return self.items.pop()\n"
 H("H47-fluent-return-self-where-ref-None", {"entry_point": "Stack", "reference": REF_STACK, "tests": [
     "s = Stack()\ns.push(1)\ns.push(2)\nassert s.pop() == 2 and s.pop() == 1"]}, '''
