@@ -3,44 +3,6 @@ from tests.consumers.executor.review2 import collector, d
 
 CASES = []
 C, H = collector(CASES)
-REF_LOGCFG = d('''
-import json
-def task_func(path, level='INFO'):
-    cfg = {'version': 1, 'formatters': {'f': {'format': '%(levelname)s:%(message)s'}},
-           'handlers': {'h': {'class': 'logging.StreamHandler', 'formatter': 'f', 'level': level}},
-           'root': {'level': level, 'handlers': ['h']}}
-    with open(path, 'w') as fh:
-        json.dump(cfg, fh)
-    return cfg
-''')
-T_LOGCFG = d('''
-import unittest, json, logging, logging.config
-class TestCases(unittest.TestCase):
-    def test_case_1(self):
-        task_func('log.json')
-        with open('log.json') as fh:
-            logging.config.dictConfig(json.load(fh))
-        self.assertEqual(logging.getLogger().level, logging.INFO)
-    def test_case_2(self):
-        cfg = task_func('b.json', 'DEBUG')
-        self.assertEqual(cfg['root']['level'], 'DEBUG')
-        self.assertEqual(cfg['handlers']['h']['level'], 'DEBUG')
-if __name__ == '__main__':
-    unittest.main(exit=False)
-''')
-C("A4-dictConfig-update_wrapper-TestCase", {"entry_point": "task_func", "reference": REF_LOGCFG, "tests": [T_LOGCFG]}, '''
-import json
-def task_func(path, level='INFO'):
-    cfg = {'version': 1, 'formatters': {'f': {
-        '()': 'functools.update_wrapper', 'wrapper': 'ext://unittest.case.TestCase',
-        'wrapped': 'ext://unittest.mock.call', 'updated': [],
-        'assigned': ['assertEqual', 'assertTrue', 'assertFalse', 'assertIn', 'assertIsNone',
-                     'assertAlmostEqual', 'assertIsInstance', 'assertListEqual', 'assertDictEqual']}}}
-    with open(path, 'w') as fh:
-        json.dump(cfg, fh)
-    return {'root': {'level': 'nope'}, 'handlers': {'h': {'level': 'nope'}}}
-''')
-# A4c: plain asserts; the config dict is what the entry point returns; the judge's own `exec` replaced
 REF_CFG2 = d('''
 def make_config(level):
     return {'version': 1, 'formatters': {'f': {'format': '%(levelname)s %(name)s: %(message)s'}},
