@@ -81,6 +81,10 @@ def run_pipeline(config: Config, args: argparse.Namespace) -> int:
             overrides += placed
             resolved = load_config(args.config, overrides, profile=profile)
         print(said)
+    if resolved.eval.every_versions > 0 and not resolved.sampler.holdout_fraction and not resolved.eval.sources:
+        raise ConfigError("--eval-every evaluates tasks the run never trains on: set sampler.holdout_fraction "
+                          "(e.g. --set sampler.holdout_fraction=0.2: the sampler then holds those tasks out) or "
+                          "eval.sources")
     if not _docker_image_present(resolved.executor.image):
         raise ConfigError(
             f"sandbox image {resolved.executor.image!r} not found: build it with "
