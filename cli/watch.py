@@ -256,9 +256,12 @@ def plot(runs: Sequence[Path], out: Path, window: int = 5) -> Path:
                       label=f"{label} ({window}-step average)")
         evals = [e for e in read_records(run, "eval") if e.get("status") == "evaluated"
                  and e["heldout_pass1"].get("ALL") is not None and e.get("step") is not None]
-        if evals:
-            bottom.plot([e["step"] for e in evals], [e["heldout_pass1"]["ALL"] for e in evals], color=color,
-                        marker="o", linestyle="--", label=f"{label}: held-out pass@1 (evaluator)")
+        for scope, style in (("live", dict(marker="o", linestyle="--")), ("final", dict(marker="*", markersize=12,
+                                                                                       linestyle="none"))):
+            chosen = [e for e in evals if e.get("scope") == scope]  # two task sets: never one line
+            if chosen:
+                bottom.plot([e["step"] for e in chosen], [e["heldout_pass1"]["ALL"] for e in chosen], color=color,
+                            label=f"{label}: held-out pass@1, {scope} (evaluator)", **style)
     top.set_ylabel("reward, mean")
     bottom.set_ylabel("pass rate")
     bottom.legend(loc="best", fontsize=8)
