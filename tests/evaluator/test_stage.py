@@ -85,8 +85,11 @@ async def test_the_evaluator_reports_what_eval_reports_and_resumes(config, sandb
     try:
         async with DockerSandboxPool(config.executor) as pool:
             async def reports_until(count: int) -> list[EvalReported]:
-                return await read_events(config.infra, "evals", EvalReported, lambda got: len(got) >= count,
-                                         timeout_s=300)
+                """The reports so far, by version (the test's topics have several partitions, so a
+                read from the start need not keep the order they were written in)."""
+                reports = await read_events(config.infra, "evals", EvalReported, lambda got: len(got) >= count,
+                                            timeout_s=300)
+                return sorted(reports, key=lambda r: r.version)
 
             async def evaluator_until(count: int, *publishing: list[int]) -> list[EvalReported]:
                 """Start the evaluator; publish each batch once the reports before it are in; stop it
