@@ -75,46 +75,26 @@ class Watcher:
     def poll(self) -> list[dict[str, Any]]:
         """New records since the last poll (each written and printed); the evaluator's too."""
         self.poll_evals()
-        try:
-            lines = self.steps_log.read_text().splitlines()
-        except FileNotFoundError:
-            return []
-        new = []
-        for line in lines[self.read:]:
-            if not line.strip():
-                continue
-            try:
-                step = json.loads(line)
-            except ValueError:  # a line being written: read it next time
-                break
-            self.read += 1
-            record = self.record(step)
-            new.append(record)
-            with open(self.out, "a") as fh:
-                fh.write(json.dumps(record) + "\n")
-            self.echo(status_line(record, self.max_steps))
+        steps, self.read = read_new(self.steps_log, self.read)
+        new = [self.record(step) for step in steps]
+        for record in new:
+            self.emit(record, status_line(record, self.max_steps))
         return new
 
     def poll_evals(self) -> list[dict[str, Any]]:
         """The evaluator's new reports, as ``kind: eval`` lines of metrics.jsonl (and printed)."""
-        try:
-            lines = self.evals_log.read_text().splitlines()
-        except FileNotFoundError:
-            return []
-        new = []
-        for line in lines[self.evals_read:]:
-            try:
-                report = json.loads(line)
-            except ValueError:
-                break
-            self.evals_read += 1
-            record = eval_record(report, self.started)
-            new.append(record)
+        reports, self.evals_read = read_new(self.evals_log, self.evals_read)
+        new = [eval_record(report, self.started) for report in reports]
+        for record in new:
             self.evals.append(record)
-            with open(self.out, "a") as fh:
-                fh.write(json.dumps(record) + "\n")
-            self.echo(eval_line(record))
+            self.emit(record, eval_line(record))
         return new
+
+    def emit(self, record: Mapping[str, Any], line: str) -> None:
+        """A record into metrics.jsonl, and its line on the console."""
+        with open(self.out, "a") as fh:
+            fh.write(json.dumps(record) + "\n")
+        self.echo(line)
 
     def record(self, step: Mapping[str, Any]) -> dict[str, Any]:
         previous = self.records[-1] if self.records else None
@@ -136,6 +116,24 @@ class Watcher:
         record["eta_s"] = round(eta) if eta is not None else None
         self.records.append(record)
         return record
+
+
+def read_new(path: Path, start: int) -> tuple[list[dict[str, Any]], int]:
+    """The JSON lines of ``path`` after its first ``start`` lines (blank ones skipped; a line still
+    being written waits for the next read), and how many lines are read now."""
+    try:
+        lines = path.read_text().splitlines()
+    except FileNotFoundError:
+        return [], start
+    rows, read = [], start
+    for line in lines[start:]:
+        if line.strip():
+            try:
+                rows.append(json.loads(line))
+            except ValueError:
+                break
+        read += 1
+    return rows, read
 
 
 def eval_record(report: Mapping[str, Any], started: float) -> dict[str, Any]:

@@ -93,6 +93,7 @@ def families_of(results: Sequence[SampleResult], ks: Sequence[int], intervals: d
                 best: dict[str, float]) -> list[FamilyEval]:
     """The report's per-family figures (and ``ALL``)."""
     summary = report.summarize(results, ks)
+    flagged = report.forgetting(intervals, best)
     out = []
     for family, row in summary.items():
         low, high = intervals.get(family, (None, None))
@@ -102,8 +103,7 @@ def families_of(results: Sequence[SampleResult], ks: Sequence[int], intervals: d
             pass_at={str(k): row[f"pass@{k}"] for k in ks if row.get(f"pass@{k}") is not None},
             mean_reward=row["mean_reward"], with_code=row["with_code"], parses=row["parses"], runs=row["runs"],
             pass1_with_code=row["pass@1|code"], pass1_parsing=row["pass@1|parses"], pass1_running=row["pass@1|runs"],
-            ci_low=low, ci_high=high, best_before=before,
-            forgetting=before is not None and high is not None and high < before))
+            ci_low=low, ci_high=high, best_before=before, forgetting=flagged.get(family, False)))
     return out
 
 

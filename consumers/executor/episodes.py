@@ -119,16 +119,12 @@ def ends(action: ActionGenerated, execution: ExecutionRecord) -> bool:
 
 
 def _chain_code(carried: str, completion_text: str) -> str | None:
+    """A chain turn's code to run: the code carried from the steps passed, then this turn's (None:
+    the turn has no code)."""
     new = extract_code(completion_text).code
     if new is None or not carried.strip():
         return new
     return f"{carried.rstrip()}\n\n\n{new}"
-
-
-def chain_code(action: ActionGenerated) -> str | None:
-    """A chain turn's code to run: the code carried from the steps passed, then this turn's (None:
-    the turn has no code)."""
-    return _chain_code(action.carried_code, action.completion_text)
 
 
 def turn_spec(spec: RewardSpec, subtask_index: int, carried_code: str, completion_text: str
@@ -164,15 +160,11 @@ def step_reference(spec: RewardSpec, index: int) -> str:
 
 
 def _progress(steps: int, subtask_index: int, execution: ExecutionRecord) -> float:
+    """A chain's progress after a turn: steps passed, plus the failing step's share of tests."""
     if execution.passed:
         return (subtask_index + 1) / steps
     partial = execution.tests_passed / execution.tests_total if execution.tests_total else 0.0
     return (subtask_index + partial) / steps
-
-
-def progress(action: ActionGenerated, execution: ExecutionRecord) -> float:
-    """A chain's progress after this turn: steps passed, plus the failing step's share of tests."""
-    return _progress(len(action.reward.subtasks), action.subtask_index, execution)
 
 
 def after_turn(action: ActionGenerated, scored: RewardScored, events: Sequence[dict[str, Any]] = (),

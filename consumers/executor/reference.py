@@ -126,11 +126,9 @@ async def check_reference(backend: SandboxBackend, spec: RewardSpec, job_id: str
     total = len(spec.tests)
     failing, why = _outcomes(judged, total)
     paths = next((e for e in judged.events if e.get("e") == "paths"), None)
-    objects, names, skips, delegated, suppressed = [], {}, {}, [], []
+    names, skips = {}, {}
+    objects, delegated, suppressed = (_points(paths, key) for key in ("objects", "delegated", "suppressed"))
     if isinstance(paths, dict):
-        objects = [p for p in paths.get("objects", []) if isinstance(p, str)][:4096]
-        delegated = [p for p in paths.get("delegated", []) if isinstance(p, str)][:4096]
-        suppressed = [p for p in paths.get("suppressed", []) if isinstance(p, str)][:4096]
         for entry in paths.get("names", []):
             name, _, kind = str(entry).partition(":")
             if name and (kind in ("o", "p", "m") or kind[:2] in ("m:", "s:")):
@@ -143,6 +141,12 @@ async def check_reference(backend: SandboxBackend, spec: RewardSpec, job_id: str
                           failing_test=failing[0] if failing else None, message=why[:1000], judge_failing=failing,
                           recorded=paths is not None, objects=objects, names=names, skips=skips, delegated=delegated,
                           suppressed=suppressed, tests=total)
+
+
+def _points(paths: object, key: str) -> list[str]:
+    """The points the reference's record lists under ``key`` (at most 4096)."""
+    listed = paths.get(key, []) if isinstance(paths, dict) else []
+    return [p for p in listed if isinstance(p, str)][:4096] if isinstance(listed, list) else []
 
 
 class ReferenceChecks:

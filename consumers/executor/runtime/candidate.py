@@ -16,7 +16,6 @@ standard-library function. Programs (``run_program``) get their input on a real 
 so ``input()``, ``sys.stdin.buffer`` and ``open(0)`` all read it.
 """
 
-import _thread
 import builtins
 import os
 import sys
@@ -664,7 +663,6 @@ def candidate_main(code_text, setup, names, program, req_fd, resp_fd, out_cap):
     candidate.namespace = namespace
     channel = candidate.channel = Channel(req_fd, resp_fd, candidate.table, JUDGE_PARITY, encode_other,
                                           decode_other, serve=serve, printed=_printed)
-    channel.lock = _thread.RLock()  # the completion's threads may call the tests' objects too
     try:
         code = compile(code_text, "<completion>", "exec")
     except (SyntaxError, ValueError) as exc:

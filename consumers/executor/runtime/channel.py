@@ -16,6 +16,7 @@ numbers drawn per request, so a reply cannot be written before its question exis
 that answers anything but the question the judge is waiting for is a protocol error.
 """
 
+import _thread
 import os
 
 if __name__ != "__main__":  # on the host; in the sandbox these names come from codec.py above
@@ -70,9 +71,9 @@ class Channel:
         self.setup_ids = setup_ids or {}  # id(setup class) -> name
         self.setup_classes = setup_classes or {}  # name -> setup class
         self.on_receive = None  # hook(message), e.g. to write what the candidate printed
-        # The candidate's threads may all call the tests' objects (a thread pool mapping a mock):
-        # one exchange at a time, each thread's reply read by that thread (a reentrant lock there).
-        self.lock = None
+        # Either side's threads may all use the other's objects (a thread pool mapping a mock):
+        # one exchange at a time, each thread's reply read by that thread.
+        self.lock = _thread.RLock()
 
     def new_id(self):
         if self.random_ids:
@@ -83,19 +84,14 @@ class Channel:
     # ------------------------------------------------------------ sending
 
     def send(self, kind, ident, what, items=(), env=None, extras=None):
-        if self.lock is None:
-            return self._send(kind, ident, what, items, env, extras)
         with self.lock:
-            return self._send(kind, ident, what, items, env, extras)
-
-    def _send(self, kind, ident, what, items, env, extras):
-        data, encoder, synced = self._encode(kind, ident, what, items, env, extras)
-        try:
-            send_bytes(self.write_fd, data)
-        except OSError as exc:
-            encoder.abandon()
-            raise LinkDown(f"the other side is gone ({type(exc).__name__})") from None
-        encoder.sent(synced)
+            data, encoder, synced = self._encode(kind, ident, what, items, env, extras)
+            try:
+                send_bytes(self.write_fd, data)
+            except OSError as exc:
+                encoder.abandon()
+                raise LinkDown(f"the other side is gone ({type(exc).__name__})") from None
+            encoder.sent(synced)
 
     def _encode(self, kind, ident, what, items, env, extras=None):
         encoder = Encoder(self.table, self.encode_other, self.setup_ids)
@@ -145,15 +141,11 @@ class Channel:
 
     def call(self, op, items=(), env=None):
         """Ask the other side; serve its requests meanwhile; the reply's Message."""
-        if self.lock is None:
-            return self._call(op, items, env)
         with self.lock:
             return self._call(op, items, env)
 
     def next_request(self):
         """(the candidate's main loop) The other side's next request; None at a clean EOF."""
-        if self.lock is None:
-            return self.receive()
         with self.lock:
             return self.receive()
 

@@ -62,21 +62,30 @@ NEVER_IMPORT = frozenset({"antigravity", "this", "__hello__", "__phello__", "idl
                           "tkinter", "turtle", "ensurepip", "venv", "pydoc", "webbrowser"})
 
 
+def import_std(name):
+    """The standard-library module ``name``, imported when this side has not yet; None when it is
+    no such module, one of ``NEVER_IMPORT``, a ``__main__`` (the judge's is the tests' namespace)
+    or does not import."""
+    top = name.partition(".")[0] if type(name) is str else None
+    if top not in sys.stdlib_module_names or top in NEVER_IMPORT or "__main__" in name.split("."):
+        return None
+    found = sys.modules.get(name)
+    if found is None:
+        try:
+            __import__(name)
+        except BaseException:
+            return None
+        found = sys.modules.get(name)
+    return found if type(found) is type(sys) else None
+
+
 def resolve_std_importing(module, qualname):
     """:func:`resolve_std`, importing the standard-library module first when this side has not
-    (the other side's ``HTTPStatus.OK`` when only it imported ``http``); never a module of
-    ``NEVER_IMPORT`` or a ``__main__``."""
+    (the other side's ``HTTPStatus.OK`` when only it imported ``http``): :func:`import_std`."""
     found = resolve_std(module, qualname)
-    if found is not None or type(module) is not str:
-        return found
-    top = module.partition(".")[0]
-    if top not in sys.stdlib_module_names or top in NEVER_IMPORT or "__main__" in module.split("."):
-        return None
-    try:
-        __import__(module)
-    except BaseException:
-        return None
-    return resolve_std(module, qualname)
+    if found is None and import_std(module) is not None:
+        found = resolve_std(module, qualname)
+    return found
 
 
 class NotTransferable(Exception):

@@ -30,7 +30,6 @@ of the setup's own instances), use a mock's own API (``assert_*``, ``reset_mock`
 internal stop raised by the completion fail the test instead of skipping it.
 """
 
-import _thread
 import sys
 import types
 
@@ -270,7 +269,6 @@ class Judge:
         self.channel = Channel(read_fd, write_fd, self.table, CANDIDATE_PARITY, self.encode_other,
                                self.decode_other, serve=self.serve, random_ids=True)
         self.channel.on_receive = self.printed
-        self.lock = _thread.RLock()
         self.rules = rules if isinstance(rules, Rules) else Rules(rules)
         self.hashes = {}  # ref -> the candidate's hash of a handle (None: unhashable)
         self.texts = {}  # ref -> str() of a candidate exception
@@ -280,7 +278,6 @@ class Judge:
         self.methods = {}  # mirror class -> names of its methods (no request until called)
         self.modules = {}  # ref -> the name of a module the candidate holds
         self.std_objects = {}  # ref -> (module, qualname) of a standard-library object the candidate holds
-        self.recorded = {}  # (record) point -> whether completion objects arrived there
         self.recorded_steps = set()  # (record) "point@step": where in a value its objects arrived (handles_in)
         self.bound = {}  # (record) name -> how the reference bound it
         self.skips = {}  # (record) test index -> unittest tests it skipped (-1: the whole test)
@@ -310,7 +307,7 @@ class Judge:
     # ------------------------------------------------------------ requests to the candidate
 
     def ask(self, op, target, rest=(), suffix="", env=True, iterating=False, constructing=False):
-        with self.lock:  # the tests' threads may all use the completion's objects: one request at a time
+        with self.channel.lock:  # the tests' threads may all use the completion's objects: one request at a time
             return self._ask(op, target, rest, suffix, env, iterating, constructing)
 
     def _ask(self, op, target, rest, suffix, env, iterating, constructing):
@@ -397,16 +394,13 @@ class Judge:
         failure); returned, for the caller to hand over instead."""
         t = type(value)
         if t in SIMPLE or t is bytes:
-            if self.rules.record:
-                self.recorded.setdefault(point, False)
-            return
+            return None
         steps, general = [], set()
         found = self.handles_in(value, point, path, exception=exception, steps=steps, general=general)
         if self.rules.strict and found and found[0] is value and (
                 (constructed is not None and isinstance(value, constructed)) or value is receiver):
             found, steps = found[1:], steps[1:]  # (strict) a class's instance; a method's own receiver
         if self.rules.record:
-            self.recorded[point] = self.recorded.get(point, False) or bool(found)
             self.recorded_steps.update(f"{point}@{step}" for step in [*steps, *general])
             return
         if found and not self.allowed(point, steps):
@@ -477,7 +471,7 @@ class Judge:
         (``[1]``, ``{'key'}``, ``.attribute``, ``!0`` for an exception's argument); ``general`` (a
         set) gets ``[*]`` / ``{*}`` when every item of the value that is not None is a completion
         object."""
-        found = []
+        found, steps = [], [] if steps is None else steps  # steps[i]: where found[i] lies
         refs, paths, points = self.table.refs, self.paths, self.points
         control = _control_classes()
         setup = self.setup_classes
@@ -501,32 +495,28 @@ class Judge:
                     self.arrivals.setdefault(ref, set()).add((point, path))
             if _is_object(x, t):
                 found.append(x)
-                if steps is not None:
-                    steps.append(step)
+                steps.append(step)
                 if t is MirrorMeta or isinstance(x, RemoteBase):
                     continue
             children = _children(x, t, setup)
             if children is None:
                 if isinstance(x, type) and control and issubclass(x, control):
                     found.append(x)
-                    if steps is not None:
-                        steps.append(step)
+                    steps.append(step)
                 continue
             if t is not MirrorMeta and type(t) is MirrorMeta and isinstance(x, BaseException) and exception and root \
                     and not (control and isinstance(x, control)):
                 found.pop()  # the exception raised is the point's own (checked as an exception)
-                if steps is not None:
-                    steps.pop()
+                steps.pop()
             elif control and isinstance(x, BaseException) and isinstance(x, control) and not _is_object(x, t):
                 found.append(x)
-                if steps is not None:
-                    steps.append(step)
+                steps.append(step)
             if setup and isinstance(x, setup) and any(_shadows(t, name) for name in instance_state(x) if type(name) is str):
                 found.append(x)  # an instance attribute shadowing one of the class's methods or properties
-                if steps is not None:
-                    steps.append(step)
-            if root and general is not None and _general(x, children):
-                general.add(_general(x, children))
+                steps.append(step)
+            widest = _general(x, children) if root and general is not None else None
+            if widest:
+                general.add(widest)
             stack.extend((child, label if root else step) for child, label in children)
         return found
 

@@ -32,6 +32,9 @@ import operator
 import sys
 import types
 
+if __name__ != "__main__":  # on the host; in the sandbox these names come from the files above
+    from rollstream.consumers.executor.runtime.codec import resolve_std_importing
+
 # (module, function) of the standard library's generators that exec code from their own
 # templates (names they put in are checked identifiers)
 TEMPLATES = frozenset({("collections", "namedtuple"), ("dataclasses", "_create_fn"),
@@ -344,12 +347,10 @@ def plain_unpickle(data, tests_module, real_unpickler, kwargs):
             module = _compat_pickle.IMPORT_MAPPING.get(module, module)
             if (module, name) in PLAIN_CLASSES:
                 return super().find_class(module, name)
-            if module.partition(".")[0] in sys.stdlib_module_names and not name.startswith("_") \
-                    and "__main__" not in module.split("."):
-                enum = sys.modules.get("enum")
-                found = super().find_class(module, name)
-                if enum is not None and isinstance(found, type) and issubclass(found, enum.Enum):
-                    return found  # a standard-library enum (HTTPStatus): its members are values
+            found = None if name.startswith("_") else resolve_std_importing(module, name)
+            enum = sys.modules.get("enum")
+            if enum is not None and isinstance(found, type) and issubclass(found, enum.Enum):
+                return found  # a standard-library enum (HTTPStatus): its members are values
             found = vars(tests_module).get(name)
             if module == tests_module.__name__ and isinstance(found, type) and found.__module__ == module:
                 return found  # a class the tests define (not one they imported: MagicMock)

@@ -46,7 +46,8 @@ if __name__ != "__main__":  # on the host; in the sandbox these names come from 
         ProtocolError,
         _text,
         environ_text,
-        resolve_std,
+        import_std,
+        resolve_std_importing,
         run_setup,
         setup_classes_of,
     )
@@ -77,11 +78,9 @@ def preimport(modules):
     Only these may be bound to a name the completion defines as a module."""
     found = {}
     for name in modules:
-        if type(name) is str and name.isidentifier() and name in sys.stdlib_module_names and name not in NEVER_IMPORT:
-            try:
-                found[name] = __import__(name)
-            except BaseException:
-                continue
+        module = import_std(name) if type(name) is str and name.isidentifier() else None
+        if module is not None:
+            found[name] = module
     return found
 
 
@@ -130,7 +129,7 @@ def _kind_of(judge, name, value, module, std):
     or an alias), ``s:<module>:<qualname>`` (a standard-library class or function), ``o`` (an
     object of its own), ``p`` (plain data)."""
     if module is not None:
-        return f"m:{module}" if _std_module(module, {}) is not None else "m"
+        return f"m:{module}" if import_std(module) is not None else "m"
     if std is not None:
         return f"s:{std[0]}:{std[1]}"
     return "o" if judge.handles_in(value, name, name) else "p"
@@ -150,16 +149,15 @@ def _binding(judge, name, value, kind, module, entry_point, preimported):
       object of its own (``InsufficientFunds = Exception`` would let ``except`` swallow the tests'
       failures); else the completion's value."""
     if kind is not None and kind.startswith("m:"):
-        found = _std_module(kind[2:], preimported)
+        found = preimported.get(kind[2:]) or import_std(kind[2:])
         return _UNBOUND if found is None else found
     if kind is not None and kind.startswith("s:"):
-        std_module, _, qualname = kind[2:].partition(":")
-        found = None if _std_module(std_module, preimported) is None else resolve_std(std_module, qualname)
+        found = resolve_std_importing(*kind[2:].partition(":")[::2])
         return _UNBOUND if found is None else found
     if module is not None:
         if kind is not None or (name in sys.stdlib_module_names and name != module):
             return _UNBOUND
-        found = _std_module(module, preimported)
+        found = preimported.get(module) or import_std(module)
         return _UNBOUND if found is None else found
     if name in sys.stdlib_module_names and name != entry_point and kind not in ("o", "p"):
         return _UNBOUND
@@ -173,22 +171,6 @@ def _binding(judge, name, value, kind, module, entry_point, preimported):
             return Refused(f"type_mismatch: {name} is plain data or a standard-library object where the task's "
                            "reference binds an object of its own")
     return value
-
-
-def _std_module(name, preimported):
-    """The judge's own import of the standard-library module ``name`` (None: not one, or not importable)."""
-    top = name.partition(".")[0] if type(name) is str else None
-    if top not in sys.stdlib_module_names or top in NEVER_IMPORT or "__main__" in name.split("."):
-        return None  # (the tests' own namespace is this process's __main__)
-    found = preimported.get(name) or sys.modules.get(name)
-    if found is not None:
-        return found if type(found) is types.ModuleType else None
-    try:
-        __import__(name)
-    except BaseException:
-        return None
-    found = sys.modules.get(name)
-    return found if type(found) is types.ModuleType else None
 
 
 class Guards:
