@@ -7,6 +7,12 @@ pool (Docker: the executions run outside this process). At each step end it reco
 this process's CPU seconds, the machine's busy seconds and the step's phases (generate, reward,
 the whole generate-and-score phase, no-grad log-prob forwards, the training forward), timed by
 wrapping the trainer's own methods; it writes them to ``spec["out"]``.
+
+``bench/learning_vs_trl.py`` uses it too, with more of the spec: ``tasks_file`` (the tasks in the
+order to train them, JSONL), ``loss_type``, and ``marks_s`` with ``t0`` and ``checkpoint_dir``: at
+the first step end past each mark (seconds since ``t0``, the side's start) the model is saved as a
+Hugging Face directory ``checkpoint_dir/mark-I``, and training stops at the step end past the last
+mark.
 """
 
 from __future__ import annotations
@@ -101,7 +107,12 @@ def main(spec: dict[str, Any]) -> None:
     from rollstream.models import load_model, load_tokenizer
 
     s = spec["settings"]
-    tasks = ordered_tasks()
+    if spec.get("tasks_file"):
+        from rollstream.tasks.sources import jsonl_tasks
+
+        tasks = jsonl_tasks(Path(spec["tasks_file"]))
+    else:
+        tasks = ordered_tasks()
     rows = [{"prompt": [{"role": m.role, "content": m.content} for m in t.chat()], "task_id": t.task_id}
             for t in tasks]
     model = load_model("smollm2", dtype=torch.float32)
@@ -118,12 +129,32 @@ def main(spec: dict[str, Any]) -> None:
                             "phases": {f"{k}_s": v for k, v in phases.items()}})
             for name in phases:
                 phases[name] = 0.0
+            if marks and saved_marks(state, kwargs):
+                control.should_training_stop = True
+
+    marks = list(spec.get("marks_s") or [])
+    checkpoints: list[dict[str, Any]] = []
+
+    def saved_marks(state: Any, kwargs: dict[str, Any]) -> bool:
+        """Save the model when this step ended past the next mark(s); True once the last mark is passed."""
+        elapsed = time.time() - spec["t0"]
+        if elapsed < marks[0]:
+            return False
+        passed = [m for m in marks if m <= elapsed]
+        del marks[:len(passed)]
+        path = Path(spec["checkpoint_dir"]) / f"mark-{len(checkpoints) + 1}"
+        kwargs["model"].save_pretrained(path, safe_serialization=True)
+        tokenizer.save_pretrained(path)
+        checkpoints.append({"marks_s": passed, "time_s": round(elapsed, 2), "step": state.global_step,
+                            "path": str(path), "saved_s": round(time.time() - spec["t0"] - elapsed, 2)})
+        return not marks
 
     args = GRPOConfig(
         output_dir=tempfile.mkdtemp(prefix="bench-trl-"), per_device_train_batch_size=s["group_size"] *
         s["groups_per_step"], num_generations=s["group_size"], gradient_accumulation_steps=1,
         max_completion_length=s["max_new_tokens"], temperature=s["temperature"], top_p=s["top_p"], top_k=s["top_k"],
         learning_rate=s["lr"], lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0,
+        **({"loss_type": s["loss_type"]} if "loss_type" in s else {}),
         max_grad_norm=s["grad_clip"], beta=s["kl_beta"], epsilon=s["clip_low"], epsilon_high=s["clip_high"],
         scale_rewards="group", shuffle_dataset=False, gradient_checkpointing=spec["gradient_checkpointing"],
         bf16=spec["bf16"], use_cpu=True, max_steps=spec["steps"], logging_steps=1, report_to=[],
@@ -145,7 +176,7 @@ def main(spec: dict[str, Any]) -> None:
     finally:
         scorer.close()
     Path(spec["out"]).write_text(json.dumps({
-        "steps": records, "torch_threads": torch.get_num_threads(), "torch_interop_threads":
+        "steps": records, "checkpoints": checkpoints, "torch_threads": torch.get_num_threads(), "torch_interop_threads":
         torch.get_num_interop_threads(), "trl_generation": "transformers generate (no vLLM on CPU)",
         "trained_order_first": [t.task_id for t in tasks[:4]]}))
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gzip
 import json
 import logging
 import time
@@ -277,10 +278,12 @@ def eval_overrides(args: argparse.Namespace) -> list[str]:
 
 
 def per_task_pass(path: Path) -> dict[str, tuple[str, float]]:
-    """task id -> (family, fraction of its samples that passed), from an eval completions file."""
+    """task id -> (family, fraction of its samples that passed), from an eval completions file
+    (gzipped when its name ends in .gz)."""
     rows: dict[str, list[bool]] = defaultdict(list)
     family: dict[str, str] = {}
-    for line in path.read_text().splitlines():
+    text = gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" else path.read_text()
+    for line in text.splitlines():
         row = json.loads(line)
         rows[row["task_id"]].append(bool(row["passed"]))
         family[row["task_id"]] = row["family"]

@@ -326,6 +326,13 @@ def serve(trainer: Any, ranks: Ranks) -> None:
             save_shards(command.path, trainer, ranks)
 
 
-def shutdown(ranks: Ranks | None) -> None:
-    if ranks is not None and dist.is_initialized():
-        dist.destroy_process_group()
+def shutdown(ranks: Ranks | None, *, settle: bool = True) -> None:
+    """Leave the process group. ``settle``: first meet every rank at a barrier, so that no rank
+    tears its gloo pairs down while a peer still works (a rank that did aborted at exit with
+    "terminate called without an active exception"). Without it (a rank failed, the others may be
+    gone): tear down at once, never waiting on a peer that will not come."""
+    if ranks is None or not dist.is_initialized():
+        return
+    if settle:
+        dist.barrier(group=ranks.control)
+    dist.destroy_process_group()

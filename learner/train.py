@@ -114,6 +114,7 @@ async def run(config: Config, resume: bool = False) -> None:
         log.warning("restarted by the launcher (restart %s): resuming from the last checkpoint",
                     os.environ["TORCHELASTIC_RESTART_COUNT"])
         resume = True
+    settle = False  # meet the other ranks at a barrier on the way out: only once they were told to stop
     try:
         resume_from = agree(ranks, sharded_ckpt.latest_checkpoint(c.checkpoint.dir) if resume else None)
         if resume and resume_from is None:
@@ -121,15 +122,17 @@ async def run(config: Config, resume: bool = False) -> None:
         trainer, tokenizer, lineage, offsets = await asyncio.to_thread(build_trainer, config, resume_from, ranks)
         if ranks is not None and not ranks.leader:
             serve(trainer, ranks)  # blocking, in the main thread (it sets signal handlers): nothing else runs here
+            settle = True
             return
         leader = Leader(trainer, ranks) if ranks is not None else trainer
         try:
             await run_stage(config, leader, tokenizer, lineage, offsets, resume_from)
         finally:
             if ranks is not None:
-                leader.close()
+                leader.close()  # the other ranks stop serving and meet this one at the barrier
+            settle = True
     finally:
-        shutdown(ranks)
+        shutdown(ranks, settle=settle)
 
 
 def agree(ranks: Ranks | None, resume_from: str | None) -> str | None:
@@ -192,6 +195,8 @@ class LearnerLoop:
         self.metrics, self.run_id = metrics, run_id
         self.buffer: deque[Delivery[GroupAdvantaged]] = deque()
         self.checkpointed = (lineage.step, lineage.groups_consumed)
+        every_s = config.learner.checkpoint.every_minutes * 60
+        self.next_timed = time.monotonic() + every_s if every_s else None  # the next wall-clock checkpoint
         # Groups trained into a version not yet published: their sampler capacity is held back
         # until it is, or the sampler's next groups would be generated with the old weights.
         self.unpublished = 0
@@ -236,11 +241,20 @@ class LearnerLoop:
                 if self.lineage.step % c.broadcast_every == 0:
                     await self.publish(overlap=self.overlap)
             await self.release()
-            if trained and c.checkpoint.every and self.lineage.step % c.checkpoint.every == 0:
+            if trained and (c.checkpoint.every and self.lineage.step % c.checkpoint.every == 0 or self.timed_due()):
                 await self.checkpoint()
         await self.publish_done()
         if self.checkpointed != (self.lineage.step, self.lineage.groups_consumed):
             await self.checkpoint()
+
+    def timed_due(self) -> bool:
+        """learner.checkpoint.every_minutes: has the step just taken ended past the next mark?"""
+        if self.next_timed is None or time.monotonic() < self.next_timed:
+            return False
+        every_s = self.config.learner.checkpoint.every_minutes * 60
+        while self.next_timed <= time.monotonic():  # a mark passed during a long step is not made up
+            self.next_timed += every_s
+        return True
 
     async def fill(self, wanted: int) -> None:
         """Poll until ``wanted`` groups are buffered (or a poll comes back empty)."""

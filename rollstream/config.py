@@ -306,6 +306,10 @@ class OptimConfig(Section):
 class CheckpointConfig(Section):
     every: NonNegInt = 10
     """Checkpoint every N steps (0 = only on SIGTERM and at the end)."""
+    every_minutes: Annotated[float, Meta(ge=0.0)] = 0.0
+    """Also checkpoint after the first step that ends past each multiple of this many minutes since
+    the learner started (0 = off): checkpoints at points of wall-clock time, to compare learning per
+    minute (bench/learning_vs_trl.py). Set keep high enough to hold them."""
     dir: str = "checkpoints"
     """Where checkpoints go: a directory or any fsspec URL (s3://bucket/run/ckpt; written sharded,
     with a commit marker, see docs/learner.md)."""

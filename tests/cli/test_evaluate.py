@@ -130,3 +130,28 @@ def test_bootstrap_difference_over_tasks() -> None:
     assert flat["ci_low"] < 0 < flat["ci_high"]  # no difference: the interval holds zero
     with pytest.raises(ValueError):
         bootstrap_difference({"a": 1.0}, {"b": 1.0})
+
+
+@pytest.mark.unit
+def test_compare_reads_gzipped_completions_and_pairs_tasks(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import gzip
+
+    from rollstream.cli.evaluate import compare_main, per_task_pass
+
+    def rows(passes: dict[str, list[bool]]) -> bytes:
+        return b"".join(json.dumps({"task_id": t, "family": t.split("/")[0], "passed": p}).encode() + b"\n"
+                        for t, ps in passes.items() for p in ps)
+
+    before = {"a/1": [False, False], "a/2": [True, False], "b/1": [False, False], "b/2": [False, True]}
+    after = {"a/1": [True, True], "a/2": [True, False], "b/1": [False, True], "b/2": [True, True]}
+    (tmp_path / "before.jsonl").write_bytes(rows(before))
+    (tmp_path / "after.jsonl.gz").write_bytes(gzip.compress(rows(after)))
+    assert per_task_pass(tmp_path / "after.jsonl.gz") == {"a/1": ("a", 1.0), "a/2": ("a", 0.5), "b/1": ("b", 0.5),
+                                                          "b/2": ("b", 1.0)}
+    assert compare_main(str(tmp_path / "before.jsonl"), str(tmp_path / "after.jsonl.gz"), str(tmp_path / "c.json")) == 0
+    figures = json.loads((tmp_path / "c.json").read_text())
+    assert figures["before"] == 0.25 and figures["after"] == 0.75 and figures["difference"] == 0.5
+    assert 0 < figures["ci_low"] <= 0.5 <= figures["ci_high"] <= 1.0  # every task gained: the interval is above 0
+    table = {cells[0]: cells[1:] for line in capsys.readouterr().out.splitlines() if line.startswith("| ")
+             for cells in [[c.strip() for c in line.strip("|").split("|")]]}
+    assert table["a"] == ["2", "0.250", "0.750"] and table["b"] == ["2", "0.250", "0.750"]
