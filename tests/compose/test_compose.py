@@ -105,6 +105,12 @@ def test_prometheus_scrapes_each_stage_on_its_metrics_port() -> None:
             [sd] = jobs[service]["dns_sd_configs"]
             assert sd["names"] == [service] and sd["type"] == "A", service
             assert sd["port"] == config[section]["metrics_port"], f"{config_file}: {service}"
+        # the evaluator: a service of the "eval" profile (not started by default), scraped on its port
+        [sd] = jobs["evaluator"]["dns_sd_configs"]
+        assert sd["names"] == ["evaluator"] and sd["port"] == config["eval"]["metrics_port"], config_file
+    service = yaml.safe_load((COMPOSE / "docker-compose.yml").read_text())["services"]["evaluator"]
+    assert service["profiles"] == ["eval"] and service["command"] == ["evaluator"]
+    assert "/var/run/docker.sock:/var/run/docker.sock" in service["volumes"]  # its own sandboxes
 
 
 # --- the stack ------------------------------------------------------------------------------------
