@@ -88,6 +88,9 @@ SETTINGS = {"group_size": 8, "groups_per_step": 2, "max_new_tokens": 192, "tempe
             "top_k": 0, "lr": 5e-6, "kl_beta": 0.0, "clip_low": 0.2, "clip_high": 0.28, "grad_clip": 1.0,
             "loss_type": "grpo", "seed": 0, "holdout_fraction": 0.25, "holdout_seed": 0}
 RESAMPLES = 10000
+# Sampling, the same in training and in evaluation.
+GENERATOR_TOML = "\n".join(["[generator]"] + [f"{k} = {SETTINGS[k]}" for k in ("max_new_tokens", "temperature",
+                                                                              "top_p", "top_k")])
 
 
 # --- the split ---------------------------------------------------------------------------------
@@ -168,11 +171,7 @@ mode = "off"  # the bench's fixed task list
 [stream]
 filter_zero_variance = true
 
-[generator]
-max_new_tokens = {s['max_new_tokens']}
-temperature = {s['temperature']}
-top_p = {s['top_p']}
-top_k = {s['top_k']}
+{GENERATOR_TOML}
 
 [learner]
 broadcast_dtype = "float32"
@@ -241,17 +240,12 @@ def evaluate(label: str, model: str, heldout_file: Path, results: Path, samples:
         return json.loads(out.read_text())
     out.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="bench-learning-eval-"))
-    s = SETTINGS
     toml = work / "eval.toml"
     toml.write_text(f"""
 [sampler]
 sources = ["jsonl:{heldout_file}"]
 
-[generator]
-max_new_tokens = {s['max_new_tokens']}
-temperature = {s['temperature']}
-top_p = {s['top_p']}
-top_k = {s['top_k']}
+{GENERATOR_TOML}
 
 [eval]
 split = "all"
