@@ -31,6 +31,8 @@ ids; its weights are what the learner publishes):
 
 Groups/s are measured between the first and the last learner step of a run (start-up excluded).
 Usage: ``python bench/e2e.py --quick --json OUT``; the last line printed holds the figures.
+``--engine`` measures the generator's engine modes instead (:func:`engine_main`):
+``multi_turn_groups_per_s_ratio`` and ``in_flight_gain``.
 """
 
 from __future__ import annotations
@@ -60,7 +62,7 @@ SIGMA = 0.8  # a long tail: the longest of 8 completions is often 3-4x the media
 
 def write_config(work: Path, name: str, bootstrap: str, model: Path, *, staleness: int, groups_per_step: int,
                  base_s: float, per_token_s: float, learn_per_token_s: float, max_batch: int,
-                 archive: bool = False, max_turns: int | None = None) -> Path:
+                 archive: bool = False, max_turns: int | None = None, engine: dict[str, Any] | None = None) -> Path:
     """A run's config. Every latency setting (fetch waits, linger, poll intervals, batch waits,
     weight waits) is left at its shipped default: the figures are those a user gets.
     ``max_turns`` = 1 plays every task as one turn (the suite's subtask chains included)."""
@@ -84,12 +86,14 @@ backend = "sim"
 model = "{model}"
 max_new_tokens = 512
 max_batch_prompts = {max_batch}
-
+{engine_lines(engine)}
 [generator.sim]
 base_s = {base_s}
 per_token_s = {per_token_s}
 mean_tokens = {MEAN_TOKENS}
-sigma = {SIGMA}
+sigma = {engine.get("sigma", SIGMA) if engine else SIGMA}
+{f"per_forward_s = {engine['per_forward_s']}" if engine else ""}
+{f"per_row_s = {engine['per_row_s']}" if engine else ""}
 
 [executor]
 backend = "sim"
@@ -112,6 +116,12 @@ every = 0
 enabled = {"true" if archive else "false"}
 """)
     return path
+
+
+def engine_lines(engine: dict[str, Any] | None) -> str:
+    if not engine:
+        return ""
+    return f'continuous = {"true" if engine["continuous"] else "false"}\nupdate = "{engine["update"]}"\n'
 
 
 def run(config: Path, steps: int, cwd: Path, skip: int) -> dict[str, Any]:
@@ -142,11 +152,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer steps (about three minutes)")
     parser.add_argument("--json", dest="json_out", help="write the headline figures here")
+    parser.add_argument("--engine", action="store_true",
+                        help="only the generator's engine modes (continuous batching, in-flight weight updates) "
+                             "against one batch at a time, with a per-forward cost model: "
+                             "multi_turn_groups_per_s_ratio and in_flight_gain")
     parser.add_argument("--multi-turn", action="store_true",
                         help="the sync and async runs play the suite's subtask chains as chains (default: every "
                              "task one turn, so a step's generation and training cost the same, as async_speedup "
                              "assumes)")
     args = parser.parse_args()
+    if args.engine:
+        report(engine_main(args.quick), args.json_out)
+        return
     turns = None if args.multi_turn else 1
     steps = 16 if args.quick else 40
     load_before = os.getloadavg()
@@ -222,6 +239,77 @@ def main() -> None:
         stop_pid(broker.pid)
         shutil.rmtree(work, ignore_errors=True)
     report(figures, args.json_out)
+
+
+# The engine comparison's cost model of a GPU decode step: a fixed part per forward (weights read
+# once, kernel launches) and a part per row in the batch. A forward of 32 rows costs 3.6x one of 1
+# row, so batching well is what makes a token cheap, as it is on real hardware.
+PER_FORWARD_S = 0.005
+PER_ROW_S = 0.0005
+ENGINE_MODES = {  # name: (generator.continuous, generator.update)
+    "one_batch_at_a_time": (False, "between_batches"),  # before continuous batching
+    "continuous_between_batches": (True, "between_batches"),
+    "continuous_in_flight": (True, "in_flight"),
+}
+
+
+def engine_main(quick: bool) -> dict[str, Any]:
+    """``multi_turn_groups_per_s_ratio``: groups/s of continuous batching with in-flight updates / one
+    batch at a time, with the suite's subtask chains played as chains (their later turns reach the
+    generator one sample at a time); ``in_flight_gain``: groups/s with in-flight updates / with
+    updates between batches (both continuous), single-turn with a long tail of lengths (sigma 1.2)
+    and a fast learner, so a version arrives while long rows are decoding. Each pair alternated
+    A B A B in one process (``--quick``: 2 runs a side of 10 steps)."""
+    steps, rounds = (10, 2) if quick else (20, 3)
+    load_before = os.getloadavg()
+    work = Path(tempfile.mkdtemp(prefix="rollstream-engine-bench-"))
+    from rollstream.testing import make_tiny_model_dir
+
+    model = make_tiny_model_dir(work / "tiny", max_positions=2048)
+    port = free_port()
+    broker = start_broker(port, work / "broker.log")
+    bootstrap = f"127.0.0.1:{port}"
+    runs: dict[str, list[float]] = {}
+    try:
+        def measure(label: str, mode: str, *, turns: int | None, sigma: float, learn_per_token_s: float,
+                    index: int) -> None:
+            continuous, update = ENGINE_MODES[mode]
+            name = f"{label}-{mode}-{index}"
+            config = write_config(work, name, bootstrap, model, staleness=4, groups_per_step=GROUPS_PER_STEP,
+                                  base_s=0.0, per_token_s=0.0, learn_per_token_s=learn_per_token_s, max_batch=4,
+                                  max_turns=turns, engine={"continuous": continuous, "update": update,
+                                                           "sigma": sigma, "per_forward_s": PER_FORWARD_S,
+                                                           "per_row_s": PER_ROW_S})
+            result = run(config, steps, work, skip=4)
+            runs.setdefault(f"{label}:{mode}", []).append(round(result["groups_per_s"], 4))
+            print(f"{label} {mode} #{index}: {result['groups_per_s']:.3f} groups/s", flush=True)
+            shutil.rmtree(work / name, ignore_errors=True)
+
+        # the learner takes about a quarter of a group's generation: the generator is the bottleneck
+        for index in range(rounds):
+            for mode in ("one_batch_at_a_time", "continuous_in_flight"):
+                measure("multi_turn", mode, turns=None, sigma=SIGMA, learn_per_token_s=2e-5, index=index)
+        for index in range(rounds):
+            for mode in ("continuous_between_batches", "continuous_in_flight"):
+                measure("long_tail", mode, turns=1, sigma=1.2, learn_per_token_s=1e-5, index=index)
+    finally:
+        stop_pid(broker.pid)
+        shutil.rmtree(work, ignore_errors=True)
+
+    def median(key: str) -> float:
+        return statistics.median(runs[key])
+
+    return {
+        "cost_model": {"per_forward_s": PER_FORWARD_S, "per_row_s": PER_ROW_S, "group_size": GROUP_SIZE,
+                       "mean_tokens": MEAN_TOKENS, "max_batch_prompts": 4, "steps": steps},
+        "runs_groups_per_s": runs,
+        "load_average_before": [round(x, 2) for x in load_before],
+        "load_average_after": [round(x, 2) for x in os.getloadavg()],
+        "multi_turn_groups_per_s_ratio": round(median("multi_turn:continuous_in_flight")
+                                               / median("multi_turn:one_batch_at_a_time"), 3),
+        "in_flight_gain": round(median("long_tail:continuous_in_flight")
+                                / median("long_tail:continuous_between_batches"), 3),
+    }
 
 
 def speedup_figures(sync_groups_per_s: float, sync_bound: float, async_groups_per_s: float) -> dict[str, Any]:
@@ -304,8 +392,9 @@ def generator_calls(state: Path) -> dict[tuple[str, int, int], tuple[float, floa
     calls: dict[tuple[str, int, int], tuple[float, float, float]] = {}
     for _, a in ArchiveStore(str(root)).events("actions"):
         key = (a.rollout.group_id, a.turn, a.rollout.sample_index if a.turn > 1 else -1)
-        begin, end, _ = calls.get(key, (float("inf"), 0.0, 0.0))
-        calls[key] = (min(begin, a.generated_at - a.generate_s), max(end, a.generated_at), a.generate_s)
+        begin, end, seconds = calls.get(key, (float("inf"), 0.0, 0.0))
+        # generate_s: from the call's start to this sample's end (the call's own length: its last sample's)
+        calls[key] = (min(begin, a.generated_at - a.generate_s), max(end, a.generated_at), max(seconds, a.generate_s))
     return calls
 
 

@@ -52,7 +52,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.common import report, with_local_broker
 from rollstream.config import Config, GeneratorConfig, InfraConfig
 from rollstream.consumers.generator.backends.base import GenerationRequest, Sampling
-from rollstream.consumers.generator.backends.hf import TransformersBackend, prefill, sample_batch
+from rollstream.consumers.generator.backends.decode import prefill
+from rollstream.consumers.generator.backends.hf import TransformersBackend, sample_batch
 from rollstream.consumers.generator.backends.sampling import derive_seed
 from rollstream.consumers.generator.chat import chat_prompt_ids
 from rollstream.consumers.generator.stage import group_requests, run

@@ -298,7 +298,7 @@ def rollstream_step(before: tuple[dict[str, Any], dict[str, Any]], after: tuple[
 
     learner_busy = rec.get("seconds") or 0.0
     publish = metric("learner", "learner_broadcast_seconds")
-    generator_busy = metric("generator", "generator_batch_seconds")
+    generator_busy = metric("generator", "generator_busy_seconds")  # overlapping batches counted once
     weight_load = metric("generator", "generator_weight_sync_seconds")  # fetch (a task of its own) + swap
     weight_swap = metric("generator", "generator_weight_sync_seconds[phase=swap]")  # the part generation waits on
     return {"step": rec["step"], "seconds": round(seconds, 3),

@@ -134,7 +134,9 @@ class SGLangConfig(Section):
     weights_dir: str = ".rollstream/sglang-weights"
     """Where weights from Redis are written as safetensors for /update_weights_from_disk (the server must read this path)."""
     abort_on_update: bool = False
-    """Send abort_all_requests with weight updates (else the update waits for in-flight requests)."""
+    """Abort the requests in flight with each weight update (they end with finish reason "abort"); else
+    they continue under the new weights (generator.update = "in_flight": paused in place, then
+    continued) or the update waits for them ("between_batches")."""
     flush_cache: bool = True
     """Flush the server's prefix cache with each weight update."""
     concurrency: PositiveInt = 64
@@ -154,6 +156,11 @@ class SimGeneratorConfig(Section):
     """Median completion length in tokens (log-normal; cut at max_new_tokens, finish reason "length")."""
     sigma: Annotated[float, Meta(ge=0.0, le=4.0)] = 0.6
     """Spread of the log-normal lengths: 0 = every completion mean_tokens long; 1 = a long tail."""
+    per_forward_s: Annotated[float, Meta(ge=0.0)] = 0.0
+    """With per_row_s: the decode loop is simulated, a forward costing per_forward_s + per_row_s x rows
+    (a GPU's fixed and per-row parts), one token per row per forward (base_s and per_token_s unused)."""
+    per_row_s: Annotated[float, Meta(ge=0.0)] = 0.0
+    """Seconds a row adds to a simulated forward (see per_forward_s)."""
 
 
 class GeneratorConfig(Section):
@@ -191,6 +198,20 @@ class GeneratorConfig(Section):
     """Most prompts (each with its G samples) batched into one generate call."""
     batch_wait_ms: NonNegInt = 50
     """How long to wait for more prompts before generating a partial batch."""
+    continuous: bool = True
+    """Overlap generate calls on backends that batch continuously (transformers, SGLang, the sim with a
+    per-forward cost): batches join the running loop. False: one batch at a time, as before (to compare)."""
+    max_rows: PositiveInt = 64
+    """Most samples generating at once (the transformers backend's decode loop; batches join it while
+    their rows fit)."""
+    max_kv_tokens: PositiveInt = 65536
+    """Bound on the decode loop's KV cache: rows x the widest row's prompt plus token limit (each row's
+    width is reserved when it joins). Memory is this x 2 x layers x KV heads x head size x dtype
+    bytes: 46 KB a token for SmolLM2 in float32, 3 GB at the default."""
+    update: Literal["in_flight", "between_batches"] = "in_flight"
+    """When the transformers backend swaps in new weights: between two forwards, rows in progress
+    continuing under them ("in_flight"), or once the rows in its decode loop have finished, admitting
+    none meanwhile ("between_batches"). docs/generator.md says what each costs."""
     max_staleness_refuse: bool = False
     """Refuse to generate while more than rl.max_staleness versions behind the learner."""
     weight_poll_s: PositiveFloat = 5.0

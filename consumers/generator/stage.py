@@ -14,7 +14,11 @@ Guarantees:
   unless the weights changed in between (then its recorded version says so).
 * Prompts of several events are batched into one generate call (at most
   ``max_batch_prompts`` events, waiting at most ``batch_wait_ms`` for more after the first).
-  Sending a batch's actions overlaps with generating the next one.
+  With the transformers backend (continuous: backends/decode.py) calls overlap: a batch joins
+  the running decode loop as soon as its rows fit ``max_rows``, and every sample's action is
+  sent the moment its row finishes, so a continuation or a short sample never waits for the
+  longest row of another batch. Other backends generate one batch at a time, sending a batch's
+  actions overlapping the next one.
 * Multi-turn episodes (consumers/executor/episodes.py): a ``PromptIssued`` with a continuation asks for the
   next turn of one sample. Its observation is rendered as a user turn of the chat template and
   appended to the transcript; the action's rollout spans every turn, with the mask of the
@@ -24,24 +28,29 @@ Guarantees:
   template rejects) are dead-lettered here. A prompt longer
   than the model's context yields G ``ActionGenerated`` with ``error`` set and finish reason
   "error" (so the group still completes downstream).
-* Weights are swapped only between batches (see ``consumers/generator/weight_sync.py``).
+* Weights are swapped between two forwards, rows in progress continuing under the new ones
+  (``generator.update = "in_flight"``: a rollout records the first and last version it spans),
+  or once the rows in the decode loop have finished (``"between_batches"``); see
+  ``consumers/generator/weight_sync.py`` and docs/generator.md.
 * Poison records and duplicates (rollstream/guard.py): a prompt taken ``infra.poison_attempts``
   times without finishing is dead-lettered; a group already generated and acknowledged is skipped
   (records with the ``rollstream-replay`` header are always generated).
-* SIGTERM: stop taking input, finish the batch in flight, send, commit, exit 0; within
-  ``infra.stop_grace_s`` (default 10 s): a batch still generating 3 s before it is abandoned
-  uncommitted (rollstream/lifecycle.py), and queued prompts are never started.
+* SIGTERM: stop taking input, finish the batches in flight, send, commit, exit 0; within
+  ``infra.stop_grace_s`` (default 10 s): batches still generating 3 s before it are abandoned
+  uncommitted (their rows leave the decode loop; rollstream/lifecycle.py), and queued prompts
+  are never started.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import os
 import socket
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import Any
@@ -54,6 +63,7 @@ from rollstream.consumers.generator.backends.base import (
     GenerationBackend,
     GenerationRequest,
     Sampling,
+    completions_as_done,
 )
 from rollstream.consumers.generator.backends.sampling import derive_seed
 from rollstream.consumers.generator.chat import chat_prompt_ids
@@ -69,7 +79,6 @@ from rollstream.errors import BackendError
 from rollstream.guard import IntakeGuard
 from rollstream.kafka import Delivery, EventConsumer, EventProducer, ensure_topics
 from rollstream.metrics import StageMetrics, serve_metrics
-from rollstream.retry import retry
 from rollstream.schemas.events import ActionGenerated, PromptIssued, Rollout, SamplingParams
 
 log = logging.getLogger(__name__)
@@ -199,8 +208,11 @@ def build_backend(config: Config) -> GenerationBackend:
 
         return ScriptedBackend.load(config)
     if gen.backend == "sim":
-        from rollstream.consumers.generator.backends.scripted import SimBackend
+        from rollstream.consumers.generator.backends.scripted import SimBackend, SimDecodeBackend
 
+        sim = gen.sim
+        if sim is not None and (sim.per_forward_s or sim.per_row_s):
+            return SimDecodeBackend.load(config)
         return SimBackend.load(config)
     if gen.backend == "transformers":
         import torch
@@ -210,14 +222,15 @@ def build_backend(config: Config) -> GenerationBackend:
         pin(gen.cpus, "generator")
         if gen.torch_threads:
             torch.set_num_threads(gen.torch_threads)  # oversubscribed OpenMP threads spin and crawl
-        return TransformersBackend.load(gen.model, device=gen.device, dtype=gen.dtype)
+        return TransformersBackend.load(gen.model, device=gen.device, dtype=gen.dtype, max_rows=gen.max_rows,
+                                        max_kv_tokens=gen.max_kv_tokens, update=gen.update)
     from rollstream.consumers.generator.backends.sglang import SGLangBackend
     from rollstream.consumers.generator.chat import max_context
     from rollstream.models import load_model_config, load_tokenizer, resolve_model
 
     files = resolve_model(gen.model, cache_dir=None)  # model_dir: a plain directory spec only
     return SGLangBackend(gen.sglang, load_tokenizer(gen.model), context=max_context(load_model_config(gen.model)),
-                         model_dir=None if files.gguf_file else str(files.directory))
+                         model_dir=None if files.gguf_file else str(files.directory), update=gen.update)
 
 
 class GeneratorStage:
@@ -242,7 +255,11 @@ class GeneratorStage:
         self.version_gauge = metrics.gauge("generator_policy_version", "Policy version of the loaded weights")
         self.errors = metrics.counter("generator_failed_samples", "Samples recorded as failures", ("reason",))
         self.batch_seconds = metrics.histogram("generator_batch_seconds", "Wall time of one generate call")
-        self.generating = metrics.gauge("generator_generating", "1 while a generate call runs, else 0")
+        self._busy = _Busy(metrics.gauge("generator_generating", "1 while a generate call runs, else 0"),
+                           metrics.histogram("generator_busy_seconds", "Busy periods: from a generate call "
+                                             "starting while none ran to the last one ending (their sum counts "
+                                             "overlapping calls once)"))
+        self._commit_lock = asyncio.Lock()  # batches finish concurrently: one commit at a time
 
     async def intake(self, stop: asyncio.Event) -> None:
         """Poll ``prompts``, validate, tokenize, queue (bounded: backpressure on the poll)."""
@@ -323,78 +340,185 @@ class GeneratorStage:
         return batch
 
     async def serve(self, stop: asyncio.Event) -> None:
-        """Generate batch after batch; publishing of batch N overlaps generating batch N+1."""
-        sending: asyncio.Task[None] | None = None
+        """Take batch after batch and generate them: with a continuous backend, batches overlap as
+        long as their rows fit ``generator.max_rows`` (each joins the running decode loop, and each
+        row is published as it finishes); otherwise one batch generates at a time, the sending of
+        its actions overlapping the next one."""
+        continuous = self.gen.continuous and bool(getattr(self.backend, "continuous", False))
+        capacity = _Capacity(self.gen.max_rows if continuous else 1)
+        most_batches = self.gen.max_rows if continuous else 2  # generating or still being sent: bounded memory
+        running: set[asyncio.Task[None]] = set()
+        failed: list[BaseException] = []
+
+        def finished(task: asyncio.Task[None]) -> None:
+            running.discard(task)
+            if not task.cancelled() and task.exception() is not None:
+                failed.append(task.exception())  # type: ignore[arg-type]
+
         try:
-            while not stop.is_set():
+            while not stop.is_set() and not failed:
                 batch = await self.next_batch(stop)
                 if not batch:
                     continue
-                issued_at = max(item.delivery.event.issued_policy_version for item in batch)
-                await self.sync.catch_up(issued_at, self.gen.weight_wait_s)
-                await self.sync.apply_pending(wait_s=self.gen.weight_wait_s)
-                await self.sync.wait_until_fresh(stop)
-                self.version_gauge.set(self.backend.policy_version)
-                if batch[0].suspect and self.guard is not None:
-                    await self.guard.start_suspect(batch[0].delivery)
-                actions = await self.generate(batch)
-                if sending is not None:
-                    await sending  # at most one batch being sent: bounded memory, ordered commits
-                sending = asyncio.create_task(self.publish(batch, actions))
+                # A suspect (rollstream/guard.py) runs alone: nothing else is in flight if it kills the process.
+                need = (capacity.limit if batch[0].suspect else sum(_rows_of(item.delivery.event) for item in batch)
+                        ) if continuous else 1
+                while len(running) >= most_batches:
+                    await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+                await capacity.acquire(need)
+                try:
+                    issued_at = max(item.delivery.event.issued_policy_version for item in batch)
+                    await self.sync.catch_up(issued_at, self.gen.weight_wait_s)
+                    await self.sync.apply_pending(wait_s=self.gen.weight_wait_s)
+                    await self.sync.wait_until_fresh(stop)
+                    self.version_gauge.set(self.backend.policy_version)
+                    if batch[0].suspect and self.guard is not None:
+                        await self.guard.start_suspect(batch[0].delivery)
+                except BaseException:
+                    capacity.release(need)
+                    raise
+                task = asyncio.create_task(self.run_batch(batch, functools.partial(capacity.release, need)))
+                running.add(task)
+                task.add_done_callback(finished)
+            if failed:
+                raise failed[0]
+        except BaseException:
+            for task in running:
+                task.cancel()  # a failure, or the stop bound reached: what is in flight stays uncommitted
+            raise
         finally:
-            if sending is not None:
-                await sending
+            if running:
+                await asyncio.gather(*running, return_exceptions=True)
 
-    async def generate(self, batch: Sequence[Prepared]) -> list[ActionGenerated]:
+    async def run_batch(self, batch: Sequence[Prepared], release: Callable[[], None] | None = None) -> None:
+        """Generate a batch, sending each action as its sample finishes; ``release`` once every sample
+        is generated (sends may still be in flight); mark the prompts done and commit once every
+        action was acknowledged."""
+        sends: list[asyncio.Task[None]] = []
+        try:
+            async for action in self.generate_each(batch):
+                sends.append(asyncio.create_task(self.producer.send_many([("actions", action)])))
+        except BaseException:
+            for send in sends:
+                send.cancel()
+            raise
+        finally:
+            if release is not None:
+                release()
+        await asyncio.gather(*sends)
+        await self._finish(batch, len(sends))
+
+    def _requests(self, batch: Sequence[Prepared]) -> list[GenerationRequest]:
         requests: list[GenerationRequest] = []
         for item in batch:
             requests += group_requests(item.delivery.event, item.prompt_ids, self.gen, self.config.rl.seed)
-        started = time.time()
-        self.generating.set(1)
-        try:
-            completions = await self._generate_with_retry(requests)
-        finally:
-            self.generating.set(0)
-        generate_s = time.time() - started
-        self.batch_seconds.observe(generate_s)
-        actions = []
-        position = 0
+        return requests
+
+    async def generate_each(self, batch: Sequence[Prepared]) -> AsyncIterator[ActionGenerated]:
+        """The batch's actions as their samples finish (from a backend without ``submit``: all at once)."""
+        requests = self._requests(batch)
+        owners: list[tuple[Prepared, int]] = []
         for item in batch:
-            event = item.delivery.event
-            c = event.continuation
-            for index in ([c.sample_index] if c is not None else range(event.group_size)):
-                completion = completions[position]
-                position += 1
-                self.tokens_out.inc(len(completion.token_ids))
-                if completion.error:
-                    self.errors.labels("prompt_too_long" if "too long" in completion.error else "other").inc()
-                    log.warning("group %s sample %d failed: %s", event.group_id, index, completion.error)
-                actions.append(action_from(event, index, item.prompt_ids, completion,
-                                           generator_id=self.generator_id,
-                                           queued_s=started - item.delivery.received_at, generate_s=generate_s,
-                                           observation_tokens=item.observation_tokens))
-        return actions
+            c = item.delivery.event.continuation
+            owners += [(item, index) for index in
+                       ([c.sample_index] if c is not None else range(item.delivery.event.group_size))]
+        started = time.time()
+        self._busy.start()
+        try:
+            async with contextlib.aclosing(self._complete(requests)) as completions:
+                async for position, completion in completions:
+                    item, index = owners[position]
+                    event = item.delivery.event
+                    self.tokens_out.inc(len(completion.token_ids))
+                    if completion.error:
+                        self.errors.labels("prompt_too_long" if "too long" in completion.error else "other").inc()
+                        log.warning("group %s sample %d failed: %s", event.group_id, index, completion.error)
+                    yield action_from(event, index, item.prompt_ids, completion, generator_id=self.generator_id,
+                                      queued_s=started - item.delivery.received_at,
+                                      generate_s=time.time() - started, observation_tokens=item.observation_tokens)
+        finally:
+            self._busy.stop()
+        self.batch_seconds.observe(time.time() - started)
 
-    async def _generate_with_retry(self, requests: list[GenerationRequest], attempts: int = 3) -> list[Completion]:
-        # After the last attempt the error stops the stage: uncommitted prompts are redelivered
-        # to a healthy generator.
-        return await retry(functools.partial(self.backend.generate, requests), what="generate",
-                           retry_on=(BackendError,), attempts=attempts, first_delay_s=1.0,
-                           max_delay_s=4.0)
+    async def _complete(self, requests: list[GenerationRequest], attempts: int = 3
+                        ) -> AsyncIterator[tuple[int, Completion]]:
+        """``(request index, completion)`` as each finishes; after a BackendError the requests not yet
+        done are asked for again (3 attempts, 1 s then 2 s apart). After the last attempt the error
+        stops the stage: uncommitted prompts are redelivered to a healthy generator."""
+        done: set[int] = set()
+        for attempt in range(1, attempts + 1):
+            todo = [i for i in range(len(requests)) if i not in done]
+            try:
+                async with contextlib.aclosing(completions_as_done(self.backend, [requests[i] for i in todo])) as out:
+                    async for j, completion in out:
+                        done.add(todo[j])
+                        yield todo[j], completion
+                return
+            except BackendError as exc:
+                if attempt == attempts:
+                    raise
+                log.warning("generate failed (attempt %d of %d, %d of %d samples to redo): %s", attempt, attempts,
+                            len(requests) - len(done), len(requests), exc)
+                await asyncio.sleep(float(2 ** (attempt - 1)))
 
-    async def publish(self, batch: Sequence[Prepared], actions: list[ActionGenerated]) -> None:
-        """Send the batch's actions, wait for every ack, then mark its prompts done and commit."""
-        await self.producer.send_many([("actions", action) for action in actions])
+    async def _finish(self, batch: Sequence[Prepared], actions: int) -> None:
+        """Every action of ``batch`` was acknowledged: mark its prompts done and commit."""
         for item in batch:
             if self.guard is not None:
                 self.guard.finished(item.delivery, unit_of(item.delivery.event))
             self.consumer.done(item.delivery)
-        if self.guard is not None:
-            await self.guard.flush()
-        await self.consumer.commit()
+        async with self._commit_lock:
+            if self.guard is not None:
+                await self.guard.flush()
+            await self.consumer.commit()
         first = batch[0].delivery
-        log.debug("sent %d actions for %d groups (first %s [%d]@%d), weights v%d", len(actions), len(batch),
+        log.debug("sent %d actions for %d groups (first %s [%d]@%d), weights v%d", actions, len(batch),
                   first.event.group_id, first.partition, first.offset, self.backend.policy_version)
+
+
+def _rows_of(event: PromptIssued) -> int:
+    return 1 if event.continuation is not None else event.group_size
+
+
+class _Capacity:
+    """Rows (or batches) in flight, at most ``limit``; one batch over the limit alone is let through."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.used = 0
+        self._changed = asyncio.Event()
+
+    async def acquire(self, n: int) -> None:
+        while not (self.used == 0 or self.used + n <= self.limit):
+            self._changed.clear()
+            await self._changed.wait()
+        self.used += n
+
+    def release(self, n: int) -> None:
+        self.used -= n
+        self._changed.set()
+
+
+class _Busy:
+    """Periods during which at least one generate call runs (overlapping calls counted once), and
+    the gauge that is 1 meanwhile."""
+
+    def __init__(self, gauge: Any, seconds: Any) -> None:
+        self.gauge, self.seconds = gauge, seconds
+        self.calls = 0
+        self.since = 0.0
+
+    def start(self) -> None:
+        if self.calls == 0:
+            self.since = time.monotonic()
+            self.gauge.set(1)
+        self.calls += 1
+
+    def stop(self) -> None:
+        self.calls -= 1
+        if self.calls == 0:
+            self.seconds.observe(time.monotonic() - self.since)
+            self.gauge.set(0)
 
 
 async def run(config: Config, *, backend: GenerationBackend | None = None, redis: Any = None,
@@ -427,7 +551,8 @@ async def run(config: Config, *, backend: GenerationBackend | None = None, redis
         sync = WeightSync(store, backend, poll_s=gen.weight_poll_s,
                           max_staleness=config.rl.max_staleness if gen.max_staleness_refuse else None,
                           learner_version=lambda: get_policy_version(redis, infra),
-                          observe=lambda phase, seconds: sync_seconds.labels(phase).observe(seconds))
+                          observe=lambda phase, seconds: sync_seconds.labels(phase).observe(seconds),
+                          swap_when_ready=gen.continuous and getattr(backend, "update", "") == "in_flight")
         await ensure_topics(infra, ["prompts", "actions"])
         producer = await stack.enter_async_context(
             EventProducer(infra, client_id=generator_id, metrics=metrics, stage=STAGE))

@@ -7,8 +7,10 @@ Guarantees:
 
 * A version is fetched and verified in full (every chunk checksum) in the background,
   while the current weights keep generating; only a complete, verified state dict is handed
-  to the backend, and the backend swaps it between batches (its own lock), after checking
-  every name and shape. A batch never sees a half-loaded model.
+  to the backend, and the backend swaps it between two forwards or between batches (its own
+  lock), after checking every name and shape. A forward never sees a half-loaded model. With
+  ``swap_when_ready`` (a backend that swaps in flight, ``generator.update = "in_flight"``) the
+  swap follows the fetch at once, not the next batch: rows in progress continue under it.
 * A failed fetch or a refused load keeps the current weights serving; the fetch is retried
   with bounded exponential backoff for as long as the store announces something newer.
 * Before a batch, :meth:`WeightSync.catch_up` loads the version its prompts were issued at (or
@@ -56,8 +58,9 @@ class WeightSync:
                  max_staleness: int | None = None,
                  learner_version: Callable[[], Awaitable[int]] | None = None,
                  max_backoff_s: float = 60.0,
-                 observe: Callable[[str, float], None] | None = None) -> None:
+                 observe: Callable[[str, float], None] | None = None, swap_when_ready: bool = False) -> None:
         self.store = store
+        self.swap_when_ready = swap_when_ready  # the backend swaps between two forwards: do not wait for a batch
         self.backend = backend
         self.poll_s = poll_s
         self.max_staleness = max_staleness  # None: never refuse
@@ -118,6 +121,8 @@ class WeightSync:
                 try:
                     await self._fetch()
                     backoff.reset()
+                    if self.swap_when_ready:
+                        await self.apply_pending()
                 except WeightStoreError as exc:
                     self.fetch_failures += 1
                     delay = backoff.next_delay()

@@ -7,7 +7,8 @@ every sampled token, and swaps its weights when told to. It never sees Kafka; th
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import asyncio
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -108,3 +109,26 @@ def prompt_too_long(request: GenerationRequest, max_context: int) -> str | None:
     if n >= max_context:
         return f"prompt too long: {n} tokens, model context is {max_context}"
     return None
+
+
+async def completions_as_done(backend: GenerationBackend, requests: Sequence[GenerationRequest]
+                              ) -> AsyncIterator[tuple[int, Completion]]:
+    """``(index in requests, completion)`` as each request finishes, from a backend that takes
+    requests one by one (``submit``: one future per request); from any other, all at once after
+    its ``generate``. Closing the iterator early cancels the requests not yet done."""
+    submit = getattr(backend, "submit", None)
+    if submit is None:
+        for index, completion in enumerate(await backend.generate(requests)):
+            yield index, completion
+        return
+    futures: list[asyncio.Future[Completion]] = submit(requests)
+    index_of = {id(future): index for index, future in enumerate(futures)}
+    try:
+        pending = set(futures)
+        while pending:
+            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            for future in sorted(done, key=lambda f: index_of[id(f)]):
+                yield index_of[id(future)], future.result()
+    finally:
+        for future in futures:
+            future.cancel()

@@ -13,6 +13,8 @@ accepted and only their version is kept.
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import functools
 import json
 from collections.abc import Mapping, Sequence
@@ -25,6 +27,7 @@ from rollstream.consumers.generator.backends.base import (
     error_completion,
     prompt_too_long,
 )
+from rollstream.consumers.generator.backends.continuous import ContinuousBackend, UpdateMode
 from rollstream.errors import ConfigError
 
 LOGPROB = -0.25
@@ -179,10 +182,100 @@ class SimBackend(ScriptedBackend):
         return ids, "stop"
 
     async def generate(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
-        import asyncio
-
         out = await super().generate(requests)
         cost = self.sim.base_s + self.sim.per_token_s * max((len(c.token_ids) for c in out), default=0)
         if cost > 0:
             await asyncio.sleep(cost)
         return out
+
+
+@dataclasses.dataclass
+class SimRow:
+    """A simulated row: its whole completion is known; it "samples" one token per iteration."""
+
+    done: Completion
+    produced: int = 0
+    version_first: int | None = None
+    version_last: int | None = None
+    abandoned: bool = False
+
+
+class SimLoop:
+    """The bookkeeping of a decode loop without a model (backends/continuous.py drives it)."""
+
+    def __init__(self, max_rows: int) -> None:
+        self.max_rows = max_rows
+        self.rows: list[SimRow] = []
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def fits(self, rows: Sequence[SimRow]) -> bool:
+        return len(self.rows) + len(rows) <= max(1, self.max_rows)
+
+    def admit(self, rows: Sequence[SimRow]) -> None:
+        self.rows = self.rows + list(rows)
+
+    def step(self, version: int) -> list[SimRow]:
+        left: list[SimRow] = []
+        keep: list[SimRow] = []
+        for row in self.rows:
+            if not row.abandoned:
+                row.produced += 1
+                row.version_last = version
+                if row.version_first is None:
+                    row.version_first = version
+            (left if row.abandoned or row.produced >= len(row.done.token_ids) else keep).append(row)
+        self.rows = keep
+        return left
+
+    def abandon(self) -> list[SimRow]:
+        rows, self.rows = self.rows, []
+        return rows
+
+
+class SimDecodeBackend(ContinuousBackend):
+    """``generator.backend = "sim"`` with a per-forward cost (``sim.per_forward_s``/``per_row_s``): the
+    sim's completions (:class:`SimBackend`), produced by a simulated continuous decode loop whose
+    iteration sleeps ``per_forward_s + per_row_s x rows in the loop`` (and a prefill forward of the
+    same form for the rows that join), one token per row per iteration. The cost model of a GPU
+    decode step: a fixed part (weights read once per forward, kernel launches) and a part per row;
+    batching well is what makes a token cheap, as on real hardware. With ``generator.continuous =
+    false`` the stage gives it one batch at a time, and the same model prices today's batching."""
+
+    def __init__(self, script: SimBackend, *, max_rows: int = 64, update: UpdateMode = "in_flight") -> None:
+        super().__init__(update=update)
+        self.script = script
+        self.tokenizer = script.tokenizer
+        self.max_context = script.max_context
+        self.loop = SimLoop(max_rows)
+        self.forwards = 0
+
+    @classmethod
+    def load(cls, config: Any) -> SimDecodeBackend:
+        gen = config.generator
+        return cls(SimBackend.load(config), max_rows=gen.max_rows, update=gen.update)
+
+    def new_row(self, request: GenerationRequest) -> SimRow:
+        return SimRow(self.script.complete(request))
+
+    def completion(self, row: SimRow) -> Completion:
+        version = self._version
+        return dataclasses.replace(row.done, policy_version_first=version if row.version_first is None
+                                   else row.version_first,
+                                   policy_version_last=version if row.version_last is None else row.version_last)
+
+    async def iterate(self, admit: list[SimRow], version: int) -> list[SimRow]:
+        sim = self.script.sim
+        cost = 0.0
+        if admit:
+            self.loop.admit(admit)
+            cost += sim.per_forward_s + sim.per_row_s * len(admit)  # the prefill
+        cost += sim.per_forward_s + sim.per_row_s * len(self.loop)
+        self.forwards += 1
+        if cost > 0:
+            await asyncio.sleep(cost)
+        return self.loop.step(version)
+
+    async def swap(self, version: int, state_dict: Mapping[str, Any]) -> None:
+        self._version = version

@@ -20,6 +20,15 @@ test_sglang_backend.py), never against a live SGLang server.
   (``weights.store`` a directory or URL, rollstream/weight_files.py) the version's own directory
   is passed as it is when it is on the local filesystem, or its files are copied under
   ``weights_dir`` (object storage): nothing is re-serialised.
+* Fed concurrently: generate calls overlap (``continuous``: the generator stage keeps batches in
+  flight up to ``generator.max_rows``), so the server's own continuous batching sees many requests
+  at once, not one batch at a time.
+* ``generator.update = "in_flight"``: a weight update pauses the server's running requests in
+  place (``POST /pause_generation`` ``{"mode": "in_place"}``), loads the new weights without a cache
+  flush (a flush fails after an in-place pause) and continues them (``/continue_generation``):
+  requests in progress finish under the new weights, and ``meta_info.weight_version`` gives their
+  last version. ``"between_batches"``: new calls wait while the update waits for the calls in
+  flight to end. ``abort_on_update`` instead aborts the requests in flight (finish reason "abort").
 * Health: ``GET /health_generate``.
 """
 
@@ -51,9 +60,11 @@ MIN_LOGPROB = -1e4  # the schema's floor; SGLang clamps -inf to the dtype's mini
 class SGLangBackend:
     """See the module docstring. ``transport`` lets tests inject an ``httpx.MockTransport``."""
 
+    continuous = True  # overlapping generate calls: the server batches them continuously
+
     def __init__(self, server: SGLangConfig, tokenizer: Any, *, context: int, model_dir: str | None = None,
                  retries: int = 3, send_seed: bool = True, original_logprobs: bool = False, policy_version: int = 0,
-                 transport: httpx.AsyncBaseTransport | None = None) -> None:
+                 update: str = "in_flight", transport: httpx.AsyncBaseTransport | None = None) -> None:
         self.tokenizer = tokenizer
         self.max_context = context
         self._client = httpx.AsyncClient(base_url=server.url.rstrip("/"), timeout=server.timeout_s,
@@ -67,7 +78,13 @@ class SGLangBackend:
         self._send_seed = send_seed
         self._original_logprobs = original_logprobs
         self._version = policy_version
-        self._lock = asyncio.Lock()
+        self.update = update
+        self._swap = asyncio.Lock()  # one weight update at a time
+        self._calls = 0  # generate calls in flight
+        self._drained = asyncio.Event()  # no generate call in flight
+        self._drained.set()
+        self._open = asyncio.Event()  # cleared while a between-batches update waits: new calls wait too
+        self._open.set()
 
     @property
     def policy_version(self) -> int:
@@ -88,8 +105,15 @@ class SGLangBackend:
             await asyncio.sleep(poll_s)
 
     async def generate(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
-        async with self._lock:  # weight updates wait for the batch, so versions are exact
+        await self._open.wait()
+        self._calls += 1
+        self._drained.clear()
+        try:
             return list(await asyncio.gather(*(self._generate_one(r) for r in requests)))
+        finally:
+            self._calls -= 1
+            if not self._calls:
+                self._drained.set()
 
     def _payload(self, request: GenerationRequest) -> dict[str, Any]:
         s = request.sampling
@@ -169,25 +193,42 @@ class SGLangBackend:
             raise BackendError(f"SGLang at {base}: gave up after {attempts} attempts: {exc}") from exc
 
     async def load_weights(self, version: int, state_dict: Mapping[str, Any]) -> None:
-        async with self._lock:
+        async with self._swap:
             path = await asyncio.to_thread(self._checkpoint_of, version, state_dict)
-            body: dict[str, Any] = {
-                "model_path": str(path),
-                "weight_version": str(version),
-                "abort_all_requests": self._abort_all_requests,
-            }
-            if not self._flush_cache:  # sent only when not the default: older 0.5 releases lack the field
-                body["flush_cache"] = False
-            response = await self._post("/update_weights_from_disk", body)
-            try:
-                result = response.json()
-            except ValueError:
-                result = {"success": False, "message": response.text[:500]}
-            if response.status_code != 200 or not result.get("success", False):
-                raise BackendError(f"SGLang refused weights v{version}: {result.get('message', '')}")
-            self._version = version
+            if self._abort_all_requests:  # the requests in flight end now, as "abort"
+                await self._update_from(path, version, flush_cache=self._flush_cache)
+            elif self.update == "in_flight":
+                await self._post("/pause_generation", {"mode": "in_place"})
+                try:
+                    await self._update_from(path, version, flush_cache=False)  # a flush fails after in_place
+                finally:
+                    await self._post("/continue_generation", {})
+            else:
+                self._open.clear()
+                try:
+                    await self._drained.wait()
+                    await self._update_from(path, version, flush_cache=self._flush_cache)
+                finally:
+                    self._open.set()
             if getattr(state_dict, "local_dir", None) is None:  # not a directory of the weight store itself
                 await asyncio.to_thread(self._prune, path)
+
+    async def _update_from(self, path: Path, version: int, *, flush_cache: bool) -> None:
+        body: dict[str, Any] = {
+            "model_path": str(path),
+            "weight_version": str(version),
+            "abort_all_requests": self._abort_all_requests,
+        }
+        if not flush_cache:  # sent only when not the default: older 0.5 releases lack the field
+            body["flush_cache"] = False
+        response = await self._post("/update_weights_from_disk", body)
+        try:
+            result = response.json()
+        except ValueError:
+            result = {"success": False, "message": response.text[:500]}
+        if response.status_code != 200 or not result.get("success", False):
+            raise BackendError(f"SGLang refused weights v{version}: {result.get('message', '')}")
+        self._version = version
 
     def _checkpoint_of(self, version: int, state_dict: Mapping[str, Any]) -> Path:
         """The directory the server loads: a file weight store's version directory as it is when

@@ -3,6 +3,7 @@ rule of the executor, the learner's step that costs time and changes nothing."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from rollstream.consumers.executor.rewards import default_registry
 from rollstream.consumers.executor.score import evaluate
 from rollstream.consumers.executor.sim_sandbox import SimSandbox
 from rollstream.consumers.generator.backends.base import GenerationRequest, Sampling
-from rollstream.consumers.generator.backends.scripted import SimBackend
+from rollstream.consumers.generator.backends.scripted import SimBackend, SimDecodeBackend
 from rollstream.models import load_tokenizer
 from rollstream.schemas.events import RewardSpec
 
@@ -45,6 +46,33 @@ async def test_sim_generator_lengths_have_a_tail_and_calls_cost_a_plus_b_longest
     assert long and all(c.text.startswith("```python\ndef add") for c in long)  # the answer, then filler
     cut = await backend.generate(requests(8, max_new_tokens=5))
     assert all(len(c.token_ids) <= 5 and c.finish_reason == "length" for c in cut)
+
+
+async def test_sim_decode_loop_charges_per_forward_and_row_and_rows_leave_as_they_end(tiny_model_dir: Path
+                                                                                      ) -> None:
+    """The simulated continuous loop: one token per row per forward, a forward costing
+    per_forward_s + per_row_s x rows; a short request joining a long one's loop ends first; an
+    in-flight swap shows in the versions of the rows it caught in progress."""
+    tokenizer = load_tokenizer(str(tiny_model_dir))
+    sim = SimGeneratorConfig(mean_tokens=40, sigma=0.8, per_forward_s=0.002, per_row_s=0.0005)
+    backend = SimDecodeBackend(SimBackend(tokenizer, ANSWERS, 4096, tokenizer.eos_token_id, sim), max_rows=8)
+    batch = requests(8)
+    expected = [len(c.token_ids) for c in await SimBackend(tokenizer, ANSWERS, 4096, tokenizer.eos_token_id,
+                                                           sim).generate(batch)]
+    started = time.perf_counter()
+    first = asyncio.create_task(backend.generate(batch))
+    while not len(backend.loop):
+        await asyncio.sleep(0.001)
+    await backend.load_weights(1, {})
+    (short,) = await backend.generate([GenerationRequest("s/0", [1, 2], Sampling(max_new_tokens=2), seed=1,
+                                                         task_id="t/add")])
+    assert not first.done() and len(short.token_ids) == 2  # waited for a free row, then left first
+    out = await first
+    seconds = time.perf_counter() - started
+    assert [len(c.token_ids) for c in out] == expected  # the same completions as the batch sim's
+    assert backend.forwards >= max(expected) and seconds >= 0.002 * max(expected)
+    assert all(c.policy_version_first == 0 for c in out)
+    assert {c.policy_version_last for c in out} == {1}  # every row was still going when the swap came
 
 
 async def test_sim_executor_scores_by_its_rule_through_the_real_reward_code() -> None:

@@ -215,15 +215,60 @@ async def test_prompt_longer_than_context_is_a_recorded_failure(short_context_mo
 
 
 @pytest.mark.unit
-async def test_generate_and_swap_never_interleave(backend: TransformersBackend) -> None:
+async def test_between_batches_swap_waits_for_the_rows_in_the_loop(tiny_model_dir: Path) -> None:
+    backend = TransformersBackend.load(str(tiny_model_dir), update="between_batches")
     requests = _requests(backend, 2, Sampling(max_new_tokens=16))
     new = {k: v + 0.01 for k, v in backend.model.state_dict().items()}
     gen_task = asyncio.create_task(backend.generate(requests))
-    await asyncio.sleep(0)  # generation holds the lock first
-    await backend.load_weights(1, new)
+    await asyncio.sleep(0)  # the loop holds the lock first
+    swap = asyncio.create_task(backend.load_weights(1, new))
+    await asyncio.sleep(0.05)
+    late = asyncio.create_task(backend.generate(_requests(backend, 1, Sampling(max_new_tokens=4), seed=7)))
     completions = await gen_task
+    await swap
     assert all(c.policy_version_first == c.policy_version_last == 0 for c in completions)
     assert backend.policy_version == 1
+    (after,) = await late  # asked for while the swap waited: not admitted until it was done
+    assert after.policy_version_first == after.policy_version_last == 1
+
+
+@pytest.mark.unit
+async def test_in_flight_swap_lets_rows_continue_under_the_new_weights(tiny_model_dir: Path) -> None:
+    backend = TransformersBackend.load(str(tiny_model_dir))
+    assert backend.update == "in_flight"
+    requests = _requests(backend, 2, Sampling(max_new_tokens=48))
+    new = {k: v + 0.01 for k, v in backend.model.state_dict().items()}
+    gen_task = asyncio.create_task(backend.generate(requests))
+    while not any(row.tokens for row in backend.loop.rows):
+        await asyncio.sleep(0.001)
+    await backend.load_weights(1, new)
+    assert not gen_task.done()  # swapped while the rows were in progress
+    completions = await gen_task
+    assert all(c.policy_version_first == 0 and c.policy_version_last == 1 for c in completions)
+
+
+@pytest.mark.unit
+async def test_a_short_request_does_not_wait_for_a_long_one(backend: TransformersBackend) -> None:
+    long = asyncio.create_task(backend.generate(_requests(backend, 2, Sampling(max_new_tokens=96))))
+    while not len(backend.loop):
+        await asyncio.sleep(0.001)
+    (short,) = await backend.generate(_requests(backend, 1, Sampling(max_new_tokens=4), seed=50))
+    assert len(short.token_ids) <= 4 and not long.done()  # it joined the running loop and left it first
+    assert len(backend.loop) == 2
+    done = await long
+    assert all(len(c.token_ids) == 96 or c.finish_reason == "stop" for c in done)
+
+
+@pytest.mark.unit
+async def test_a_cancelled_call_leaves_the_loop(backend: TransformersBackend) -> None:
+    task = asyncio.create_task(backend.generate(_requests(backend, 3, Sampling(max_new_tokens=200))))
+    while not len(backend.loop):
+        await asyncio.sleep(0.001)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    (after,) = await backend.generate(_requests(backend, 1, Sampling(max_new_tokens=3)))
+    assert len(after.token_ids) <= 3 and not len(backend.loop)  # the abandoned rows left with it
 
 
 @pytest.mark.integration

@@ -24,6 +24,7 @@ import torch
 
 from rollstream.config import GeneratorConfig
 from rollstream.consumers.generator.backends.base import GenerationRequest, Sampling
+from rollstream.consumers.generator.backends.decode import DecodeLoop, new_row
 from rollstream.consumers.generator.backends.hf import TransformersBackend, sample_batch
 from rollstream.consumers.generator.chat import chat_prompt_ids
 from rollstream.models import load_policy
@@ -140,3 +141,104 @@ async def test_smollm2_bfloat16_logprobs_stay_near_float32() -> None:
     print(f"bf16 vs fp32 behaviour log-probs over {len(diffs)} tokens: max {worst:.3f}, p99 {p99:.3f}, "
           f"mean {mean:.4f}")
     assert p99 < BF16_P99_ABS and worst < BF16_MAX_ABS and mean < BF16_MEAN_ABS
+
+
+# ---- the continuous decode loop -------------------------------------------------------------
+
+
+def _alone(backend: TransformersBackend, request: GenerationRequest) -> Any:
+    return sample_batch(backend.model, backend.tokenizer, [request], eos=set(), context=backend.max_context,
+                        version=0)[0]
+
+
+@pytest.mark.unit
+def test_rows_joining_a_running_loop_sample_what_they_would_alone(tiny_model_dir: Path) -> None:
+    """Rows admitted at different iterations (prompts shorter and longer than the loop's width, a
+    group sharing its prefill) get the tokens and log-probs they get alone; rows leaving trim the
+    cache to the longest live row."""
+    backend = TransformersBackend.load(str(tiny_model_dir))
+    tokenizer, context = backend.tokenizer, backend.max_context
+    long, short = _prompt(tokenizer, "reverse a string in Python please " * 3), _prompt(tokenizer, "hi")
+    first = [GenerationRequest("a/0", short, Sampling(temperature=1.0, max_new_tokens=6), seed=1)]
+    later = [GenerationRequest(f"b/{i}", long, Sampling(temperature=0.8, top_p=0.9, max_new_tokens=20), seed=10 + i)
+             for i in range(3)]
+    last = [GenerationRequest("c/0", short, Sampling(temperature=0.0, max_new_tokens=30), seed=3)]
+    loop = DecodeLoop(backend.model, tokenizer, eos=set(), context=context)
+    rows = {r.request_id: new_row(r, context, backend.model.device) for r in first + later + last}
+    loop.admit([rows["a/0"]], 0)
+    for _ in range(3):
+        loop.step(0)
+    loop.admit([rows[r.request_id] for r in later], 0)  # wider than the loop: the old rows are padded
+    widths = []
+    while len(loop):
+        if len(rows["a/0"].tokens) == 6 and not rows["c/0"].tokens and len(loop) == 3:
+            loop.admit([rows["c/0"]], 0)  # narrower than the loop: it is padded
+        loop.step(0)
+        widths.append((len(loop), loop.width))
+    assert rows["c/0"].tokens, "c/0 was admitted"
+    for request in first + later + last:
+        got, alone = rows[request.request_id], _alone(backend, request)
+        assert got.tokens == alone.token_ids, request.request_id
+        assert max(abs(a - b) for a, b in zip(got.logprobs, alone.logprobs, strict=True)) < SHARED_TOLERANCE
+    # after the b rows left, only c/0 is live: the cache is as wide as its prompt and tokens, no more
+    live_c = [w for n, w in widths if n == 1]
+    assert live_c and live_c[0] <= len(short) + 30
+    assert loop.forwards < sum(len(r.tokens) for r in rows.values())  # rows shared forwards
+
+
+@pytest.mark.unit
+def test_admission_is_bounded_by_rows_and_kv_tokens(tiny_model_dir: Path) -> None:
+    backend = TransformersBackend.load(str(tiny_model_dir))
+    prompt = _prompt(backend.tokenizer, "hi")
+    rows = [new_row(GenerationRequest(f"g/{i}", prompt, Sampling(max_new_tokens=50), seed=i), backend.max_context,
+                    backend.model.device) for i in range(4)]
+    loop = DecodeLoop(backend.model, backend.tokenizer, eos=set(), context=backend.max_context, max_rows=3,
+                      max_kv_tokens=2 * (len(prompt) + 50))
+    assert loop.fits(rows[:1]) and not loop.fits(rows)  # one row alone always fits; four exceed max_rows
+    loop.admit(rows[:1], 0)
+    assert loop.fits(rows[1:2]) and not loop.fits(rows[1:3])  # 3 rows x reserved width > max_kv_tokens
+    loop.max_kv_tokens = 1 << 20
+    assert loop.fits(rows[1:3]) and not loop.fits(rows[1:4])  # 4 rows > max_rows
+
+
+@pytest.mark.unit
+def test_in_flight_swap_records_the_distribution_each_token_was_drawn_from(tiny_model_dir: Path) -> None:
+    """A row spanning a swap: tokens up to and including the one sampled from the old weights'
+    logits carry the old log-probs; after that, forwards of the new weights over the old weights'
+    cache of the prefix. Replayed on one row with its own cache, every log-prob matches."""
+    from transformers import DynamicCache
+
+    backend = TransformersBackend.load(str(tiny_model_dir))
+    old_model = backend.model
+    new_model = TransformersBackend.load(str(tiny_model_dir)).model
+    with torch.no_grad():
+        for p in new_model.parameters():
+            p.add_(0.02 * torch.randn_like(p))
+    request = GenerationRequest("g/0", _prompt(backend.tokenizer, "Write a function"),
+                                Sampling(temperature=1.0, max_new_tokens=24), seed=5)
+    loop = DecodeLoop(old_model, backend.tokenizer, eos=set(), context=backend.max_context)
+    row = new_row(request, backend.max_context, old_model.device)
+    loop.admit([row], 0)
+    swap_after = 7
+    for _ in range(swap_after):
+        loop.step(0)
+    loop.model = new_model  # the swap between two forwards (the backend copies weights in place)
+    while len(loop):
+        loop.step(1)
+    assert row.version_first == 0 and row.version_last == 1 and len(row.tokens) == 24
+    # the replay: the old weights over the prompt and the first swap_after tokens, the new ones after
+    with torch.no_grad():
+        cache = DynamicCache(config=old_model.config)
+        ids = torch.tensor([request.prompt_token_ids + row.tokens[:swap_after]])
+        logits = old_model(input_ids=ids, past_key_values=cache, use_cache=True).logits[0]
+        replay = logits[len(request.prompt_token_ids) - 1 :].log_softmax(-1)
+        expected = replay.gather(1, torch.tensor(row.tokens[: swap_after + 1])[:, None])[:, 0].tolist()
+        position = ids.shape[1]
+        for i in range(swap_after, len(row.tokens) - 1):
+            out = new_model(input_ids=torch.tensor([[row.tokens[i]]]), position_ids=torch.tensor([[position]]),
+                            past_key_values=cache, use_cache=True).logits[0, -1]
+            expected.append(float(out.log_softmax(-1)[row.tokens[i + 1]]))
+            position += 1
+    assert max(abs(a - b) for a, b in zip(expected, row.logprobs, strict=True)) < FAITHFUL_TOLERANCE
+    fresh = score_completion(new_model, request.prompt_token_ids, row.tokens)  # the new weights alone
+    assert max(abs(a - b) for a, b in zip(fresh[swap_after + 1 :], row.logprobs[swap_after + 1 :])) > 1e-3

@@ -38,6 +38,8 @@ class FakeSGLang:
         self.in_flight = 0
         self.max_in_flight = 0
         self.loaded: dict[str, torch.Tensor] = {}
+        self.calls: list[str] = []  # the control and update paths, in order
+        self.generate_delay_s = 0.01
 
     async def handle(self, request: httpx.Request) -> httpx.Response:
         if request.url.path == "/health_generate":
@@ -49,14 +51,18 @@ class FakeSGLang:
         if request.url.path == "/generate":
             return await self._generate(body)
         if request.url.path == "/update_weights_from_disk":
+            self.calls.append(f"update:{self.in_flight}")
             return self._update(body)
+        if request.url.path in ("/pause_generation", "/continue_generation"):
+            self.calls.append(f"{request.url.path[1:]}:{body.get('mode', '')}")
+            return httpx.Response(200, json={})
         return httpx.Response(404)
 
     async def _generate(self, body: dict[str, Any]) -> httpx.Response:
         self.generate_bodies.append(body)
         self.in_flight += 1
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(self.generate_delay_s)
         self.in_flight -= 1
         ids, params = body["input_ids"], body["sampling_params"]
         if ids[0] == 99:  # the fake's stand-in for a request the server rejects
@@ -93,9 +99,9 @@ def fake() -> FakeSGLang:
 
 
 def _backend(fake: FakeSGLang, tmp_path: Path, *, retries: int = 3, model_dir: str | None = None,
-             **server: Any) -> SGLangBackend:
+             update: str = "in_flight", **server: Any) -> SGLangBackend:
     config = SGLangConfig(url="http://sglang.test", weights_dir=str(tmp_path / "w"), **server)
-    return SGLangBackend(config, tokenizer=None, context=128, model_dir=model_dir, retries=retries,
+    return SGLangBackend(config, tokenizer=None, context=128, model_dir=model_dir, retries=retries, update=update,
                          transport=httpx.MockTransport(fake.handle))
 
 
@@ -180,7 +186,8 @@ async def test_refused_update_keeps_the_old_version(fake: FakeSGLang, tmp_path: 
     fake.refuse_update = True
     with pytest.raises(BackendError, match="shape mismatch"):
         await backend.load_weights(4, {"w": torch.ones(2)})
-    assert backend.policy_version == 0 and "flush_cache" not in fake.update_bodies[-1]
+    assert backend.policy_version == 0 and fake.update_bodies[-1]["flush_cache"] is False  # in flight: no flush
+
     assert await backend.health()
     await backend.aclose()
 
@@ -196,4 +203,48 @@ async def test_unreachable_server_is_a_backend_error(tmp_path: Path) -> None:
         await backend.generate([_request(0, [1, 2])])
     with pytest.raises(BackendError):
         await backend.wait_ready(timeout_s=0.2, poll_s=0.05)
+    await backend.aclose()
+
+
+async def test_overlapping_calls_are_all_in_flight_at_the_server(fake: FakeSGLang, tmp_path: Path) -> None:
+    backend = _backend(fake, tmp_path)
+    assert backend.continuous
+    calls = [backend.generate([_request(10 * b + i, [b + 1, i], max_new_tokens=2) for i in range(3)])
+             for b in range(4)]
+    await asyncio.gather(*calls)
+    assert fake.max_in_flight == 12  # four batches of three at once, not one batch at a time
+    await backend.aclose()
+
+
+async def test_in_flight_update_pauses_in_place_and_requests_finish_under_the_new_version(
+        fake: FakeSGLang, tmp_path: Path) -> None:
+    backend = _backend(fake, tmp_path)
+    fake.generate_delay_s = 0.3
+    running = asyncio.create_task(backend.generate([_request(0, [1, 2], max_new_tokens=2)]))
+    while not fake.in_flight:
+        await asyncio.sleep(0.005)
+    await backend.load_weights(1, {"w": torch.ones(2)})
+    assert not running.done()  # the update did not wait for the request in flight
+    assert fake.calls == ["pause_generation:in_place", "update:1", "continue_generation:"]
+    assert fake.update_bodies[-1]["flush_cache"] is False and fake.update_bodies[-1]["abort_all_requests"] is False
+    (done,) = await running
+    assert done.policy_version_first == 0 and done.policy_version_last == 1
+    await backend.aclose()
+
+
+async def test_between_batches_update_waits_for_the_calls_in_flight(fake: FakeSGLang, tmp_path: Path) -> None:
+    backend = _backend(fake, tmp_path, update="between_batches")
+    fake.generate_delay_s = 0.2
+    running = asyncio.create_task(backend.generate([_request(0, [1, 2], max_new_tokens=2)]))
+    while not fake.in_flight:
+        await asyncio.sleep(0.005)
+    update = asyncio.create_task(backend.load_weights(1, {"w": torch.ones(2)}))
+    await asyncio.sleep(0.02)
+    late = asyncio.create_task(backend.generate([_request(1, [3, 4], max_new_tokens=2)]))
+    (first,) = await running
+    await update
+    (second,) = await late
+    assert fake.calls == ["update:0"]  # no pause; nothing in flight when it loaded
+    assert first.policy_version_first == first.policy_version_last == 0
+    assert second.policy_version_first == second.policy_version_last == 1  # held until the update was done
     await backend.aclose()

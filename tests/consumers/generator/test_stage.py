@@ -26,7 +26,7 @@ from rollstream.redis import connect, set_policy_version
 from rollstream.schemas.events import ActionGenerated, Continuation, Message, PromptIssued, SamplingParams
 from rollstream.testing import make_prompt
 from rollstream.weights import WeightStore
-from tests.helpers import read_dead_letters, score_completion
+from tests.helpers import read_dead_letters, score_completion, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -136,6 +136,29 @@ async def test_prompt_longer_than_context_gives_error_actions(config: Config, sh
     assert len(failed) == 2 and all(a.rollout.finish_reason == "error" and "too long" in (a.error or "")
                                     and a.rollout.completion_token_ids == [] for a in failed)
     assert all(a.error is None for a in actions if a.rollout.group_id == "short")
+
+
+async def test_a_short_sample_is_sent_while_a_long_group_is_still_decoding(config: Config,
+                                                                         tiny_model_dir: Path) -> None:
+    """The continuous decode loop: a prompt arriving after a long group joins the loop, and its
+    action is sent the moment its row ends, not when the long group's call would have ended."""
+    config = _config(config, tiny_model_dir, max_new_tokens=200, batch_wait_ms=0, max_batch_prompts=1)
+    backend = TransformersBackend.load(str(tiny_model_dir))
+    backend.model.register_forward_pre_hook(lambda *_: time.sleep(0.01))  # a forward as slow as a real model's
+    await ensure_topics(config.infra, ["prompts", "actions"])
+    task, stop = await _start(config, backend)
+    async with EventProducer(config.infra, client_id="sampler") as producer:
+        await producer.send_many([("prompts", _prompt("long", 4, "reverse a string in Python please"))])
+        await wait_until(lambda: len(backend.loop) > 0, "the long group decoding")
+        await producer.send_many([("prompts", _prompt("short", 1, "hi", max_new_tokens=1))])
+    actions = await _collect(config, want=5)
+    stop.set()
+    await asyncio.wait_for(task, 30)
+    short = next(a for a in actions if a.rollout.group_id == "short")
+    longest = max((a for a in actions if a.rollout.group_id == "long"), key=lambda a: a.generated_at)
+    assert len(longest.rollout.completion_token_ids) > 20  # the seeds' samples: a long row
+    assert short.generated_at < longest.generated_at  # sent before the long group was done
+    assert short.rollout.policy_version_first == 0
 
 
 async def test_weight_swap_from_redis_keeps_logprobs_faithful(config: Config, tiny_model_dir: Path) -> None:
