@@ -291,3 +291,20 @@ async def test_smollm2_from_the_wheel_generates_with_faithful_logprobs(tmp_path:
     diff = _max_diff(backend, requests, completions)
     print(f"SmolLM2: max log-prob difference {diff:.2e}; sample: {completions[0].text!r}")
     assert diff < TOLERANCE
+
+
+@pytest.mark.unit
+async def test_the_loop_holds_at_most_max_rows_and_the_rest_join_as_rows_leave(tiny_model_dir: Path) -> None:
+    backend = TransformersBackend.load(str(tiny_model_dir), max_rows=2)
+    sizes: list[int] = []
+    handle = backend.model.register_forward_pre_hook(
+        lambda _m, _a, kwargs: sizes.append(kwargs["input_ids"].shape[0]), with_kwargs=True)
+    try:
+        requests = _requests(backend, 6, Sampling(temperature=1.0, max_new_tokens=8))
+        together = await backend.generate(requests)
+    finally:
+        handle.remove()
+    assert max(sizes) <= 2 and len(sizes) > 8  # never more than two rows; the others waited their turn
+    for request, completion in zip(requests, together, strict=True):
+        (alone,) = await backend.generate([request])
+        assert alone.token_ids == completion.token_ids
