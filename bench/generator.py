@@ -438,8 +438,9 @@ def main() -> None:
         figures = measure_levers(model, args.rounds)
     elif args.continuous:
         load_before = os.getloadavg()
-        # --quick: the trace's first 2 groups (and their later turns), <= 96 new tokens, 2 rounds a side
-        figures = asyncio.run(measure_continuous(model, 2 if args.quick else args.rounds, 2 if args.quick else None,
+        # --quick: the trace's first group (and its later turns), <= 96 new tokens, 2 rounds a side (~4 min);
+        # with 2 groups it took 8 min on SmolLM2 (bench/results/generator-continuous-quick-2026-12-04.json)
+        figures = asyncio.run(measure_continuous(model, 2 if args.quick else args.rounds, 1 if args.quick else None,
                                                  max_new=96 if args.quick else 192))
         figures["load_average_before"] = [round(x, 2) for x in load_before]
         figures["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
