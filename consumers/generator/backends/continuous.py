@@ -87,11 +87,6 @@ class ContinuousBackend:
     def policy_version(self) -> int:
         return self._version
 
-    @property
-    def rows(self) -> int:
-        """Rows in the loop and waiting to join it."""
-        return len(self.loop) + len(self._waiting)
-
     async def generate(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
         futures = self.submit(requests)
         try:
