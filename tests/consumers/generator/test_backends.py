@@ -222,7 +222,8 @@ async def test_between_batches_swap_waits_for_the_rows_in_the_loop(tiny_model_di
     gen_task = asyncio.create_task(backend.generate(requests))
     await asyncio.sleep(0)  # the loop holds the lock first
     swap = asyncio.create_task(backend.load_weights(1, new))
-    await asyncio.sleep(0.05)
+    while not backend._draining:  # the swap is waiting for the loop to drain
+        await asyncio.sleep(0.001)
     late = asyncio.create_task(backend.generate(_requests(backend, 1, Sampling(max_new_tokens=4), seed=7)))
     completions = await gen_task
     await swap

@@ -239,7 +239,8 @@ async def test_between_batches_update_waits_for_the_calls_in_flight(fake: FakeSG
     while not fake.in_flight:
         await asyncio.sleep(0.005)
     update = asyncio.create_task(backend.load_weights(1, {"w": torch.ones(2)}))
-    await asyncio.sleep(0.02)
+    while backend._open.is_set():  # the update is holding new calls while it waits for the one in flight
+        await asyncio.sleep(0.001)
     late = asyncio.create_task(backend.generate([_request(1, [3, 4], max_new_tokens=2)]))
     (first,) = await running
     await update
