@@ -8,7 +8,10 @@ Through the executor's warm sandbox pool (``consumers/executor/sandbox.py``) and
 * every wrong solution the task carries fails at least one visible test;
 * mutants of the reference (``rollstream/tasks/mutants.py``) are killed by the visible tests: the
   mutation score is killed / (run - possibly equivalent); survivors are checked against the
-  reference on varied inputs taken from the tests' own calls.
+  reference on varied inputs taken from the tests' own calls;
+* trivial programs (``rollstream/tasks/trivial.py``: return an argument, a constant of the tests,
+  the empty value of the result's type) fail them: one that passes every test and differs from
+  the reference on a varied input makes the task's tests weak, with that program named.
 
 And without the sandbox (``rollstream/tasks/intake.py``): duplicate clusters, contamination by
 the evaluation sets in use (the held-out split of ``sampler.holdout_fraction``, HumanEval, every
@@ -41,10 +44,12 @@ from rollstream.consumers.executor.score import evaluate
 from rollstream.schemas.events import RewardSpec
 from rollstream.schemas.tasks import TaskSpec
 from rollstream.tasks import mutants as mutation
+from rollstream.tasks import trivial
 from rollstream.tasks.intake import (
     StaticChecks,
     Survivor,
     TaskCheck,
+    TrivialSurvivor,
     digest,
     reasons_of,
     report_path,
@@ -110,8 +115,31 @@ async def check_mutants(box: Sandbox, task: TaskSpec, spec: RewardSpec, limit: i
     return total, len(chosen), killed, sum(s.possibly_equivalent for s in out), out
 
 
-async def _tells_apart(box: Sandbox, task: TaskSpec, spec: RewardSpec, mutant: mutation.Mutant, inputs: list
-                       ) -> tuple[bool, str]:
+async def check_trivial(box: Sandbox, task: TaskSpec, spec: RewardSpec, timeout_s: float
+                        ) -> tuple[int, list[TrivialSurvivor]]:
+    """(trivial programs tried, those that pass every visible test and differ from the reference
+    somewhere): rollstream/tasks/trivial.py. Each is decided without a sandbox when the tests
+    allow, else run like a completion."""
+    if spec.program or not spec.entry_point or not task.reference_solution:
+        return 0, []
+    tests = list(spec.tests)
+    programs = trivial.trivial_programs(spec.entry_point, tests, task.reference_solution)
+    decided = [trivial.decide(p, tests, spec.entry_point) for p in programs]
+    undecided = [p for p, verdict in zip(programs, decided) if verdict is None]
+    spec = msgspec.structs.replace(spec, timeout_s=min(spec.timeout_s, timeout_s))
+    ran = await asyncio.gather(*(box.passes(spec, p.source, f"{task.task_id}/trivial-{i}")
+                                 for i, p in enumerate(undecided)))
+    passing = [p for p, verdict in zip(programs, decided) if verdict] + [p for p, (ok, _) in zip(undecided, ran) if ok]
+    inputs: list = []
+    if passing and _equivalence_checkable(task):
+        inputs = mutation.varied_arguments(mutation.call_arguments(tests, spec.entry_point))
+    judged = await asyncio.gather(*(_tells_apart(box, task, spec, p, inputs) for p in passing))
+    return len(programs), [TrivialSurvivor(name=p.name, source=p.source, tells_apart=apart)
+                           for p, (equivalent, apart) in zip(passing, judged) if not equivalent]
+
+
+async def _tells_apart(box: Sandbox, task: TaskSpec, spec: RewardSpec, mutant: mutation.Mutant | trivial.Trivial,
+                       inputs: list) -> tuple[bool, str]:
     """(the mutant agreed with the reference on every varied input, an input where it did not)."""
     if not inputs:
         return False, ""
@@ -156,6 +184,8 @@ async def check_task(box: Sandbox, task: TaskSpec, static: StaticChecks, config:
             scored = run - equivalent
             found.update(mutants_total=total, mutants_run=run, mutants_killed=killed, possibly_equivalent=equivalent,
                          survivors=survivors, mutation_score=round(killed / scored, 4) if scored else 1.0)
+            found["trivial_run"], found["trivial_passing"] = await check_trivial(
+                box, task, spec, config.intake.mutant_timeout_s)
     if task.wrong_solutions and spec.tests:
         wrong = await asyncio.gather(*(box.passes(spec, code, f"{task.task_id}/wrong-{i}")
                                        for i, code in enumerate(task.wrong_solutions)))
@@ -265,6 +295,9 @@ def _details(check: TaskCheck, verbose: bool) -> str:
         lines.append(f"reference: {check.reference_message}")
     if "all_skipped" in check.reasons:
         lines.append("every test is skipped by the tests themselves: the task verifies nothing")
+    for survivor in check.trivial_passing:
+        apart = f"; differs from the reference on {survivor.tells_apart}" if survivor.tells_apart else ""
+        lines.append(f"a trivial program passes every test: {survivor.name}{apart}")
     if "weak_tests" in check.reasons:
         lines.append(f"mutation score {check.mutation_score} ({check.mutants_killed} of "
                      f"{check.mutants_run - check.possibly_equivalent} killed)")

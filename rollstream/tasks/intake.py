@@ -34,7 +34,7 @@ from rollstream.tasks import contamination, dedup, pii
 from rollstream.tasks.contamination import Overlap
 from rollstream.tasks.dedup import Cluster
 
-REPORT_VERSION = 1
+REPORT_VERSION = 2  # 2: trivial programs (a report of version 1 is checked again)
 REASONS = ("no_reference", "reference_fails", "reference_fails_heldout", "wrong_solution_passes", "weak_tests",
            "all_skipped", "contaminated", "personal_data")
 
@@ -47,6 +47,14 @@ class Survivor(msgspec.Struct, frozen=True, kw_only=True):
     change: str
     source: str
     possibly_equivalent: bool  # agreed with the reference on every varied input
+    tells_apart: str = ""  # an input on which it differs from the reference (a test to add)
+
+
+class TrivialSurvivor(msgspec.Struct, frozen=True, kw_only=True):
+    """A trivial program (rollstream/tasks/trivial.py) that passed every visible test."""
+
+    name: str  # what it does: "return argument 0 (the identity)", "return 3", ...
+    source: str
     tells_apart: str = ""  # an input on which it differs from the reference (a test to add)
 
 
@@ -79,6 +87,10 @@ class TaskCheck(msgspec.Struct, frozen=True, kw_only=True):
     possibly_equivalent: int = 0
     mutation_score: float | None = None  # killed / (run - possibly equivalent)
     survivors: list[Survivor] = []
+    trivial_run: int = 0  # trivial programs tried (decided without a sandbox or run in one)
+    # those that passed every visible test and differ from the reference on some varied input
+    # (one that agrees everywhere is the task itself: not a finding)
+    trivial_passing: list[TrivialSurvivor] = []
     duplicates: list[str] = []  # the other members of its duplicate cluster
     contamination: list[Overlap] = []
     personal_data: list[PersonalData] = []
@@ -137,7 +149,7 @@ def reasons_of(check: TaskCheck, config: IntakeConfig) -> list[str]:
         reasons.append("reference_fails_heldout")
     if check.wrong_passing:
         reasons.append("wrong_solution_passes")
-    if check.mutation_score is not None and check.mutation_score < config.min_mutation_score:
+    if (check.mutation_score is not None and check.mutation_score < config.min_mutation_score) or check.trivial_passing:
         reasons.append("weak_tests")
     if check.all_skipped:
         reasons.append("all_skipped")

@@ -110,3 +110,30 @@ async def test_a_task_of_skips_fails_and_one_the_judge_cannot_honour_says_what_i
     found = by_id["t/mixed"]
     assert found.reference_passes and found.in_process_tests == [0] and not found.all_skipped, found
     assert "separate_process" in found.lost_guarantees and "all_skipped" not in found.reasons
+
+
+async def test_tests_a_trivial_program_passes_are_weak_whatever_the_mutation_score(executor_config, tmp_path) -> None:
+    """The planted tasks of issue 36: a one-line reference whose few mutants all die, and tests
+    that "return the last argument" or "return a constant of the tests" pass."""
+    tasks = [
+        task("t/larger", "def larger(a, b):\n    return max(a, b)\n", ["assert larger(1, 2) == 2", "assert larger(3, 5) == 5"]),
+        task("t/vowels", "def vowels(s):\n    return sum(c in 'aeiou' for c in s)\n",
+             ["assert vowels('hello') == 2", "assert vowels('moon') == 2"]),
+        # not plain comparisons: run in the sandbox
+        task("t/larger_run", "def larger_run(a, b):\n    return max(a, b)\n",
+             ["r = larger_run(1, 2)\nassert r == 2", "r = larger_run(3, 5)\nassert r == 5"]),
+        task("t/strong_max2", MAX2, ["assert max2(3, 1) == 3", "assert max2(1, 3) == 3", "assert max2(2, 2) == 2"]),
+        # the task is that trivial: the identity agrees with the reference everywhere
+        task("t/same", "def same(x):\n    return x\n", ["assert same(3) == 3", "assert same('a') == 'a'"]),
+    ]
+    checks, _, figures = await run_checks(config_for(executor_config, tmp_path), tasks)
+    by_id = {c.task_id: c for c in checks}
+    larger = by_id["t/larger"]
+    assert larger.reasons == ["weak_tests"] and [s.name for s in larger.trivial_passing] == ["return argument 1"]
+    assert larger.trivial_passing[0].tells_apart.startswith("larger(")  # an input where max(a, b) != b
+    assert by_id["t/vowels"].reasons == ["weak_tests"]
+    assert [s.name for s in by_id["t/vowels"].trivial_passing] == ["return 2"]
+    run = by_id["t/larger_run"]
+    assert run.reasons == ["weak_tests"] and [s.name for s in run.trivial_passing] == ["return argument 1"]
+    assert by_id["t/strong_max2"].reasons == [] and by_id["t/strong_max2"].trivial_run > 3
+    assert by_id["t/same"].reasons == [] and by_id["t/same"].trivial_passing == []
