@@ -108,6 +108,7 @@ def gather(store: Any, group_id: str, rollout_id: str | None) -> dict[str, Any] 
             "staleness": None if learner_version is None else learner_version - r.policy_version_first,
             "generator_id": action.generator_id, "generate_s": action.generate_s,
             "reward": None if reward is None else reward.reward,
+            "outcome": None if reward is None else reward.outcome,
             "components": None if reward is None else reward.components,
             "execution": None if reward is None else {**msgspec.to_builtins(reward.execution),
                                                       "verdict": reward.execution.verdict},
@@ -132,7 +133,8 @@ def gather(store: Any, group_id: str, rollout_id: str | None) -> dict[str, Any] 
         "samples": sorted(samples.values(), key=lambda s: s["sample_index"]),
         "group": None if group_event is None else {
             "estimator": group_event.estimator, "complete": group_event.complete, "filtered": group_event.filtered,
-            "stats": msgspec.to_builtins(group_event.stats)},
+            "stats": msgspec.to_builtins(group_event.stats),
+            "excluded": [msgspec.to_builtins(x) for x in group_event.excluded]},
         "fates": fate_list,
         "dead_letters": dead,
     }
@@ -165,11 +167,14 @@ def render(found: dict[str, Any]) -> str:
         lines.append(f"group: {g['estimator']}, mean reward {g['stats']['reward_mean']:+.3f}, "
                      f"std {g['stats']['reward_std']:.3f}" + (f", filtered: {g['filtered']}" if g["filtered"] else "")
                      + ("" if g["complete"] else ", INCOMPLETE at its deadline"))
+        for x in g.get("excluded") or []:
+            lines.append(f"left out of the advantages: {x['rollout_id']} (outcome {x['outcome']}: no reward): "
+                         f"{x['reason'][:300]}")
     for s in found["samples"]:
         e = s["execution"] or {}
         lines.append("")
         lines.append(f"=== {s['rollout_id']}: reward {_num(s['reward'])}, advantage {_num(s['advantage'])}, "
-                     f"verdict {e.get('verdict', '-')} ({e.get('tests_passed', 0)}/{e.get('tests_total', 0)} tests), "
+                     f"outcome {s.get('outcome') or '-'}, verdict {e.get('verdict', '-')} ({e.get('tests_passed', 0)}/{e.get('tests_total', 0)} tests), "
                      f"{s['completion_tokens']} tokens ({s['finish_reason']}), policy v{s['policy_version_first']}"
                      + (f"..v{s['policy_version_last']}" if s["policy_version_last"] != s["policy_version_first"] else "")
                      + ("" if s["staleness"] is None else f", staleness {s['staleness']}"))
@@ -246,7 +251,7 @@ def run_summary(run: Path) -> dict[str, Any]:
                 pass
     out: dict[str, Any] = {"run_id": run.name, "path": str(run), "started_at": info.get("started_at"),
                            "ended_at": info.get("ended_at"), "exit_code": info.get("exit_code"), "steps": step,
-                           "policy_version": version, "groups": None, "archive": "none"}
+                           "policy_version": version, "groups": None, "infra": None, "archive": "none"}
     root = info.get("archive") or (str(run / "archive") if (run / "archive").exists() else None)
     if root:
         store = ArchiveStore(root)
@@ -256,6 +261,8 @@ def run_summary(run: Path) -> dict[str, Any]:
             for row in fates:
                 counts[row["verdict"] or "?"] = counts.get(row["verdict"] or "?", 0) + 1
             out["groups"] = counts
+            verdicts = store.read("rewards", columns=["verdict"]).column("verdict").to_pylist()
+            out["infra"] = sum(v == "infra" for v in verdicts)  # rollouts no reward: the machinery failed
             report = store.read_json(COMPLETE_FILE)
             out["archive"] = "unchecked" if report is None else ("complete" if report.get("complete") else "incomplete")
             out["archive_records"] = None if report is None else report.get("records")
@@ -286,9 +293,9 @@ def runs_main(config: Config, as_json: bool) -> int:
         started = time.strftime("%Y-%m-%d %H:%M", time.localtime(r["started_at"]))
         rows.append([r["run_id"], started, _or(r["steps"]), _or(r["policy_version"]),
                      _or(groups.get("trained") if r["groups"] is not None else None),
-                     _or(dropped if r["groups"] is not None else None), status, r["archive"]])
-    print(table(["run", "started", "steps", "version", "trained", "dropped", "status", "archive"], rows,
-                right=["steps", "version", "trained", "dropped"]))
+                     _or(dropped if r["groups"] is not None else None), _or(r["infra"]), status, r["archive"]])
+    print(table(["run", "started", "steps", "version", "trained", "dropped", "infra", "status", "archive"], rows,
+                right=["steps", "version", "trained", "dropped", "infra"]))
     return 0
 
 

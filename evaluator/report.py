@@ -37,11 +37,24 @@ def _share(passed: int, of: int) -> float | None:
     return passed / of if of else None
 
 
+def scored(results: Iterable[Any]) -> list[Any]:
+    """The samples with a verdict: one whose outcome is ``infra`` (the machinery failed under it,
+    every run) says nothing of the policy and counts in no figure."""
+    return [r for r in results if getattr(r, "error_kind", "") != "infra"]
+
+
 def summarize(results: Iterable[Any], ks: Sequence[int]) -> dict[str, dict[str, Any]]:
     """family -> {tasks, samples, passed, tasks_solved, mean_reward, pass@k..., with_code, parses,
-    runs, pass@1|code, pass@1|parses, pass@1|runs}; plus "ALL" over every task."""
-    per_task: dict[str, list[Any]] = defaultdict(list)
+    runs, pass@1|code, pass@1|parses, pass@1|runs, infra}; plus "ALL" over every task. Samples
+    the machinery lost (``infra``) are counted apart and left out of every other figure."""
+    results = list(results)
+    lost: dict[str, int] = defaultdict(int)
     for r in results:
+        if getattr(r, "error_kind", "") == "infra":
+            lost[r.family] += 1
+            lost[ALL] += 1
+    per_task: dict[str, list[Any]] = defaultdict(list)
+    for r in scored(results):
         per_task[r.task_id].append(r)
     by_family: dict[str, list[list[Any]]] = defaultdict(list)
     for samples in per_task.values():
@@ -66,6 +79,7 @@ def summarize(results: Iterable[Any], ks: Sequence[int]) -> dict[str, dict[str, 
             kept = [r for r in flat if getattr(r, attribute, True)]
             row[{"code": "with_code"}.get(name, name)] = _share(len(kept), len(flat))
             row[f"pass@1|{name}"] = _share(sum(r.passed for r in kept), len(kept))
+        row["infra"] = lost.get(family, 0)
         summary[family] = row
     return summary
 
@@ -76,7 +90,7 @@ def bootstrap_pass1(results: Iterable[Any], *, resamples: int = 1000, level: flo
     tasks and then each chosen task's samples (``ALL`` too)."""
     per_task: dict[str, list[bool]] = defaultdict(list)
     family_of: dict[str, str] = {}
-    for r in results:
+    for r in scored(results):
         per_task[r.task_id].append(bool(r.passed))
         family_of[r.task_id] = r.family
     by_family: dict[str, list[list[bool]]] = defaultdict(list)

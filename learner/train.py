@@ -72,6 +72,7 @@ class Window:
 
     groups: int = 0
     filtered: int = 0
+    excluded: int = 0  # rollouts the stream left out (outcome infra: the machinery failed under them)
     rewards: list[float] = field(default_factory=list)
     passed: list[bool] = field(default_factory=list)
     families: dict[str, list[float]] = field(default_factory=dict)
@@ -79,6 +80,7 @@ class Window:
     def add(self, group: GroupAdvantaged) -> None:
         self.groups += 1
         self.filtered += bool(group.filtered)
+        self.excluded += len(group.excluded)
         for item in group.rollouts:
             self.rewards.append(item.reward)
             if item.passed is not None:
@@ -89,6 +91,7 @@ class Window:
         n = len(self.rewards)
         return {
             "groups_resolved": self.groups, "groups_filtered": self.filtered, "completions": n,
+            "rollouts_excluded": self.excluded,
             "reward_mean": sum(self.rewards) / n if n else None,
             "pass_rate": sum(self.passed) / len(self.passed) if self.passed else None,
             "family_reward": {f: sum(r) / len(r) for f, r in sorted(self.families.items())},
@@ -343,7 +346,7 @@ class LearnerLoop:
             rollouts_trained=trained, rollouts_stale=stale,
             behaviour_versions=sorted({r.rollout.policy_version_first for r in group.rollouts})[:1024],
             learner_run=self.run_id, source_partition=delivery.partition, source_offset=delivery.offset,
-            decided_at=time.time())
+            decided_at=time.time(), excluded=group.excluded)
 
     async def consume(self, deliveries: list[Delivery[GroupAdvantaged]]) -> bool:
         """Train one step on ``deliveries`` (unless all of it is stale); returns whether a step ran."""

@@ -257,6 +257,13 @@ class ExecutorConfig(Section):
     owner: str = "rollstream-executor"
     """Label value marking this deployment's sandbox containers; at start an executor removes
     containers of this owner whose executor process is gone."""
+    infra_attempts: PositiveInt = 3
+    """Runs of one job on fresh containers when the machinery fails under it (the container or the
+    engine lost mid-job, the runner dead before its reply): past them the rollout's outcome is
+    ``infra``, no reward, and its group is resolved without it (docs/executor.md, "Outcomes")."""
+    docker_url: str = ""
+    """The Docker engine's API (``unix:///var/run/docker.sock``, ``tcp://host:2375``); empty: the
+    ``DOCKER_HOST`` environment variable, else the local socket."""
     metrics_port: Port = 0
     """Prometheus port (0 = do not serve)."""
     backend: Literal["docker", "sim"] = "docker"

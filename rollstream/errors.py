@@ -36,6 +36,16 @@ class SandboxError(RollstreamError):
     """The sandbox backend itself failed (not the code it ran)."""
 
 
+class SandboxLost(SandboxError):
+    """The machinery failed under a job that had been handed to a sandbox (the container or the
+    engine lost mid-job, the runner dead before its reply, a container unfit for the job): not the
+    code's doing. ``cause`` is a short label (metrics, the execution record)."""
+
+    def __init__(self, message: str, cause: str) -> None:
+        super().__init__(message)
+        self.cause = cause
+
+
 class BackendError(RollstreamError):
     """A generation backend failed (model load, server unreachable, bad response)."""
 

@@ -2,6 +2,7 @@
 
 from rollstream.schemas.arrays import LogProbArray, MaskArray, TokenArray
 from rollstream.schemas.events import (
+    OUTCOMES,
     SCHEMA_VERSION,
     ActionGenerated,
     AdvantagedRollout,
@@ -9,12 +10,14 @@ from rollstream.schemas.events import (
     DeadLetter,
     EvalReported,
     Event,
+    ExcludedRollout,
     ExecutionRecord,
     FamilyEval,
     GroupAdvantaged,
     GroupFate,
     GroupStats,
     Message,
+    Outcome,
     PromptIssued,
     RewardScored,
     RewardSpec,
@@ -24,11 +27,13 @@ from rollstream.schemas.events import (
     SandboxLimits,
     Subtask,
     WeightsPublished,
+    outcome_of,
 )
 from rollstream.schemas.tasks import TaskSpec, decode_task, encode_task
 from rollstream.schemas.topics import TOPICS, Codec, SchemaError, TopicSpec, codec, dlq_spec, topic
 
 __all__ = [
+    "OUTCOMES",
     "SCHEMA_VERSION",
     "TOPICS",
     "ActionGenerated",
@@ -38,6 +43,7 @@ __all__ = [
     "DeadLetter",
     "EvalReported",
     "Event",
+    "ExcludedRollout",
     "ExecutionRecord",
     "FamilyEval",
     "GroupAdvantaged",
@@ -46,6 +52,7 @@ __all__ = [
     "LogProbArray",
     "MaskArray",
     "Message",
+    "Outcome",
     "PromptIssued",
     "RewardScored",
     "RewardSpec",
@@ -59,6 +66,7 @@ __all__ = [
     "TokenArray",
     "TopicSpec",
     "WeightsPublished",
+    "outcome_of",
     "codec",
     "decode_task",
     "dlq_spec",

@@ -27,7 +27,11 @@ readers would reject) with ``ExecutionRecord.tamper``/``trust`` and
 ``RewardSpec.trust``/``program`` (defaulted, so version-2 events still decode). Version 4 adds the
 ``too_large`` error kind and the ``mixed`` trust (new values version-3 readers would reject),
 with ``ExecutionRecord.tests_skipped``/``lost_guarantees``/``in_process_tests`` and
-``RewardSpec.returns_objects`` (defaulted: version-3 events still decode).
+``RewardSpec.returns_objects`` (defaulted: version-3 events still decode). Version 5 adds the typed
+``outcome`` of ``RewardScored`` and ``SandboxAudit`` (derived from the error kind when an older
+event omits it) and the rollouts a group left out (``GroupAdvantaged.excluded``,
+``GroupFate.excluded``; ``GroupAdvantaged.rollouts`` may then be empty): from version 5 an
+``infra`` outcome is never a reward, which a version-4 reader would take for one.
 
 ``tests/schemas/test_compat.py`` holds frozen copies of the version-1 shapes and
 checks that what they wrote still decodes.
@@ -44,7 +48,7 @@ from msgspec import Meta
 
 from rollstream.schemas.arrays import MAX_TOKENS, LogProbArray, MaskArray, PackedArray, TokenArray
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 # Limits. Floats bounded on both sides also reject NaN and +-inf.
 Finite = Annotated[float, Meta(ge=-1e9, le=1e9)]
@@ -79,6 +83,25 @@ ErrorKind = Literal[
     "crash",  # died by a signal
     "infra",  # the sandbox failed for reasons not caused by the code
 ]
+# What became of one execution, from one closed set (ErrorKind is the detail): the code's verdict
+# (passed, failed: ran cleanly and some test failed; error: it did not run cleanly: no code, a
+# syntax error, an exception, a crash, an output flood; timeout; oom; too_large; violation: it
+# attacked the sandbox or its verdict), or ``infra``: the machinery failed (a sandbox lost mid-job,
+# no completion to run), which is never a reward: the stream resolves the group without it.
+Outcome = Literal["passed", "failed", "error", "timeout", "oom", "too_large", "violation", "infra"]
+OUTCOMES: tuple[str, ...] = Outcome.__args__  # type: ignore[attr-defined]
+_OUTCOME_OF_KIND: dict[str, str] = {
+    "no_code": "error", "syntax": "error", "runtime": "error", "output_limit": "error", "crash": "error",
+    "timeout": "timeout", "oom": "oom", "too_large": "too_large", "violation": "violation",
+    "tamper": "violation", "infra": "infra",
+}
+
+
+def outcome_of(error_kind: str, passed: bool) -> Outcome:
+    """The outcome an execution with ``error_kind`` (and, when it ran cleanly, ``passed``) has."""
+    if error_kind == "none":
+        return "passed" if passed else "failed"
+    return _OUTCOME_OF_KIND[error_kind]  # type: ignore[return-value]
 
 
 # The packed-array fields of Rollout and Continuation (both have all four).
@@ -318,7 +341,12 @@ class ExecutionRecord(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class RewardScored(Event, frozen=True, kw_only=True):
-    """The reward of one rollout, with the execution record behind it."""
+    """The reward of one rollout, with the execution record behind it.
+
+    ``outcome`` is the execution's (:func:`outcome_of`; ``None`` given: derived, as for events
+    written before version 5); one that disagrees with the record does not decode. An ``infra``
+    outcome is no reward: ``reward`` is 0 and the stream leaves the rollout out of its group.
+    """
 
     rollout: Rollout
     reward: Reward
@@ -326,6 +354,25 @@ class RewardScored(Event, frozen=True, kw_only=True):
     execution: ExecutionRecord
     executor_id: ShortText
     scored_at: Timestamp
+    outcome: Outcome | None = None
+
+    def __post_init__(self) -> None:
+        derived = outcome_of(self.execution.error_kind, self.execution.passed)
+        if self.outcome is None:
+            msgspec.structs.force_setattr(self, "outcome", derived)
+        elif self.outcome != derived:
+            raise ValueError(f"outcome {self.outcome!r} does not match the execution ({derived!r})")
+        if derived == "infra" and (self.reward != 0.0 or self.components):
+            raise ValueError("an infra outcome carries no reward")
+
+
+class ExcludedRollout(msgspec.Struct, frozen=True, kw_only=True):
+    """A rollout its group was resolved without (its outcome was ``infra``: no reward), and why."""
+
+    rollout_id: Id
+    sample_index: Annotated[int, Meta(ge=0)]
+    outcome: Outcome = "infra"
+    reason: ShortText = ""  # the execution's error message (what failed)
 
 
 class AdvantagedRollout(msgspec.Struct, frozen=True, kw_only=True):
@@ -352,12 +399,20 @@ class GroupAdvantaged(Event, frozen=True, kw_only=True):
     family: Id
     estimator: Id
     complete: bool  # False when emitted at the deadline with fewer than group_size rollouts
-    rollouts: Annotated[list[AdvantagedRollout], Meta(min_length=1, max_length=1024)]
+    # Empty only when filtered (every sample left out: "infra")
+    rollouts: Annotated[list[AdvantagedRollout], Meta(max_length=1024)]
     stats: GroupStats
     emitted_at: Timestamp
     # Set when the group carries nothing to train on (e.g. "zero_variance": every reward equal,
-    # advantages all 0): the learner records and counts it, and trains on it no step.
+    # advantages all 0; "infra": too few samples left once those the machinery lost were left
+    # out): the learner records and counts it, and trains on it no step.
     filtered: ShortText = ""
+    # Rollouts left out of the advantages (outcome "infra"); the stats are over ``rollouts`` only
+    excluded: Annotated[list[ExcludedRollout], Meta(max_length=1024)] = []
+
+    def __post_init__(self) -> None:
+        if not self.rollouts and not self.filtered:
+            raise ValueError("a group with no rollouts must say why (filtered)")
 
 
 class WeightsPublished(Event, frozen=True, kw_only=True):
@@ -453,6 +508,7 @@ class GroupFate(Event, frozen=True, kw_only=True):
     source_partition: Annotated[int, Meta(ge=0)]  # where on ``advantages`` the group was read
     source_offset: Annotated[int, Meta(ge=0)]
     decided_at: Timestamp
+    excluded: Annotated[list[ExcludedRollout], Meta(max_length=1024)] = []  # left out by the stream (infra)
 
 
 class SandboxLimits(msgspec.Struct, frozen=True, kw_only=True):
@@ -478,6 +534,7 @@ class SandboxAudit(Event, frozen=True, kw_only=True):
     violations: Annotated[list[ShortText], Meta(max_length=64)] = []
     recycled: bool = False
     executed_at: Timestamp
+    outcome: Outcome | None = None  # the verdict's outcome (None: written before version 5)
 
 
 class DeadLetter(Event, frozen=True, kw_only=True):

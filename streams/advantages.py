@@ -81,6 +81,9 @@ class AdvantageStage:
         self.groups_emitted = m.counter("stream_groups_emitted", "Groups produced to advantages", ("complete",))
         self.groups_filtered = m.counter("stream_groups_filtered", "Groups filtered (no signal)", ("reason",))
         self.groups_dropped = m.counter("stream_groups_dropped", "Groups dropped at the deadline", ("reason",))
+        self.rollouts_excluded = m.counter(
+            "stream_rollouts_excluded", "Rollouts left out of their group's advantages, by outcome (infra: the "
+            "machinery failed under them, no reward)", ("outcome",))
         self.rewards_duplicate = m.counter("stream_rewards_duplicate", "Rewards whose rollout_id was stored already")
         self.rewards_late = m.counter("stream_rewards_late", "Rewards of groups already finished")
         self.groups_recovered = m.counter("stream_groups_recovered",
@@ -153,6 +156,9 @@ class AdvantageStage:
 
     def _count(self, outcomes: Iterable[Outcome]) -> None:
         for outcome in outcomes:
+            if outcome.excluded:
+                self.rollouts_excluded.labels("infra").inc(outcome.excluded)
+                log.info("a group resolved without %d rollout(s) the machinery lost", outcome.excluded)
             if outcome.kind == "emitted" and outcome.reason:  # emitted flagged: nothing to train on
                 self.groups_filtered.labels(outcome.reason).inc()
                 log.debug("filtered a group: %s", outcome.reason)

@@ -46,6 +46,7 @@ NORMALIZE: tuple[str, ...] = ("group", "task", "family", "batch")
 ZERO_VARIANCE = "zero_variance"
 SINGLE_ROLLOUT = "single_rollout"
 INCOMPLETE = "incomplete"
+INFRA = "infra"  # too few samples left once those the machinery lost (outcome infra) were left out
 
 
 @dataclass(frozen=True, slots=True)

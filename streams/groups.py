@@ -48,7 +48,15 @@ import redis.asyncio as aioredis
 
 from rollstream.config import InfraConfig, StreamConfig
 from rollstream.redis import mark_group_dropped
-from rollstream.schemas import AdvantagedRollout, Codec, GroupAdvantaged, GroupStats, RewardScored, codec
+from rollstream.schemas import (
+    AdvantagedRollout,
+    Codec,
+    ExcludedRollout,
+    GroupAdvantaged,
+    GroupStats,
+    RewardScored,
+    codec,
+)
 from rollstream.streams import estimators
 from rollstream.streams.estimators import GroupInput
 
@@ -62,6 +70,7 @@ class Outcome(msgspec.Struct, frozen=True, kw_only=True):
     reason: str = ""  # filtered / dropped: a fixed label (estimators.ZERO_VARIANCE, ...)
     complete: bool = True
     value: bytes | None = None  # emitted: the encoded GroupAdvantaged
+    excluded: int = 0  # rollouts left out (outcome infra: no reward)
 
 
 _outcome_encoder = msgspec.msgpack.Encoder()
@@ -278,7 +287,9 @@ def decide(
 
     A group is decided when all ``group_size`` rollouts arrived, or when its deadline passed:
     then it is emitted as incomplete if it has >= ``min_group_size`` rollouts, else dropped
-    (reason ``incomplete``). Zero-variance groups are filtered when configured: emitted with
+    (reason ``incomplete``). Rollouts whose outcome is ``infra`` (no reward: the machinery failed
+    under them) count as arrived but are left out of the advantages and listed in ``excluded``;
+    when fewer than ``min_group_size`` others remain the group is emitted filtered (``infra``). Zero-variance groups are filtered when configured: emitted with
     ``filtered`` set and advantages 0, for the learner to record and count. Advantages of the
     others are computed over all groups emitted together (that matters for task/batch scope).
     Groups already staged keep their staged outcome; open groups that are neither complete
@@ -293,38 +304,48 @@ def decide(
         if group.staged is not None:
             outcomes[group.group_id] = group.staged
             continue
-        rewards = sorted(
+        arrived = sorted(
             (_decoded(rid, value, fresh, reward_codec) for rid, value in group.rollouts.items()),
             key=lambda e: (e.rollout.sample_index, e.rollout.rollout_id),
         )
-        size = rewards[0].rollout.group_size if rewards else default_group_size
-        complete = len(rewards) >= size
+        size = arrived[0].rollout.group_size if arrived else default_group_size
+        complete = len(arrived) >= size
         if not complete and not expired.get(group.group_id, False):
             continue
-        if not complete and len(rewards) < stream.min_group_size:
+        if not complete and len(arrived) < stream.min_group_size:
             outcomes[group.group_id] = Outcome(kind="dropped", reason=estimators.INCOMPLETE, complete=False)
+            continue
+        # an infra outcome is no reward: the group is resolved over the others
+        rewards = [e for e in arrived if e.outcome != "infra"]
+        excluded = [ExcludedRollout(rollout_id=e.rollout.rollout_id, sample_index=e.rollout.sample_index,
+                                    reason=e.execution.error_message[:4096]) for e in arrived if e.outcome == "infra"]
+        if excluded and len(rewards) < stream.min_group_size:
+            event = build_event(group.group_id, rewards, [0.0] * len(rewards), stream.estimator, complete, now,
+                                filtered=estimators.INFRA, excluded=excluded, first=arrived[0])
+            outcomes[group.group_id] = Outcome(kind="emitted", reason=estimators.INFRA, complete=complete,
+                                               value=codec(GroupAdvantaged).encode(event), excluded=len(excluded))
             continue
         clipped = estimators.clip_rewards([e.reward for e in rewards], stream.reward_clip)
         reason = estimators.filter_reason(clipped, stream.filter_zero_variance)
         if reason is not None:  # emitted for the record (its fate is the learner's), nothing to train
             event = build_event(group.group_id, rewards, [0.0] * len(rewards), stream.estimator, complete, now,
-                                filtered=reason)
+                                filtered=reason, excluded=excluded)
             outcomes[group.group_id] = Outcome(kind="emitted", reason=reason, complete=complete,
-                                               value=codec(GroupAdvantaged).encode(event))
+                                               value=codec(GroupAdvantaged).encode(event), excluded=len(excluded))
             continue
-        to_emit.append((group.group_id, rewards, clipped, complete))
+        to_emit.append((group.group_id, rewards, clipped, complete, excluded))
 
     advantages = estimators.batch_advantages(
         [GroupInput(rewards[0].rollout.task_id, clipped, rewards[0].rollout.family)
-         for _, rewards, clipped, _ in to_emit],
+         for _, rewards, clipped, _, _ in to_emit],
         stream.estimator,
         stream.normalize,
         std_eps=stream.std_eps,
     )
     encode = codec(GroupAdvantaged).encode
-    for (gid, rewards, _, complete), group_adv in zip(to_emit, advantages, strict=True):
-        event = build_event(gid, rewards, group_adv, stream.estimator, complete, now)
-        outcomes[gid] = Outcome(kind="emitted", complete=complete, value=encode(event))
+    for (gid, rewards, _, complete, excluded), group_adv in zip(to_emit, advantages, strict=True):
+        event = build_event(gid, rewards, group_adv, stream.estimator, complete, now, excluded=excluded)
+        outcomes[gid] = Outcome(kind="emitted", complete=complete, value=encode(event), excluded=len(excluded))
     return outcomes
 
 
@@ -344,13 +365,16 @@ def build_event(
     complete: bool,
     now: float,
     filtered: str = "",
+    excluded: Sequence[ExcludedRollout] = (),
+    first: RewardScored | None = None,
 ) -> GroupAdvantaged:
-    first = rewards[0].rollout
-    stats = estimators.reward_stats([e.reward for e in rewards])
+    """``first``: a rollout of the group to name it by when ``rewards`` is empty (every one excluded)."""
+    head = (first or rewards[0]).rollout
+    stats = estimators.reward_stats([e.reward for e in rewards]) if rewards else estimators.RewardStats(0.0, 0.0, 0.0, 0.0)
     return GroupAdvantaged(
         group_id=group_id,
-        task_id=first.task_id,
-        family=first.family,
+        task_id=head.task_id,
+        family=head.family,
         estimator=estimator,
         complete=complete,
         rollouts=[
@@ -359,7 +383,7 @@ def build_event(
         ],
         stats=GroupStats(
             size=len(rewards),
-            expected_size=first.group_size,
+            expected_size=head.group_size,
             reward_mean=stats.mean,
             reward_std=stats.std,
             reward_min=stats.min,
@@ -367,4 +391,5 @@ def build_event(
         ),
         emitted_at=now,
         filtered=filtered,
+        excluded=list(excluded),
     )

@@ -20,6 +20,7 @@ plugins by tests/conftest.py; event builders and the tiny model in rollstream.te
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -325,3 +326,65 @@ def wait_until_sync(check: Any, what: str, timeout_s: float = 30.0, every_s: flo
             raise AssertionError(f"not within {timeout_s:g} s: {what}")
         time.sleep(every_s)
     return got
+
+
+class DockerSocketProxy:
+    """A unix-socket proxy in front of the Docker engine's socket, for a pool to talk through
+    (``ExecutorConfig.docker_url = proxy.url``): :meth:`cut` drops every connection through it
+    and refuses new ones (the engine unreachable, as the executor sees it), :meth:`restore`
+    accepts again. The shared engine itself is never stopped."""
+
+    def __init__(self, path: str, target: str = "/var/run/docker.sock") -> None:
+        self.path, self.target = path, target
+        self.url = f"unix://{path}"
+        self.refusing = False
+        self.connections: set[asyncio.StreamWriter] = set()
+        self.server: asyncio.AbstractServer | None = None
+
+    async def __aenter__(self) -> DockerSocketProxy:
+        self.server = await asyncio.start_unix_server(self._serve, self.path)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.cut()
+        if self.server is not None:
+            self.server.close()
+            await self.server.wait_closed()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path)
+
+    def cut(self) -> None:
+        self.refusing = True
+        for writer in list(self.connections):
+            writer.transport.abort()
+        self.connections.clear()
+
+    def restore(self) -> None:
+        self.refusing = False
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self.refusing:
+            writer.transport.abort()
+            return
+        try:
+            up_reader, up_writer = await asyncio.open_unix_connection(self.target)
+        except OSError:
+            writer.transport.abort()
+            return
+        self.connections.update((writer, up_writer))
+
+        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+            try:
+                while data := await src.read(65536):
+                    dst.write(data)
+                    await dst.drain()
+            except (ConnectionError, OSError):
+                pass
+            finally:
+                dst.transport.abort()
+
+        try:
+            await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+        finally:
+            self.connections.discard(writer)
+            self.connections.discard(up_writer)

@@ -94,6 +94,8 @@ def decide(spec: RewardSpec, state: Turn, completion_text: str, reward: float, e
     ends = (state.turn >= state.max_turns or not state.generated or execution.error_kind in ("tamper", "infra")
             or (passed and (not steps or last_step)))
     if ends:
+        if execution.error_kind == "infra":  # the machinery lost the turn: the episode is no reward
+            return TurnOutcome(True, False, 0.0, None)
         if not steps:
             return TurnOutcome(True, passed, final_reward(spec, reward, state.turn) if state.turn > 1 else reward, None)
         done = _progress(steps, state.subtask_index, execution)

@@ -283,6 +283,8 @@ def _failure(spec: RewardSpec, result: RunResult, events: list[dict], kinds: set
     tamper = tamper_kinds(events)
     if result.timed_out and not attacked and not tamper:
         return "timeout", spec.timeout_reward, f"wall-clock limit of {spec.timeout_s:g}s exceeded", None
+    if result.runner_died and result.oom_killed:  # the memory limit took the runner with the job
+        return "oom", spec.crash_reward, f"memory limit of {spec.memory_mb} MB exceeded", None
     if result.runner_died or any(v.startswith(VIOLATIONS) for v in result.violations):
         return "violation", spec.crash_reward, "sandbox violation: " + ", ".join(result.violations), None
     if tamper:

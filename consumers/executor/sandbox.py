@@ -43,7 +43,7 @@ from typing import Any, Literal, Protocol
 import msgspec
 
 from rollstream.config import ExecutorConfig
-from rollstream.errors import SandboxError
+from rollstream.errors import SandboxError, SandboxLost
 from rollstream.retry import retry
 from rollstream.schemas.events import SandboxLimits
 
@@ -91,6 +91,9 @@ class Job(msgspec.Struct, frozen=True, kw_only=True):
     files: list[tuple[str, bytes]] = []  # an episode's workspace, written into /work before the code runs
     collect_files: bool = False  # return the files the job left in /work (the next turn's workspace)
     test_hook: str | None = None  # tests only (a pool started with test_hooks): code run in the judge first
+    # tests only (a pool started with test_hooks): make the runner fail on purpose, one of
+    # RUNNER_HOOKS (runtime/supervisor.py)
+    runner_hook: str | None = None
 
     def __post_init__(self) -> None:
         if not self.names:
@@ -179,8 +182,9 @@ class SandboxBackend(Protocol):
     async def execute(self, job: Job) -> RunResult: ...
 
 
-# What the runner answers when the container lost a zygote before a job (runtime/zygotes.py).
-CONTAINER_LOST = "this container must be replaced"
+# The causes of SandboxLost: the machinery failed under a job, never the job's doing.
+LOST_CAUSES = ("engine_unreachable", "container_gone", "container_killed", "runner_died", "stream_lost",
+               "runner_error", "container_unfit", "send_failed", "died_idle")
 # The sandbox's runtime, in order: each uses the names of those before it.
 RUNTIME = ("codec.py", "channel.py", "proxies.py", "crossing.py", "fromdata.py", "candidate.py", "judge.py",
            "inprocess.py", "workspace.py", "zygotes.py", "cleanup.py", "warmup.py", "supervisor.py")
@@ -386,6 +390,7 @@ class DockerSandboxPool:
         self._all: set[_Warm] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         self._broken: BaseException | None = None
+        self._leftover: list[Any] = []  # containers the engine could not be asked to delete yet
         self._names = itertools.count()
         self._run_id = secrets.token_hex(3)
         self.recycled = 0
@@ -397,7 +402,7 @@ class DockerSandboxPool:
     async def __aenter__(self) -> DockerSandboxPool:
         import aiodocker
 
-        self._docker = aiodocker.Docker()
+        self._docker = aiodocker.Docker(url=self.config.docker_url or None)
         try:
             await self._docker.images.inspect(self.config.image)
         except Exception as exc:
@@ -427,6 +432,8 @@ class DockerSandboxPool:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await asyncio.gather(*(self._remove(w) for w in list(self._all)), return_exceptions=True)
         if self._docker is not None:
+            with contextlib.suppress(Exception):
+                await self._remove_leftovers()
             await self._docker.close()
             self._docker = None
 
@@ -474,8 +481,28 @@ class DockerSandboxPool:
         warm.reader.cancel()
         with contextlib.suppress(Exception):
             await warm.stream.close()
-        with contextlib.suppress(aiodocker.DockerError):
+        try:
             await warm.container.delete(force=True)
+        except aiodocker.DockerError as exc:
+            if exc.status != 404:  # 404: auto-removed already
+                self._leftover.append(warm.container)
+        except Exception:  # the engine unreachable: delete it once it answers again
+            self._leftover.append(warm.container)
+
+    async def _remove_leftovers(self) -> None:
+        """Delete the containers a lost engine kept us from deleting (each is tried again later
+        while it still fails; the next executor start removes any left as orphans)."""
+        import aiodocker
+
+        leftover, self._leftover = self._leftover, []
+        for container in leftover:
+            try:
+                await container.delete(force=True)
+            except aiodocker.DockerError as exc:
+                if exc.status != 404:
+                    self._leftover.append(container)
+            except Exception:
+                self._leftover.append(container)
 
     def _retire(self, warm: _Warm) -> None:
         """Remove ``warm`` and start a replacement in the background."""
@@ -486,6 +513,7 @@ class DockerSandboxPool:
 
     async def _replace(self, warm: _Warm) -> None:
         await self._remove(warm)
+        await self._remove_leftovers()
         try:  # whatever Docker or its HTTP client raise: a hiccup until it happened five times
             fresh = await retry(self._spawn, what=f"replacing sandbox {warm.sandbox_id}",
                                 retry_on=(Exception,), attempts=5, first_delay_s=0.5, max_delay_s=4.0)
@@ -529,17 +557,19 @@ class DockerSandboxPool:
         }
         if job.test_hook is not None and self.test_hooks:
             request["test_hook"] = job.test_hook
+        if job.runner_hook is not None and self.test_hooks:
+            request["runner_hook"] = job.runner_hook
         if job.files or job.collect_files:
             request.update(files=[[path, base64.b64encode(data).decode()] for path, data in job.files],
                            collect_files=job.collect_files, workspace_bytes=WORKSPACE_BYTES)
         if warm.reader.done() or not warm.replies.empty():  # died while idle: not this job's doing
             self._retire(warm)
-            raise SandboxError(f"sandbox {warm.sandbox_id} died while idle")
+            raise SandboxLost(f"sandbox {warm.sandbox_id} died while idle", "died_idle")
         try:
             await warm.send(request)
         except Exception as exc:
             self._retire(warm)
-            raise SandboxError(f"sandbox {warm.sandbox_id}: could not send the job: {exc}") from exc
+            raise SandboxLost(f"sandbox {warm.sandbox_id}: could not send the job: {exc}", "send_failed") from exc
         started = time.monotonic()
         try:
             reply = await warm.receive(job.timeout_s + self.grace_s)
@@ -549,35 +579,60 @@ class DockerSandboxPool:
         except asyncio.CancelledError:  # its reply would be taken for the next job's: replace it
             self._retire(warm)
             raise
-        if isinstance(reply, dict) and CONTAINER_LOST in str(reply.get("error", "")):
-            # The container failed before this job ran (a zygote it forks jobs from is gone: an
-            # earlier job's doing). Not this job's verdict: a fresh container runs it (evaluate
-            # retries a SandboxError), so honest code never pays for what came before it.
+        oom = False
+        if reply is None:  # the attach stream ended: PID 1 is gone, or so is the engine or the container
+            cause, oom = await self._why_lost(warm)
+            if cause is not None:
+                self._retire(warm)
+                raise SandboxLost(f"sandbox {warm.sandbox_id}: {cause.replace('_', ' ')} during job {job.job_id}",
+                                  cause)
+        elif reply.get("ran") is False:
+            # The runner refused the job: its container is unfit (runtime/supervisor.py says why in
+            # "unfit", a structured field). Not this job's doing, and nothing of it ran.
             self._retire(warm)
-            raise SandboxError(f"sandbox {warm.sandbox_id}: {reply['error']}")
+            raise SandboxLost(f"sandbox {warm.sandbox_id} was unfit for a job: {str(reply.get('unfit'))[:200]}",
+                              "container_unfit")
+        elif "error" in reply or reply.get("id") != job.job_id or reply.get("nonce") != request["nonce"]:
+            # PID 1 failed handling it (a runner bug, a request it could not read) or answered for
+            # another job: not attributable to this job, never its verdict; the container goes
+            self._retire(warm)
+            raise SandboxLost(f"sandbox {warm.sandbox_id}: runner error: "
+                              f"{str(reply.get('error', 'a reply for another job'))[:200]}", "runner_error")
         warm.executions += 1
-        result = await self._result(warm, job, request["nonce"], reply, time.monotonic() - started)
+        result = await self._result(warm, job, reply, time.monotonic() - started, oom_killed=oom)
         if result.recycled:
             self._retire(warm)
         else:
             self._idle.put_nowait(warm)
         return result
 
+    async def _why_lost(self, warm: _Warm) -> tuple[str | None, bool]:
+        """(cause, oom) of a runner that stopped answering mid-job: a cause when the machinery failed
+        (SandboxLost), None when the container's memory limit killed it (the job's doing: an
+        ``oom`` verdict). PID 1 is the namespace's init and cannot be signalled from inside, so a
+        container still there, not OOM-killed, whose runner is gone was stopped from outside or
+        failed by itself."""
+        import aiodocker
+
+        try:
+            info = await warm.container.show()
+        except aiodocker.DockerError as exc:
+            return ("container_gone" if exc.status == 404 else "engine_unreachable"), False
+        except Exception:  # the engine's socket refused or cut (aiohttp's errors, OSError)
+            return "engine_unreachable", False
+        state = info.get("State") or {}
+        if state.get("OOMKilled"):
+            return None, True
+        if state.get("Running"):
+            return "stream_lost", False  # the engine dropped the attach stream; the runner may live on
+        return ("container_killed" if state.get("ExitCode") in (137, 143) else "runner_died"), False
+
     async def _result(
-        self, warm: _Warm, job: Job, nonce: str, reply: dict[str, Any] | None, waited_s: float
+        self, warm: _Warm, job: Job, reply: dict[str, Any] | None, waited_s: float, *, oom_killed: bool = False
     ) -> RunResult:
         died = reply is None
-        if died:
-            reply = {"violations": ["runner_died"], "clean": False}
-            if await self._oom_killed(warm):
-                reply["violations"].append("oom_killed")
-                reply["oom_killed"] = True
-        elif "error" in reply or reply.get("id") != job.job_id or reply.get("nonce") != nonce:
-            # not attributable to exactly this job: never its verdict, and the container goes
-            reply = {
-                "violations": [f"runner_error:{str(reply.get('error', 'a reply for another job'))[:200]}"],
-                "clean": False,
-            }
+        if died:  # the container's memory limit killed PID 1 (see _why_lost)
+            reply = {"violations": ["runner_died", "oom_killed"], "clean": False, "oom_killed": oom_killed}
         violations = [str(v)[:200] for v in reply.get("violations", [])]
         files, truncated = _workspace(reply)
         if reply.get("oom_killed") and "oom_killed" not in violations:
@@ -604,12 +659,3 @@ class DockerSandboxPool:
             files=files,
             files_truncated=truncated,
         )
-
-    async def _oom_killed(self, warm: _Warm) -> bool:
-        import aiodocker
-
-        try:
-            info = await warm.container.show()
-        except aiodocker.DockerError:
-            return False  # already auto-removed
-        return bool(info.get("State", {}).get("OOMKilled"))

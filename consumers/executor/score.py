@@ -14,7 +14,8 @@ Input of ``rollstream score``:
 * ``PAIRS.jsonl``: each line ``{"task": {TaskSpec}, "completion": "..."}``.
 
 Output: per input completion, in input order, ``{"line", "task_id", "reward", "components",
-"execution": {ExecutionRecord}, ...echoed keys}`` or ``{"line", "error"}`` for a bad line.
+"execution": {ExecutionRecord}, "outcome", ...echoed keys}`` (``"lost"``: the causes of runs the
+sandbox machinery lost, when any) or ``{"line", "error"}`` for a bad line.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import asyncio
 import functools
 import hashlib
 import json
+import logging
 import sys
 import time
 from collections.abc import Iterator, Sequence
@@ -35,12 +37,13 @@ from rollstream.config import Config
 from rollstream.consumers.executor.reference import ReferenceCheck, ReferenceChecks, log_check
 from rollstream.consumers.executor.rewards import RewardRegistry, Scored, default_registry
 from rollstream.consumers.executor.sandbox import Job, RunResult, SandboxBackend
-from rollstream.errors import ConfigError, SandboxError
+from rollstream.errors import ConfigError, SandboxError, SandboxLost
 from rollstream.retry import retry
-from rollstream.schemas.events import RewardSpec, SandboxAudit, SandboxLimits
+from rollstream.schemas.events import ExecutionRecord, RewardSpec, SandboxAudit, SandboxLimits, outcome_of
 from rollstream.schemas.tasks import TaskSpec, decode_task
 
 SANDBOX_ATTEMPTS = 3
+log = logging.getLogger(__name__)
 
 
 class Evaluation(msgspec.Struct, frozen=True, kw_only=True):
@@ -48,6 +51,15 @@ class Evaluation(msgspec.Struct, frozen=True, kw_only=True):
     job: Job | None = None  # None: decided without running anything
     result: RunResult | None = None
     reference: ReferenceCheck | None = None  # what the task's reference said (when it has one)
+    lost: list[str] = []  # the causes (SandboxLost.cause) of the runs the machinery lost, retried or not
+
+
+def infra_scored(message: str) -> Scored:
+    """The score of a job the machinery failed under every time it was run: no reward, outcome
+    ``infra`` (the stream leaves the rollout out of its group)."""
+    record = ExecutionRecord(sandbox_id="", exit_code=None, duration_s=0.0, error_kind="infra",
+                             error_message=message[:4096])
+    return Scored(reward=0.0, components={}, execution=record)
 
 
 async def evaluate(
@@ -69,8 +81,13 @@ async def evaluate(
     ``references``, a task that carries its reference is checked once (consumers/executor/reference.py):
     its plain calls go with the job, and ``trust = "auto"`` is decided.
 
+    A job the machinery fails under (SandboxLost: the container, the engine or the runner lost
+    mid-job) runs again on a fresh container, ``attempts`` times in all; if every run was lost the
+    evaluation's outcome is ``infra`` (no reward), with the causes in ``lost``.
+
     Raises ValueError for a spec the registry rejects (the caller dead-letters it) and
-    SandboxError when the backend failed ``attempts`` times for reasons of its own.
+    SandboxError when the backend failed ``attempts`` times for reasons of its own before a job
+    could be handed to a sandbox (no container can be started: the caller stops, uncommitted).
     """
     if max_timeout_s is not None and spec.timeout_s > max_timeout_s:
         spec = msgspec.structs.replace(spec, timeout_s=max_timeout_s)
@@ -93,20 +110,39 @@ async def evaluate(
     if files or collect_files:  # a multi-turn episode: its workspace in, the files it leaves out
         prepared = msgspec.structs.replace(prepared, files=list(files), collect_files=collect_files)
 
+    lost: list[str] = []
+
+    async def once(job: Job) -> RunResult:
+        try:
+            return await backend.execute(job)
+        except SandboxLost as exc:
+            lost.append(exc.cause)
+            log.warning("sandbox lost under %s (%s): %s", job.job_id, exc.cause, exc)
+            raise
+
     async def run(job: Job) -> RunResult:
-        return await retry(functools.partial(backend.execute, job), what=f"sandbox run of {job.job_id}",
+        return await retry(functools.partial(once, job), what=f"sandbox run of {job.job_id}",
                            retry_on=(SandboxError,), attempts=attempts, first_delay_s=0.5, max_delay_s=4.0)
 
-    if trust == "mixed" and check is not None and isinstance(prepared, Job):
-        # the tests the judge cannot honour (the reference fails them there) run in process; the
-        # rest under the judge; the record names the former and what they lost
-        in_process = msgspec.structs.replace(prepared, job_id=f"{job_id}/in-process", trust="in_process", rules={},
-                                             collect_files=False)
-        judged, alone = await asyncio.gather(run(prepared), run(in_process))
-        result = merge_mixed(judged, alone, check.in_process_tests)
-    else:
-        result = await run(prepared)
-    return Evaluation(scored=kind.score(spec, completion, result), job=prepared, result=result, reference=check)
+    try:
+        if trust == "mixed" and check is not None and isinstance(prepared, Job):
+            # the tests the judge cannot honour (the reference fails them there) run in process; the
+            # rest under the judge; the record names the former and what they lost
+            in_process = msgspec.structs.replace(prepared, job_id=f"{job_id}/in-process", trust="in_process",
+                                                 rules={}, collect_files=False)
+            both = await asyncio.gather(run(prepared), run(in_process), return_exceptions=True)
+            failed = [r for r in both if isinstance(r, BaseException)]
+            if failed:
+                raise next((e for e in failed if isinstance(e, SandboxLost)), failed[0])
+            judged, alone = both
+            result = merge_mixed(judged, alone, check.in_process_tests)
+        else:
+            result = await run(prepared)
+    except SandboxLost as exc:
+        message = f"the sandbox was lost under this job {len(lost)} time(s) ({', '.join(lost)}): {exc}"
+        return Evaluation(scored=infra_scored(message), job=prepared, reference=check, lost=lost)
+    return Evaluation(scored=kind.score(spec, completion, result), job=prepared, result=result, reference=check,
+                      lost=lost)
 
 
 def merge_mixed(judged: RunResult, alone: RunResult, in_process_tests: Sequence[int]) -> RunResult:
@@ -129,25 +165,37 @@ def merge_mixed(judged: RunResult, alone: RunResult, in_process_tests: Sequence[
 def audit_record(
     evaluation: Evaluation, limits: SandboxLimits, rollout_id: str, executed_at: float
 ) -> SandboxAudit | None:
-    """The operator's record of one execution (None when nothing ran)."""
+    """The operator's record of one execution (None when nothing ran; a job every run of which the
+    machinery lost has one with outcome ``infra``, its violations ``lost:<cause>`` per run)."""
     job, result = evaluation.job, evaluation.result
-    if job is None or result is None:
+    if job is None:
         return None
+    execution = evaluation.scored.execution
     job_limits = msgspec.structs.replace(
         limits, timeout_s=job.timeout_s, memory_mb=min(job.memory_mb, limits.memory_mb)
     )
+    code_sha256 = hashlib.sha256(job.code.encode("utf-8", "surrogatepass")).hexdigest()
+    if result is None:
+        if execution.error_kind != "infra":
+            return None
+        return SandboxAudit(sandbox_id="", container_id="", rollout_id=rollout_id[:4096], code_sha256=code_sha256,
+                            limits=job_limits, duration_s=0.0, output_bytes=0, verdict="infra",
+                            violations=[f"lost:{cause}" for cause in evaluation.lost][:64], executed_at=executed_at,
+                            outcome="infra")
     return SandboxAudit(
         sandbox_id=result.sandbox_id[:4096],
         container_id=result.container_id,
         rollout_id=rollout_id[:4096],
-        code_sha256=hashlib.sha256(job.code.encode("utf-8", "surrogatepass")).hexdigest(),
+        code_sha256=code_sha256,
         limits=job_limits,
         duration_s=max(0.0, result.duration_s),
         output_bytes=result.output_bytes,
-        verdict=evaluation.scored.execution.error_kind,
-        violations=[v[:4096] for v in (result.violations + _tampering(evaluation))[:64]],
+        verdict=execution.error_kind,
+        violations=[v[:4096] for v in (result.violations + _tampering(evaluation) +
+                                       [f"lost:{cause}" for cause in evaluation.lost])[:64]],
         recycled=result.recycled,
         executed_at=executed_at,
+        outcome=outcome_of(execution.error_kind, execution.passed),
     )
 
 
@@ -214,8 +262,11 @@ def verdict_json(line: int, task: TaskSpec, evaluation: Evaluation, echoed: dict
     scored = evaluation.scored
     out: dict[str, Any] = {"line": line, "task_id": task.task_id, **echoed}
     out.update(
-        reward=scored.reward, components=scored.components, execution=msgspec.to_builtins(scored.execution)
+        reward=scored.reward, components=scored.components, execution=msgspec.to_builtins(scored.execution),
+        outcome=outcome_of(scored.execution.error_kind, scored.execution.passed),
     )
+    if evaluation.lost:
+        out["lost"] = evaluation.lost
     if evaluation.result is not None:
         out["violations"] = evaluation.result.violations
     if evaluation.reference is not None:

@@ -19,9 +19,14 @@ Guarantees:
   consumers/executor/scrub.py); completions are never rewritten.
 * Bad input never stops the stage: undecodable actions are dead-lettered by the consumer; an
   action whose reward spec names an unknown kind or component is dead-lettered here. An action
-  the generator could not complete (``error`` set) gets reward 0 with error kind ``infra`` and
-  no execution, so its group still completes.
-* A sandbox backend that fails for reasons of its own (Docker down) after bounded retries stops
+  the generator could not complete (``error`` set) gets outcome ``infra`` (no reward) and no
+  execution, so its group still completes without it.
+* Typed outcomes (``RewardScored.outcome``): a job the machinery fails under mid-job (the
+  container or the engine lost, the runner dead before its reply, a container unfit) runs again
+  on a fresh container, ``executor.infra_attempts`` runs in all; if every run was lost its
+  outcome is ``infra``: no reward, and the stream resolves the group without it. Counted by
+  cause (``sandbox_lost``) and by outcome (``executor_outcomes``).
+* A sandbox backend that cannot start a sandbox at all (Docker down) after bounded retries stops
   the stage without committing what it could not score: nothing is lost, nothing is made up.
 * At most ``executor.concurrency`` executions run at once (and at most ``pool_size``: one per
   warm container); at most twice that many actions are fetched ahead.
@@ -53,7 +58,7 @@ from rollstream.consumers.executor.episodes import after_turn, subtask_turn
 from rollstream.consumers.executor.reference import ReferenceCheck, ReferenceChecks, log_check
 from rollstream.consumers.executor.rewards import RewardRegistry, default_registry
 from rollstream.consumers.executor.sandbox import DockerSandboxPool, RunResult, SandboxBackend
-from rollstream.consumers.executor.score import audit_record, evaluate
+from rollstream.consumers.executor.score import SANDBOX_ATTEMPTS, audit_record, evaluate
 from rollstream.consumers.executor.scrub import Scrubber
 from rollstream.guard import IntakeGuard
 from rollstream.kafka import Delivery, EventConsumer, EventProducer, ensure_topics
@@ -98,6 +103,11 @@ class ExecutorMetrics:
         self.seconds = metrics.histogram(
             "execution_seconds", "Wall-clock time of one execution in its sandbox"
         )
+        self.outcomes = metrics.counter(
+            "executor_outcomes", "Scored turns by typed outcome (RewardScored.outcome; infra: no reward)", ("outcome",))
+        self.lost = metrics.counter(
+            "sandbox_lost", "Runs the machinery failed under (retried on a fresh container, up to "
+            "executor.infra_attempts), by cause", ("cause",))
         self.reward = metrics.histogram(
             "reward", "Rewards given", buckets=(-1, -0.5, -0.2, 0, 0.25, 0.5, 0.75, 1, 2)
         )
@@ -121,7 +131,7 @@ async def score_action(
 
 async def score_turn(
     backend: SandboxBackend, registry: RewardRegistry, action: ActionGenerated, executor: str,
-    max_timeout_s: float | None = None, references: ReferenceChecks | None = None,
+    max_timeout_s: float | None = None, references: ReferenceChecks | None = None, attempts: int = SANDBOX_ATTEMPTS,
 ) -> tuple[RewardScored, list[Event], RunResult | None]:
     """The reward of one action and the audit records of what ran for it (at most ``max_timeout_s``
     of wall-clock time, whatever its spec asks for).
@@ -151,7 +161,7 @@ async def score_turn(
     evaluation = await evaluate(backend, registry, spec, completion, rollout.rollout_id, max_timeout_s=max_timeout_s,
                                 files=[(f.path, f.data) for f in action.workspace],
                                 collect_files=action.turn < action.max_turns,  # an episode's files go on
-                                references=references, task_id=rollout.task_id)
+                                references=references, task_id=rollout.task_id, attempts=attempts)
     scored = evaluation.scored
     reward = RewardScored(
         rollout=rollout,
@@ -255,7 +265,8 @@ class Executor:
                 return
             try:
                 reward, audits, result = await score_turn(self.backend, self.registry, action, self.executor_id,
-                                                          self.config.executor.max_timeout_s, self.references)
+                                                          self.config.executor.max_timeout_s, self.references,
+                                                          self.config.executor.infra_attempts)
             except ValueError as exc:  # a reward spec no registered kind accepts
                 await self.producer.dead_letter(delivery, f"rejected: {exc}", stage=STAGE)
                 if self.guard is not None:
@@ -299,7 +310,11 @@ class Executor:
         verdict = reward.execution.error_kind
         self.verdicts[verdict] += 1
         self.own.executions.labels(verdict).inc()
-        if final:
+        self.own.outcomes.labels(reward.outcome).inc()
+        if reward.outcome == "infra":
+            log.warning("rollout %s turn: no reward, the machinery failed under it: %s", reward.rollout.rollout_id,
+                        reward.execution.error_message[:300])
+        if final and reward.outcome != "infra":  # no reward at all, not a reward of 0
             self.own.reward.observe(reward.reward)
         for kind in filter(None, reward.execution.tamper.split(",")):
             self.own.tamper.labels(kind).inc()
@@ -313,7 +328,9 @@ class Executor:
             if audit.recycled:
                 self.own.recycled.inc()
             for violation in audit.violations:
-                if not violation.startswith("tamper:"):  # counted above, by kind
+                if violation.startswith("lost:"):
+                    self.own.lost.labels(violation[5:]).inc()
+                elif not violation.startswith("tamper:"):  # counted above, by kind
                     self.own.violations.labels(violation.split(":")[0]).inc()
 
 

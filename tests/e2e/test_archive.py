@@ -178,6 +178,6 @@ flush_s = 1.0
         runs = cli("runs", "--config", str(config), "--json", cwd=tmp_path)
         [listed] = json.loads(runs.stdout)
         assert listed["run_id"] == run_dir.name and listed["archive"] == "complete" and listed["steps"] == 2
-        assert listed["groups"]["trained"] == 4
+        assert listed["groups"]["trained"] == 4 and listed["infra"] == 0
     finally:
         stop_pid(broker.pid)

@@ -62,3 +62,20 @@ def test_wall_clock_checkpoints_fall_after_each_mark_and_skip_marks_a_long_step_
     off = LearnerLoop(Config(), None, None, Lineage(), None, None, None, None, None, "run-1")  # type: ignore[arg-type]
     now[0] = 10 ** 6
     assert off.timed_due() is False
+
+
+def test_a_group_resolved_without_rollouts_the_machinery_lost_records_them_on_its_fate() -> None:
+    import msgspec
+
+    from rollstream.learner.train import Window
+    from rollstream.schemas import ExcludedRollout
+
+    lost = [ExcludedRollout(rollout_id="a/2", sample_index=2, reason="the sandbox was lost under this job")]
+    trained = msgspec.structs.replace(group("a", [1.0, -1.0], version=5), excluded=lost)
+    deliveries = [Delivery("advantages", 0, 3, b"a", trained, time.time())]
+    selection = select_rollouts([trained], current_version=5, max_staleness=1)
+    [fate] = loop(1, Lineage(step=1, version=6)).step_fates(deliveries, selection.lags, 5, stepped=True)
+    assert fate.fate == "trained" and fate.rollouts_trained == 2 and fate.excluded == lost
+    window = Window()
+    window.add(trained)
+    assert window.summary()["rollouts_excluded"] == 1 and window.summary()["completions"] == 2

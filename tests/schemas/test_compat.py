@@ -155,7 +155,7 @@ def test_version_2_records_decode_and_say_their_verdict_was_not_judged() -> None
                                                              error_kind="none", tests_passed=3, tests_total=3))
     event = codec(RewardScored).decode(msgspec.msgpack.encode(old))
     assert event.execution.trust is None and event.execution.tamper == ""  # not a judge's verdict
-    assert SCHEMA_VERSION == 4
+    assert SCHEMA_VERSION == 5
     old["execution"]["error_kind"] = "tamper"  # what a version-2 reader could not have read
     assert codec(RewardScored).decode(msgspec.msgpack.encode(old)).execution.error_kind == "tamper"
 

@@ -154,3 +154,49 @@ def test_decide_batch_normalisation_uses_only_emitted_groups():
     assert [r.advantage for r in a.rollouts] == pytest.approx([-0.5 / std, 0.5 / std])
     assert codec(GroupAdvantaged).decode(outcomes["flat"].value).filtered == "zero_variance"
 
+
+
+def with_infra(group_id: str, rewards: list[float | None]) -> LoadedGroup:
+    """A group whose ``None`` entries are rollouts the machinery lost (outcome infra)."""
+    import msgspec
+
+    from rollstream.schemas import ExecutionRecord
+
+    lost = ExecutionRecord(sandbox_id="", exit_code=None, duration_s=0.0, error_kind="infra",
+                           error_message="the sandbox was lost under this job 3 time(s)")
+    events = []
+    for i, reward in enumerate(rewards):
+        event = make_reward(group_id, i, 0.0 if reward is None else reward, group_size=len(rewards))
+        if reward is None:
+            event = msgspec.structs.replace(event, components={}, execution=lost, outcome="infra")
+        events.append(event)
+    return LoadedGroup(group_id, 0, rollouts={e.rollout.rollout_id: ENCODE(e) for e in events})
+
+
+@pytest.mark.unit
+def test_decide_resolves_a_group_without_its_infra_rollouts():
+    """An infra outcome is no reward: it completes the group but is left out of the advantages
+    (they are the group's without it), and the group lists it with why."""
+    outcomes = decide([with_infra("g", [0.0, None, 1.0, 1.0]), loaded_group("plain", [0.0, 1.0, 1.0])], {},
+                      StreamConfig(), 4)
+    event = codec(GroupAdvantaged).decode(outcomes["g"].value)
+    plain = codec(GroupAdvantaged).decode(outcomes["plain"].value)
+    assert event.complete and not event.filtered and outcomes["g"].excluded == 1
+    assert [r.rollout.sample_index for r in event.rollouts] == [0, 2, 3]
+    assert [r.advantage for r in event.rollouts] == pytest.approx([r.advantage for r in plain.rollouts])
+    assert [(x.rollout_id, x.sample_index, x.outcome) for x in event.excluded] == [("g/1", 1, "infra")]
+    assert "lost" in event.excluded[0].reason
+    assert (event.stats.size, event.stats.expected_size) == (3, 4)
+
+
+@pytest.mark.unit
+def test_decide_filters_a_group_with_too_few_rollouts_left_and_keeps_the_others_verdicts():
+    outcomes = decide([with_infra("few", [None, 1.0, None]), with_infra("none", [None, None]),
+                       with_infra("flat", [1.0, None, 1.0])], {}, StreamConfig(min_group_size=2), 3)
+    few = codec(GroupAdvantaged).decode(outcomes["few"].value)
+    assert (outcomes["few"].kind, outcomes["few"].reason) == ("emitted", "infra")
+    assert few.filtered == "infra" and [r.advantage for r in few.rollouts] == [0.0] and len(few.excluded) == 2
+    empty = codec(GroupAdvantaged).decode(outcomes["none"].value)
+    assert empty.rollouts == [] and empty.filtered == "infra" and empty.task_id and len(empty.excluded) == 2
+    flat = codec(GroupAdvantaged).decode(outcomes["flat"].value)  # two left, equal: zero variance as before
+    assert flat.filtered == "zero_variance" and len(flat.excluded) == 1

@@ -56,7 +56,7 @@ import sys
 import time
 
 if __name__ != "__main__":  # on the host (linters, readers): what the sandbox gets from the files above
-    from rollstream.consumers.executor.runtime.cleanup import cleanup, sysv_ipc_objects
+    from rollstream.consumers.executor.runtime.cleanup import _kill_all, cleanup, sysv_ipc_objects
     from rollstream.consumers.executor.runtime.warmup import warm_up
     from rollstream.consumers.executor.runtime.workspace import (
         WORK,
@@ -222,10 +222,27 @@ class Capture:
         return bytes(self.tail[-self.tail_bytes :]).decode("utf-8", "replace")
 
 
+# Tests only (a runner started with --test-hooks): ways to make the machinery fail on purpose.
+# lose_zygotes: the zygotes are lost at the end of the job (as when cleanup must kill them);
+# lose_zygotes_idle: ... after its reply, while the container waits; exit_before_reply: PID 1
+# exits with the job done but unanswered; raise: PID 1 fails handling the job.
+RUNNER_HOOKS = ("lose_zygotes", "lose_zygotes_idle", "exit_before_reply", "raise")
+
+
+def _lose_zygotes(host):
+    host.drop_zygotes()
+    _kill_all()
+
+
 def run_job(host, job):
-    """Hand one job to the zygote, supervise it, clean up; returns the reply dict."""
+    """Hand one job to the zygote, supervise it, clean up; returns the reply dict.
+
+    A container whose zygotes are gone cannot run a job (a zygote must never hold one, and the
+    runner's heap has held jobs): the reply then says ``"ran": false`` with why in ``"unfit"``,
+    and the host runs the job on another container. The job that lost them says so itself: its
+    reply carries ``"unfit"`` and ``clean: false``, so the host retires the container at once."""
     if not host.zygotes:
-        start_zygotes(host)
+        return {"id": job.get("id"), "nonce": job.get("nonce"), "ran": False, "unfit": "zygotes_lost", "clean": False}
     setup = compile_trusted(host, job["setup"], "<setup>") if job.get("setup") else None
     tests = [compile_trusted(host, t, f"<test {i}>") for i, t in enumerate(job.get("tests", []))]
     timeout = float(job.get("timeout_s", 5.0))
@@ -303,8 +320,12 @@ def run_job(host, job):
     oom_kills = host.read_oom_kills()
     result["oom_killed"] = oom_kills > host.oom_kills
     host.oom_kills = oom_kills
+    if host.test_hooks and job.get("runner_hook") == "lose_zygotes":
+        _lose_zygotes(host)
     result["violations"] = violations + problems
-    result["clean"] = not problems and not zygote_lost and not survivors
+    result["clean"] = not problems and not zygote_lost and not survivors and bool(host.zygotes)
+    if not host.zygotes:  # unfit for another job: said here, by the job that lost them
+        result["unfit"] = "zygotes_lost"
     if job.get("collect_files") and collected:
         result["files"], result["workspace_truncated"] = collected
     if workspace_problem:
@@ -542,8 +563,16 @@ def main():
         except ValueError as exc:
             _reply({"error": f"bad request: {exc}"})
             continue
+        hook = job.get("runner_hook") if host.test_hooks and isinstance(job, dict) else None
         try:
-            _reply(run_job(host, job))
+            if hook == "raise":
+                raise RuntimeError("failed on purpose (runner_hook)")
+            reply = run_job(host, job)
+            if hook == "exit_before_reply":
+                os._exit(3)
+            _reply(reply)
+            if hook == "lose_zygotes_idle":
+                _lose_zygotes(host)
             if host.zygotes:  # the next job's processes, forked while the host prepares it
                 prefork(host, (b"C",) if job.get("trust") == "in_process" else (b"C", b"J"))
         except Exception as exc:  # a runner bug must not leave the host waiting

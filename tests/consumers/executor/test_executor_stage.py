@@ -97,6 +97,11 @@ async def test_stage_scores_audits_and_survives_hostile_actions(
         "g3/2": ("tamper", -0.2),  # an object where its answer should be: an attack on the verdict
     }
     assert {k: (r.execution.error_kind, r.reward) for k, r in by_id.items()} == expected
+    assert {k: r.outcome for k, r in by_id.items()} == {
+        "g1/0": "passed", "g1/1": "failed", "g1/2": "error", "g1/3": "timeout", "g2/0": "timeout", "g2/1": "error",
+        "g2/2": "oom", "g2/3": "infra", "g3/1": "passed", "g3/2": "violation"}
+    assert by_id["g2/3"].components == {}  # infra: no reward, not a reward of 0
+    assert all(a.outcome == by_id[a.rollout_id].outcome for a in audits)
     assert by_id["g1/0"].rollout == actions[0].rollout  # carried through unchanged
     assert sorted(a.rollout_id for a in audits) == sorted(k for k in expected if k != "g2/3")
     assert {a.rollout_id: a.verdict for a in audits}["g2/0"] == "timeout"

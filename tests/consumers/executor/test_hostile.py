@@ -444,8 +444,9 @@ async def test_killing_the_process_that_forked_the_job(pool, registry, code):
 
 
 async def test_runner_killed_from_outside_mid_execution(pool, registry):
-    """The runner cannot be killed from inside; if it dies anyway (here: the container is
-    killed while the job runs) the verdict is a violation and the pool replaces the container."""
+    """The runner cannot be killed from inside; if it dies anyway (here: the container is killed
+    from outside while the job runs) the machinery failed, not the code: outcome ``infra``, no
+    reward (the job is not run again here: ``attempts=1``), and the pool replaces the container."""
     import aiodocker
 
     warm = list(pool._all)
@@ -462,14 +463,15 @@ async def test_runner_killed_from_outside_mid_execution(pool, registry):
                 await docker.containers.container(w.container.id).kill()
 
     killer = asyncio.create_task(kill_while_the_job_runs())
-    evaluation, audit = await attack(
-        pool, registry, "import os, time\nif os.fork() == 0:\n    time.sleep(3)\n    os._exit(0)\ntime.sleep(3)\n"
-        "def f(x):\n    return x + 1", ROOMY
-    )
+    code = "import os, time\nif os.fork() == 0:\n    time.sleep(3)\n    os._exit(0)\ntime.sleep(3)\ndef f(x):\n    return x + 1"
+    evaluation = await evaluate(pool, registry, ROOMY, f"```python\n{code}\n```", "hostile/killed", attempts=1)
     await killer
-    expect(evaluation, "violation", SPEC.crash_reward)
-    assert "runner_died" in audit.violations and audit.recycled
-    await assert_clean(pool, registry, evaluation)
+    assert evaluation.scored.execution.error_kind == "infra" and evaluation.scored.reward == 0.0
+    assert evaluation.result is None and evaluation.lost and evaluation.lost[0] in ("container_killed", "container_gone")
+    audit = audit_record(evaluation, pool.limits, "hostile/0", time.time())
+    assert audit.outcome == "infra" and audit.violations == [f"lost:{evaluation.lost[0]}"]
+    probe = await evaluate(pool, registry, RewardSpec(tests=PROBE_TESTS, timeout_s=5.0), PROBE, "probe/0")
+    assert probe.scored.reward == 1.0 and probe.result.sandbox_id not in {w.sandbox_id for w in warm}
 
 
 async def test_forged_test_reports_are_rejected(pool, registry):

@@ -7,7 +7,7 @@ import pytest
 from rollstream.consumers.executor.rewards import default_registry
 from rollstream.consumers.executor.sandbox import Job, RunResult
 from rollstream.consumers.executor.score import evaluate
-from rollstream.errors import SandboxError
+from rollstream.errors import SandboxError, SandboxLost
 from rollstream.schemas.events import RewardSpec
 
 pytestmark = pytest.mark.unit
@@ -41,6 +41,28 @@ async def test_a_backend_that_keeps_failing_raises_after_its_attempts() -> None:
     with pytest.raises(SandboxError, match="no sandbox can be started"):
         await evaluate(backend, default_registry(), SPEC, COMPLETION, "g/0", attempts=2)
     assert backend.jobs == 2
+
+
+async def test_a_job_the_machinery_loses_runs_again_and_keeps_its_own_verdict() -> None:
+    backend = FlakySandbox(2, SandboxLost("the container was killed during job g/0", "container_killed"))
+    evaluation = await evaluate(backend, default_registry(), SPEC, COMPLETION, "g/0", attempts=3)
+    assert backend.jobs == 3 and evaluation.scored.reward == 1.0
+    assert evaluation.lost == ["container_killed", "container_killed"]
+
+
+async def test_a_job_lost_on_every_run_is_infra_never_a_reward_and_never_stops_the_stage() -> None:
+    from rollstream.consumers.executor.score import audit_record
+    from rollstream.schemas.events import SandboxLimits, outcome_of
+
+    backend = FlakySandbox(5, SandboxLost("runner error: boom", "runner_error"))
+    evaluation = await evaluate(backend, default_registry(), SPEC, COMPLETION, "g/0", attempts=2)
+    record = evaluation.scored.execution
+    assert backend.jobs == 2 and evaluation.scored.reward == 0.0 and evaluation.scored.components == {}
+    assert record.error_kind == "infra" and outcome_of(record.error_kind, record.passed) == "infra"
+    assert "runner_error" in record.error_message and evaluation.lost == ["runner_error"] * 2
+    limits = SandboxLimits(timeout_s=5, memory_mb=256, pids=64, cpus=1, output_bytes=1024, tmpfs_mb=16)
+    audit = audit_record(evaluation, limits, "g/0", 1.0)
+    assert audit.outcome == "infra" and audit.violations == ["lost:runner_error"] * 2 and audit.code_sha256
 
 
 async def test_other_errors_are_not_retried() -> None:
