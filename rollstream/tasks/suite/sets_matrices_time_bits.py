@@ -184,7 +184,7 @@ DEFS = [
     T(B, "bit_length(n: int) -> int", "returns the number of bits needed to write n (n >= 0) in binary (0 for n = 0)",
       "return n.bit_length()", "return len(bin(n))", ["5", "0", "8"], ["1", "1023"]),
     T(B, "xor_all(nums: list[int]) -> int", "returns the bitwise XOR of all numbers in nums (0 for an empty list)",
-      "out = 0\nfor x in nums:\n    out ^= x\nreturn out", "return sum(nums)", ["[1, 2, 3]", "[]", "[5, 5]"], ["[7]", "[4, 1, 8]"]),
+      "out = 0\nfor x in nums:\n    out ^= x\nreturn out", "return sum(nums)", ["[1, 2, 3]", "[]", "[5, 5]", "[4, 6]"], ["[7]", "[4, 1, 8]"]),
     T(B, "hamming_distance(a: int, b: int) -> int", "returns the number of bit positions in which the non-negative integers a and b differ",
       "return bin(a ^ b).count('1')", "return abs(a - b)", ["1, 4", "3, 3", "0, 7"], ["255, 0", "8, 9"]),
     T(B, "count_trailing_zeros(n: int) -> int", "returns how many 0 bits are at the low end of n (n >= 1) before the first 1 bit",
