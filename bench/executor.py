@@ -22,7 +22,9 @@ directory) is that side's tree, so that the pool and the runtime it copies into 
 came from and the run stops if they are not under the tree meant. Both sides do the same work: this
 file's ``fast_path`` (same code, 3 asserts, executions, pool size, concurrency, image, limits; warmed up
 first), using only the pool API every revision has (``ExecutorConfig``, ``DockerSandboxPool``, ``Job``),
-each child with an owner label of its own, its containers removed when it ends. Reported:
+each child with an owner label of its own, its containers removed when it ends (``--sign``: this
+checkout also signs each execution's verdict and audit record, as an executor with a key does, and
+``signing_us_per_execution`` says what that costs here). Reported:
 ``executions_per_s`` (this checkout) and ``against_executions_per_s`` (REV), each the median over the
 rounds, ``executions_per_s_ratio`` = their ratio (target >= 0.9 against 2ebca11), the per-round figures
 and ratios, ``against`` (the full hash), ``all_passed`` (every execution passed its 3 asserts on both
@@ -58,8 +60,47 @@ CODE = "def add(a, b):\n    return a + b\n"
 TESTS = ["assert add(1, 2) == 3", "assert add(-1, 1) == 0", "assert add(2, 3) == 5"]
 
 
-async def fast_path(config: ExecutorConfig, n: int, concurrency: int) -> tuple[float, int]:
-    """(executions/s, how many passed all 3 asserts) through the warm pool."""
+def stage_signing() -> Any:
+    """What an executor with a key adds to each execution (docs/executor.md, "Attested verdicts"):
+    its verdict and its audit record signed (an ephemeral Ed25519 key). Returns sign(result)."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from rollstream.attest import Signer, code_digest, spec_digest
+    from rollstream.schemas.events import RewardSpec, SandboxAudit, SandboxLimits
+    from rollstream.testing import make_reward
+
+    signer = Signer(Ed25519PrivateKey.generate(), "bench")
+    limits = SandboxLimits(timeout_s=5, memory_mb=256, pids=64, cpus=1, output_bytes=65536, tmpfs_mb=16)
+
+    def sign(result: Any) -> None:
+        claims = {"spec_sha256": spec_digest(RewardSpec(tests=TESTS)), "code_sha256": code_digest(CODE),
+                  "image": "sha256:bench", "runtime": "runc+runner:bench"}
+        audit = SandboxAudit(sandbox_id=result.sandbox_id, container_id=result.container_id, rollout_id="b/0",
+                             code_sha256=claims["code_sha256"], limits=limits, duration_s=result.duration_s,
+                             output_bytes=result.output_bytes, verdict="none", violations=result.violations,
+                             executed_at=time.time(), outcome="passed")
+        signer.sign_reward(make_reward("b", 0, 1.0), **claims)
+        signer.sign_audit(audit, **claims)
+
+    return sign
+
+
+def signing_cost_us(n: int = 2000) -> float:
+    """Microseconds the signing of one execution's verdict and audit record takes, here."""
+    from types import SimpleNamespace
+
+    sign = stage_signing()
+    result = SimpleNamespace(sandbox_id="s", container_id="c", duration_s=0.01, output_bytes=0, violations=[])
+    started = time.perf_counter()
+    for _ in range(n):
+        sign(result)
+    return (time.perf_counter() - started) / n * 1e6
+
+
+async def fast_path(config: ExecutorConfig, n: int, concurrency: int, *, sign: bool = False) -> tuple[float, int]:
+    """(executions/s, how many passed all 3 asserts) through the warm pool; with ``sign``, each
+    execution's verdict and audit record are signed as a stage with a key does."""
+    signer = stage_signing() if sign else None
     async with DockerSandboxPool(config) as pool:
         for i in range(min(50, n)):  # warm-up: containers started, runner forked a few times
             await pool.execute(Job(job_id=f"w{i}", code=CODE, tests=TESTS))
@@ -68,6 +109,8 @@ async def fast_path(config: ExecutorConfig, n: int, concurrency: int) -> tuple[f
         async def one(i: int) -> bool:
             async with gate:
                 result = await pool.execute(Job(job_id=str(i), code=CODE, tests=TESTS))
+            if signer is not None:
+                signer(result)
             return sum(1 for e in result.events if e.get("e") == "test" and e.get("ok")) == 3
 
         started = time.perf_counter()
@@ -140,7 +183,7 @@ async def measure(spec: dict[str, Any]) -> dict[str, Any]:
         recycle_after=1_000_000,
     )
     try:
-        rate, passed = await fast_path(config, spec["executions"], spec["concurrency"])
+        rate, passed = await fast_path(config, spec["executions"], spec["concurrency"], sign=spec.get("sign", False))
     finally:
         await cleanup(spec["owner"])
     return {
@@ -203,6 +246,7 @@ def alternate(args: argparse.Namespace, trees: dict[str, Path], executions: int)
                     "pool_size": args.pool_size,
                     "concurrency": args.concurrency,
                     "executions": executions,
+                    **({"sign": True} if args.sign and side == "this" else {}),
                 }
                 owners.append(spec["owner"])
                 run = run_side(tree, spec)
@@ -250,6 +294,8 @@ def against(args: argparse.Namespace) -> None:
         "executions": executions,
         "pool_size": args.pool_size,
         "concurrency": args.concurrency,
+        "signing": args.sign,
+        "signing_us_per_execution": round(signing_cost_us(), 1) if args.sign else None,
         "head": git("rev-parse", "HEAD"),
         "head_dirty": bool(git("status", "--porcelain", "--untracked-files=no")),
         "load_average_start": [round(x, 2) for x in load],
@@ -317,6 +363,9 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=2)
     parser.add_argument("--against", metavar="REV", help="fast path only: this checkout vs commit REV")
     parser.add_argument("--rounds", type=int, default=2, help="--against: rounds of (this, REV)")
+    parser.add_argument("--sign", action="store_true",
+                        help="--against: this checkout signs each execution's verdict and audit record, as an "
+                             "executor with a key does (docs/executor.md)")
     args = parser.parse_args()
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")

@@ -139,6 +139,19 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_replay_arguments(p)
 
+    p = sub.add_parser("verify", help="check every archived verdict's signature and claims, and re-score a sample "
+                                      "(docs/executor.md, \"Attested verdicts\")")
+    _common(p)
+    from rollstream.cli.verify import add_arguments as add_verify_arguments
+
+    add_verify_arguments(p)
+
+    p = sub.add_parser("keys", help="keys new --dir DIR [--id ID]: an Ed25519 key pair for signing verdicts")
+    _common(p)
+    from rollstream.cli.verify import add_keys_arguments
+
+    add_keys_arguments(p)
+
     p = sub.add_parser("inspect", help="one group (or rollout) as the run archive holds it: prompt, completions, "
                                        "verdicts, advantages, and what the learner did with it")
     _common(p)
@@ -284,6 +297,14 @@ def dispatch(args: argparse.Namespace, config: Config) -> int:
         from rollstream.cli.replay import replay_main
 
         return asyncio.run(replay_main(config, args))
+    if command == "keys":
+        from rollstream.cli.verify import keys_main
+
+        return keys_main(args)
+    if command == "verify":
+        from rollstream.cli.verify import verify_main
+
+        return asyncio.run(verify_main(config, args))
     if command == "inspect":
         from rollstream.cli.records import inspect_main
 

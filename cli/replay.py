@@ -77,9 +77,11 @@ def selection_of(args: argparse.Namespace) -> Selection:
 
 
 async def rescore_in_sandbox(config: Config, items: list[Item], specs: SpecSource, *,
-                             backend: Any = None) -> list[Outcome]:
+                             backend: Any = None, conditions: list[str] | None = None) -> list[Outcome]:
     """Score every item again as the executor does (``backend``, else a Docker sandbox pool of
-    ``config.executor``), at most ``executor.concurrency`` at once, with a progress bar."""
+    ``config.executor``), at most ``executor.concurrency`` at once, with a progress bar. Into
+    ``conditions``: how the sandbox image or runtime differ from those the recorded (signed)
+    verdicts name."""
     from rollstream.cli.tables import progress
     from rollstream.consumers.executor.rewards import default_registry
     from rollstream.consumers.executor.stage import score_action
@@ -92,6 +94,12 @@ async def rescore_in_sandbox(config: Config, items: list[Item], specs: SpecSourc
             after, _ = await score_action(pool, registry, action, "replay", config.executor.max_timeout_s)
             return after
 
+        if conditions is not None:
+            from rollstream.cli.verify import conditions as differ
+
+            image, runtime = getattr(pool, "image_id", "") or "unknown", getattr(pool, "runtime", "") or "unknown"
+            conditions.extend(sorted({note for item in items if item.before is not None
+                                      for note in differ(item.before, image, runtime)}))
         with progress("replay", len(items)) as step:
             return await rescore(items, specs, score, concurrency=config.executor.concurrency, done=step)
 
@@ -166,7 +174,10 @@ async def replay_main(config: Config, args: argparse.Namespace) -> int:
         return 1
     print(f"replay: {len(items)} rollouts from {where}", file=sys.stderr)
     started = time.monotonic()
-    outcomes = await rescore_in_sandbox(config, items, specs)
+    conditions: list[str] = []
+    outcomes = await rescore_in_sandbox(config, items, specs, conditions=conditions)
+    for note in conditions:  # the recorded verdicts name another sandbox than this one
+        print(f"replay: re-scored under other conditions than the recorded verdicts: {note}")
     seconds = time.monotonic() - started
     summary = summarise(outcomes)
     summary.update(seconds=seconds, per_s=len(outcomes) / max(seconds, 1e-9), source=where,

@@ -230,6 +230,22 @@ class GeneratorConfig(Section):
     """The SGLang server ([generator.sglang]); only with backend = "sglang" (its defaults when omitted)."""
 
 
+class AttestConfig(Section):
+    """Signed verdicts (rollstream/attest.py, docs/executor.md "Attested verdicts"). The private key
+    is never in a config file: only where to read it from."""
+
+    key_file: str = ""
+    """A file holding the executor's Ed25519 private key (PEM, PKCS#8: `rollstream keys new` writes
+    one); empty: ``key_env``, else verdicts are not signed."""
+    key_env: str = ""
+    """The name of an environment variable holding the private key (PEM, or its 32 bytes as hex)."""
+    key_id: str = ""
+    """The id written with every signature (keys rotate by id); empty: the public key's fingerprint."""
+    public_keys: str = ""
+    """Where `rollstream verify` finds the public keys: a directory of ``<key id>.pub`` files (PEM),
+    or one such file."""
+
+
 class ExecutorConfig(Section):
     image: str = "rollstream-sandbox:latest"
     """Sandbox image (`rollstream sandbox build [--offline]` makes it)."""
@@ -264,6 +280,8 @@ class ExecutorConfig(Section):
     docker_url: str = ""
     """The Docker engine's API (``unix:///var/run/docker.sock``, ``tcp://host:2375``); empty: the
     ``DOCKER_HOST`` environment variable, else the local socket."""
+    attest: AttestConfig = AttestConfig()
+    """Signing each verdict ([executor.attest])."""
     metrics_port: Port = 0
     """Prometheus port (0 = do not serve)."""
     backend: Literal["docker", "sim"] = "docker"

@@ -31,7 +31,8 @@ with ``ExecutionRecord.tests_skipped``/``lost_guarantees``/``in_process_tests`` 
 ``outcome`` of ``RewardScored`` and ``SandboxAudit`` (derived from the error kind when an older
 event omits it) and the rollouts a group left out (``GroupAdvantaged.excluded``,
 ``GroupFate.excluded``; ``GroupAdvantaged.rollouts`` may then be empty): from version 5 an
-``infra`` outcome is never a reward, which a version-4 reader would take for one.
+``infra`` outcome is never a reward, which a version-4 reader would take for one. Version 5 also
+adds the signed ``attestation`` of a verdict (defaulted).
 
 ``tests/schemas/test_compat.py`` holds frozen copies of the version-1 shapes and
 checks that what they wrote still decodes.
@@ -340,6 +341,20 @@ class ExecutionRecord(msgspec.Struct, frozen=True, kw_only=True):
         return "pass" if self.passed else "fail"
 
 
+class Attestation(msgspec.Struct, frozen=True, kw_only=True):
+    """What a verdict was decided on, signed by the executor that decided it (rollstream/attest.py):
+    the digests of the reward spec and of the code that ran, the sandbox image and runtime, and an
+    Ed25519 signature over them with the verdict. Anyone with the public key of ``key_id`` can
+    check it; only the executor's private key can make it."""
+
+    key_id: Id
+    spec_sha256: ShortText  # the reward spec's (kind, entry point, tests, setup, program, steps, weights)
+    code_sha256: ShortText  # the code extracted from the completion (and carried from a chain's steps)
+    image: ShortText  # the sandbox image's id ("sim": no sandbox)
+    runtime: ShortText  # the container runtime and the digest of the sandbox's runner source
+    signature: Annotated[bytes, Meta(min_length=64, max_length=64)]
+
+
 class RewardScored(Event, frozen=True, kw_only=True):
     """The reward of one rollout, with the execution record behind it.
 
@@ -355,6 +370,7 @@ class RewardScored(Event, frozen=True, kw_only=True):
     executor_id: ShortText
     scored_at: Timestamp
     outcome: Outcome | None = None
+    attestation: Attestation | None = None  # None: the executor signs nothing (no key configured)
 
     def __post_init__(self) -> None:
         derived = outcome_of(self.execution.error_kind, self.execution.passed)
@@ -535,6 +551,7 @@ class SandboxAudit(Event, frozen=True, kw_only=True):
     recycled: bool = False
     executed_at: Timestamp
     outcome: Outcome | None = None  # the verdict's outcome (None: written before version 5)
+    attestation: Attestation | None = None
 
 
 class DeadLetter(Event, frozen=True, kw_only=True):

@@ -146,6 +146,14 @@ def turn_spec(spec: RewardSpec, subtask_index: int, carried_code: str, completio
     return step_spec, f"```python\n{code}\n```"
 
 
+def turn_code(action: ActionGenerated) -> str:
+    """The code a turn is scored on: its completion's code, after a chain's carried code ("" when
+    it has none). What a verdict's attestation digests (rollstream/attest.py)."""
+    step = subtask_turn(action)
+    completion = step[1] if step is not None else action.completion_text
+    return extract_code(completion).code or ""
+
+
 def subtask_turn(action: ActionGenerated) -> tuple[RewardSpec, str] | None:
     """:func:`turn_spec` of an action."""
     return turn_spec(action.reward, action.subtask_index, action.carried_code, action.completion_text)

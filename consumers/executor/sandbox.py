@@ -29,6 +29,7 @@ import base64
 import builtins
 import contextlib
 import functools
+import hashlib
 import itertools
 import json
 import logging
@@ -198,6 +199,13 @@ def runner_source() -> str:
     """What the container runs: the sandbox's runtime modules as one source, in order."""
     package = resources.files("rollstream.consumers.executor.runtime")
     return "\n\n".join(package.joinpath(name).read_text() for name in RUNTIME)
+
+
+def runtime_identity(container_runtime: str) -> str:
+    """The runtime a verdict was decided by: the container runtime (runc, runsc, ...) and the
+    digest of the runner source the container runs."""
+    digest = hashlib.sha256(runner_source().encode()).hexdigest()[:16]
+    return f"{container_runtime}+runner:{digest}"
 
 
 def runner_preamble() -> bytes:
@@ -394,6 +402,8 @@ class DockerSandboxPool:
         self._names = itertools.count()
         self._run_id = secrets.token_hex(3)
         self.recycled = 0
+        self.image_id = ""  # the sandbox image's id (sha256:...), known once started
+        self.runtime = ""  # runtime_identity(): what runs the containers and the runner
 
     @property
     def limits(self) -> SandboxLimits:
@@ -404,7 +414,8 @@ class DockerSandboxPool:
 
         self._docker = aiodocker.Docker(url=self.config.docker_url or None)
         try:
-            await self._docker.images.inspect(self.config.image)
+            image = await self._docker.images.inspect(self.config.image)
+            info = await self._docker.system.info()
         except Exception as exc:
             await self._docker.close()
             if isinstance(exc, aiodocker.DockerError) and exc.status == 404:
@@ -413,6 +424,8 @@ class DockerSandboxPool:
                     "build it with `rollstream sandbox build --offline`"
                 ) from exc
             raise SandboxError(f"cannot use the Docker daemon: {exc}") from exc
+        self.image_id = str(image.get("Id") or self.config.image)
+        self.runtime = runtime_identity(str(info.get("DefaultRuntime") or "runc"))
         try:
             await remove_orphans(self._docker, self.owner)
             warm = await asyncio.gather(*(self._spawn() for _ in range(self.config.pool_size)))

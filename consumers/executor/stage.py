@@ -53,8 +53,9 @@ import time
 from collections import Counter as Tally
 from contextlib import AsyncExitStack
 
+from rollstream.attest import code_digest, load_signer, spec_digest
 from rollstream.config import Config
-from rollstream.consumers.executor.episodes import after_turn, subtask_turn
+from rollstream.consumers.executor.episodes import after_turn, subtask_turn, turn_code
 from rollstream.consumers.executor.reference import ReferenceCheck, ReferenceChecks, log_check
 from rollstream.consumers.executor.rewards import RewardRegistry, default_registry
 from rollstream.consumers.executor.sandbox import DockerSandboxPool, RunResult, SandboxBackend
@@ -203,6 +204,9 @@ class Executor:
         self.gate = asyncio.Semaphore(self.concurrency)
         self.verdicts: Tally[str] = Tally()
         self.scrubber = Scrubber(metrics, enabled=config.intake.scrub)  # personal data out of what leaves
+        self.signer = load_signer(config.executor.attest)  # None: verdicts unsigned
+        if self.signer is not None:
+            log.info("signing verdicts with key %s", self.signer.key_id)
 
     async def run(self, stop: asyncio.Event) -> None:
         in_flight: set[asyncio.Task[None]] = set()
@@ -282,6 +286,10 @@ class Executor:
             outcome = ("prompts", await self.scrubber.outgoing_prompt(outcome[1], action.reward))
         else:
             reward = outcome[1]
+        if self.signer is not None:
+            outcome, audits = self.signed(action, outcome, audits)
+            if outcome[0] == "rewards":
+                reward = outcome[1]
         await self.producer.send_many([outcome] + [("audit", audit) for audit in audits])
         if self.guard is not None:
             self.guard.finished(delivery, unit_of(action))  # written by the run loop, in one round trip
@@ -297,6 +305,18 @@ class Executor:
             reward.reward,
             reward.execution.error_kind,
         )
+
+    def signed(self, action: ActionGenerated, outcome: tuple[str, Event], audits: list[Event]
+               ) -> tuple[tuple[str, Event], list[Event]]:
+        """The verdict (not a continuation) and the audit records, each with its attestation:
+        the spec's and the code's digests, the sandbox's image and runtime, signed."""
+        assert self.signer is not None
+        claims = {"spec_sha256": spec_digest(action.reward), "code_sha256": code_digest(turn_code(action)),
+                  "image": getattr(self.backend, "image_id", "") or "unknown",
+                  "runtime": getattr(self.backend, "runtime", "") or "unknown"}
+        if outcome[0] == "rewards":
+            outcome = ("rewards", self.signer.sign_reward(outcome[1], **claims))  # type: ignore[arg-type]
+        return outcome, [self.signer.sign_audit(a, **claims) for a in audits]  # type: ignore[arg-type]
 
     def reference_checked(self, task_id: str, check: ReferenceCheck) -> None:
         """The first time this executor meets a task with a reference: say what it found."""

@@ -210,3 +210,32 @@ async def test_personal_data_and_secrets_are_scrubbed_from_what_leaves_the_sandb
     assert all(leak not in m.content for m in prompts[0].messages for leak in LEAKS)
     assistant = [m.content for m in continuation.messages if m.role == "assistant"]
     assert assistant == [again.completion_text] and "jane.roe@acme-mail.com" in assistant[0]  # never rewritten
+
+
+async def test_a_stage_with_a_key_signs_every_verdict_and_audit_record(config: Config, sandbox_image: str, owner: str,
+                                                                      tmp_path):
+    from rollstream.attest import Keyring, new_keypair
+    from rollstream.cli.verify import check_audits, check_verdicts, last_turns
+    from rollstream.config import AttestConfig
+
+    private, public, key_id = new_keypair(tmp_path / "keys", "exec-test")
+    config = stage_config(config, sandbox_image, owner, attest=AttestConfig(key_file=str(private), key_id=key_id))
+    await ensure_topics(config.infra, ["actions", "rewards", "audit"])
+    actions = [action("s1", 0, "def add(a, b):\n    return a + b"), action("s1", 1, "def add(a, b):\n    return a - b"),
+               msgspec.structs.replace(action("s1", 2, "x"), completion_text="", error="prompt too long")]
+    async with EventProducer(config.infra, client_id="test") as producer:
+        await producer.send_many([("actions", a) for a in actions])
+    stop = asyncio.Event()
+    stage = asyncio.create_task(run(config, stop=stop))
+    try:
+        rewards = await read_topic(config, "rewards", RewardScored, lambda got: len(got) >= 3)
+        audits = await read_topic(config, "audit", SandboxAudit, lambda got: len(got) >= 2)
+    finally:
+        stop.set()
+        await asyncio.wait_for(stage, 60)
+    keyring = Keyring.load(public)
+    assert all(r.attestation is not None and r.attestation.key_id == key_id for r in rewards)
+    assert check_verdicts(rewards, last_turns(actions), keyring) == [] and check_audits(audits, keyring) == []
+    [one] = [r for r in rewards if r.rollout.rollout_id == "s1/0"]
+    assert one.attestation.image.startswith("sha256:") and "+runner:" in one.attestation.runtime
+    assert one.reward == 1.0 and one.outcome == "passed"

@@ -1,0 +1,228 @@
+"""``rollstream verify --run RUN``: every archived verdict checked against what ran, by anyone with
+the executors' public keys; ``rollstream keys new``: a key pair for an executor.
+
+For each ``RewardScored`` of the run's archive (rollstream/attest.py):
+
+* its signature, by a key of the keyring (``executor.attest.public_keys`` or ``--keys``), over the
+  verdict and its claims; an unsigned verdict or an unknown key is a finding;
+* its claims against the archive: the spec digest against the reward spec its action carried,
+  the code digest against the code of its last turn (a test edited, a completion swapped, after
+  the fact, shows here);
+* and for a sample of them (``--sample N``, default 20; ``--all``), the verdict reproduced: the
+  last turn scored again in a sandbox as the executor scores it; a different outcome (or reward,
+  for a single turn) is a finding, and a sandbox image or runtime other than the one the verdict
+  names is said, since the verdict was then re-scored under other conditions.
+
+Every ``SandboxAudit`` is checked the same way (signature and claims). Exit status 0 when every
+verdict verifies and reproduces, 1 otherwise; ``--json OUT`` writes the findings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from rollstream.attest import Keyring, code_digest, new_keypair, spec_digest
+from rollstream.config import Config
+from rollstream.errors import ConfigError
+from rollstream.schemas.events import ActionGenerated, RewardScored, SandboxAudit
+
+DEFAULT_SAMPLE = 20
+
+
+@dataclass(frozen=True)
+class Finding:
+    rollout_id: str
+    kind: str  # signature | spec | code | no_action | audit | reproduce | error
+    detail: str
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--run", help="a run directory or id (default: the archive of the config)")
+    parser.add_argument("--archive", help="an archive root instead of a run")
+    parser.add_argument("--keys", help="the public keys (a directory of <key id>.pub, or one file); default "
+                                       "executor.attest.public_keys")
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--sample", type=int, default=DEFAULT_SAMPLE,
+                       help=f"re-score this many verdicts, chosen at random (default {DEFAULT_SAMPLE}; 0: none)")
+    which.add_argument("--all", action="store_true", help="re-score every verdict")
+    parser.add_argument("--seed", type=int, default=0, help="of the sample (default 0)")
+    parser.add_argument("--json", dest="json_out", help="write the findings as JSON here")
+
+
+def add_keys_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("action", choices=["new"], help="new: write a new Ed25519 key pair")
+    parser.add_argument("--dir", required=True, help="where to write <key id>.key (mode 0600) and <key id>.pub")
+    parser.add_argument("--id", default="", help="the key's id (default: its fingerprint)")
+
+
+def keys_main(args: argparse.Namespace) -> int:
+    private, public, key_id = new_keypair(Path(args.dir), args.id)
+    print(f"key {key_id}: private {private} (give the executors executor.attest.key_file = \"{private}\", or its "
+          f"contents in the variable named by executor.attest.key_env), public {public} (for `rollstream verify`)")
+    return 0
+
+
+def last_turns(actions: list[ActionGenerated]) -> dict[str, ActionGenerated]:
+    """Each rollout's last recorded turn (the one its verdict is for)."""
+    out: dict[str, ActionGenerated] = {}
+    for action in actions:
+        known = out.get(action.rollout.rollout_id)
+        if known is None or action.turn > known.turn:
+            out[action.rollout.rollout_id] = action
+    return out
+
+
+def check_verdicts(rewards: list[RewardScored], actions: dict[str, ActionGenerated], keyring: Keyring
+                   ) -> list[Finding]:
+    """Signature and claims of each verdict (pure: no sandbox)."""
+    from rollstream.consumers.executor.episodes import turn_code
+
+    findings = []
+    for reward in rewards:
+        rollout_id = reward.rollout.rollout_id
+        why = keyring.check_reward(reward)
+        if why is not None:
+            findings.append(Finding(rollout_id, "signature", why))
+            continue
+        attestation = reward.attestation
+        assert attestation is not None
+        action = actions.get(rollout_id)
+        if action is None:
+            findings.append(Finding(rollout_id, "no_action", "its action is not in the archive: its claims cannot "
+                                                              "be checked"))
+            continue
+        if spec_digest(action.reward) != attestation.spec_sha256:
+            findings.append(Finding(rollout_id, "spec", "the reward spec its action carries is not the one it was "
+                                                        "scored against"))
+        if code_digest(turn_code(action)) != attestation.code_sha256:
+            findings.append(Finding(rollout_id, "code", "the code of its action is not the code that was scored"))
+    return findings
+
+
+def check_audits(audits: list[SandboxAudit], keyring: Keyring) -> list[Finding]:
+    findings = []
+    for audit in audits:
+        why = keyring.check_audit(audit)
+        if why is not None:
+            findings.append(Finding(audit.rollout_id, "audit", f"audit record of {audit.sandbox_id or '-'}: {why}"))
+        elif audit.attestation is not None and audit.code_sha256 and audit.attestation.code_sha256 != audit.code_sha256:
+            findings.append(Finding(audit.rollout_id, "audit", "the audit's code digest is not the one it attests"))
+    return findings
+
+
+def compare(before: RewardScored, after: RewardScored, action: ActionGenerated) -> Finding | None:
+    """A re-scored verdict against the recorded one: None when it reproduces."""
+    if after.outcome != before.outcome:
+        return Finding(before.rollout.rollout_id, "reproduce",
+                       f"recorded {before.outcome}, re-scored {after.outcome} ({after.execution.error_message[:200]})")
+    if abs(after.reward - before.reward) > 1e-9:
+        return Finding(before.rollout.rollout_id, "reproduce", f"recorded reward {before.reward:+.4f}, re-scored "
+                                                               f"{after.reward:+.4f} (turn {action.turn})")
+    return None
+
+
+def conditions(before: RewardScored, image: str, runtime: str) -> list[str]:
+    """What differs between the conditions a verdict names and those it was re-scored under."""
+    a = before.attestation
+    if a is None:
+        return []
+    out = []
+    if a.image != image:
+        out.append(f"image {a.image[:24]} -> {image[:24]}")
+    if a.runtime != runtime:
+        out.append(f"runtime {a.runtime} -> {runtime}")
+    return out
+
+
+async def rescore(config: Config, chosen: list[tuple[RewardScored, ActionGenerated]], *, backend: Any = None
+                  ) -> tuple[list[Finding], list[str]]:
+    """(findings, notes on conditions) of re-scoring ``chosen`` as the executor does."""
+    from rollstream.consumers.executor.episodes import after_turn
+    from rollstream.consumers.executor.rewards import default_registry
+    from rollstream.consumers.executor.stage import score_turn
+
+    registry = default_registry()
+    gate = asyncio.Semaphore(config.executor.concurrency)
+
+    async def one(pool: Any, before: RewardScored, action: ActionGenerated) -> tuple[Finding | None, list[str]]:
+        try:
+            async with gate:
+                scored, _, result = await score_turn(pool, registry, action, "verify", config.executor.max_timeout_s,
+                                                     attempts=config.executor.infra_attempts)
+        except (ValueError, OSError) as exc:
+            return Finding(before.rollout.rollout_id, "error", f"could not be scored again: {exc}"), []
+        kind, after = after_turn(action, scored, result.events if result is not None else [])
+        if kind != "rewards":
+            return Finding(before.rollout.rollout_id, "reproduce", "re-scored, its episode would go on"), []
+        image, runtime = getattr(pool, "image_id", "") or "unknown", getattr(pool, "runtime", "") or "unknown"
+        return compare(before, after, action), conditions(before, image, runtime)
+
+    async def all_of(pool: Any) -> tuple[list[Finding], list[str]]:
+        results = await asyncio.gather(*(one(pool, b, a) for b, a in chosen))
+        return [f for f, _ in results if f is not None], sorted({n for _, notes in results for n in notes})
+
+    if backend is not None:
+        return await all_of(backend)
+    from rollstream.consumers.executor.sandbox import DockerSandboxPool
+
+    async with DockerSandboxPool(config.executor) as pool:
+        return await all_of(pool)
+
+
+def read_archive(root: str) -> tuple[list[RewardScored], dict[str, ActionGenerated], list[SandboxAudit]]:
+    """(each rollout's first recorded verdict, each rollout's last turn, every audit record)."""
+    from rollstream.archive import ArchiveStore
+
+    store = ArchiveStore(root)
+    if not store.exists():
+        raise ConfigError(f"no archive at {root}")
+    rewards: dict[str, RewardScored] = {}
+    for _, reward in store.events("rewards"):
+        rewards.setdefault(reward.rollout.rollout_id, reward)
+    actions = last_turns([action for _, action in store.events("actions")])
+    audits = [audit for _, audit in store.events("audit")]
+    return list(rewards.values()), actions, audits
+
+
+async def verify_main(config: Config, args: argparse.Namespace) -> int:
+    from rollstream.cli.records import archive_of
+
+    keys = args.keys or config.executor.attest.public_keys
+    if not keys:
+        raise ConfigError("rollstream verify needs the executors' public keys: --keys PATH or "
+                          "executor.attest.public_keys")
+    keyring = Keyring.load(keys)
+    root = archive_of(config, args.run, args.archive)
+    rewards, actions, audits = await asyncio.to_thread(read_archive, root)
+    if not rewards:
+        print(f"verify: no verdicts in {root}")
+        return 1
+    findings = check_verdicts(rewards, actions, keyring) + check_audits(audits, keyring)
+    bad = {f.rollout_id for f in findings}
+    candidates = [(r, actions[r.rollout.rollout_id]) for r in rewards
+                  if r.rollout.rollout_id not in bad and r.rollout.rollout_id in actions and r.outcome != "infra"]
+    chosen = candidates if args.all else random.Random(args.seed).sample(candidates, min(args.sample, len(candidates)))
+    notes: list[str] = []
+    if chosen:
+        print(f"verify: re-scoring {len(chosen)} of {len(rewards)} verdicts", file=sys.stderr)
+        found, notes = await rescore(config, chosen)
+        findings += found
+    for finding in findings:
+        print(f"NOT VERIFIED {finding.rollout_id}: {finding.kind}: {finding.detail}")
+    for note in notes:
+        print(f"re-scored under other conditions than recorded: {note}")
+    print(f"{len(rewards)} verdicts and {len(audits)} audit records in {root}: {len(findings)} findings "
+          f"({len(rewards) - len({f.rollout_id for f in findings if f.kind != 'audit'})} verdicts verify); "
+          f"{len(chosen)} re-scored")
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps({
+            "verdicts": len(rewards), "audits": len(audits), "rescored": len(chosen), "conditions": notes,
+            "findings": [asdict(f) for f in findings]}, indent=1) + "\n")
+    return 0 if not findings else 1
