@@ -42,6 +42,20 @@ async def read_topic(config: Config, name: str, event: type, until, timeout_s: f
     return await read_events(config.infra, name, event, until, timeout_s)
 
 
+async def while_staged(config: Config, *wanted: tuple[str, type, int]) -> list[list]:
+    """Run the stage until each (topic, event type, count) has arrived, then stop it: the events of each."""
+    stop = asyncio.Event()
+    stage = asyncio.create_task(run(config, stop=stop))
+    try:
+        got = [await read_topic(config, name, event, lambda events, n=count: len(events) >= n)
+               for name, event, count in wanted]
+        assert not stage.done()
+        return got
+    finally:
+        stop.set()
+        await asyncio.wait_for(stage, 60)
+
+
 def stage_config(config: Config, image: str, owner: str, **executor) -> Config:
     settings = dict(image=image, owner=owner, pool_size=2, concurrency=2) | executor
     return msgspec.structs.replace(config, executor=ExecutorConfig(**settings))
@@ -73,15 +87,7 @@ async def test_stage_scores_audits_and_survives_hostile_actions(
     ]
     async with EventProducer(config.infra, client_id="test") as producer:
         await producer.send_many([("actions", a) for a in actions])
-    stop = asyncio.Event()
-    stage = asyncio.create_task(run(config, stop=stop))
-    try:
-        rewards = await read_topic(config, "rewards", RewardScored, lambda got: len(got) >= 10)
-        audits = await read_topic(config, "audit", SandboxAudit, lambda got: len(got) >= 9)
-        assert not stage.done()
-    finally:
-        stop.set()
-        await asyncio.wait_for(stage, 60)
+    rewards, audits = await while_staged(config, ("rewards", RewardScored, 10), ("audit", SandboxAudit, 9))
     by_id = {r.rollout.rollout_id: r for r in rewards}
     assert len(rewards) == 10 and len(by_id) == 10
     expected = {
@@ -193,14 +199,7 @@ async def test_personal_data_and_secrets_are_scrubbed_from_what_leaves_the_sandb
                                     max_turns=2)
     async with EventProducer(config.infra, client_id="test") as producer:
         await producer.send_many([("actions", once), ("actions", again)])
-    stop = asyncio.Event()
-    stage = asyncio.create_task(run(config, stop=stop))
-    try:
-        rewards = await read_topic(config, "rewards", RewardScored, lambda got: len(got) >= 1)
-        prompts = await read_topic(config, "prompts", PromptIssued, lambda got: len(got) >= 1)
-    finally:
-        stop.set()
-        await asyncio.wait_for(stage, 60)
+    rewards, prompts = await while_staged(config, ("rewards", RewardScored, 1), ("prompts", PromptIssued, 1))
     tail = rewards[0].execution.stderr_tail
     assert rewards[0].reward == 1.0 and all(leak not in tail for leak in LEAKS), tail
     assert tail.strip() == "; ".join(PLACEHOLDERS) + "; parsed 93.184.216.34"  # the task's own address kept
@@ -225,14 +224,7 @@ async def test_a_stage_with_a_key_signs_every_verdict_and_audit_record(config: C
                msgspec.structs.replace(action("s1", 2, "x"), completion_text="", error="prompt too long")]
     async with EventProducer(config.infra, client_id="test") as producer:
         await producer.send_many([("actions", a) for a in actions])
-    stop = asyncio.Event()
-    stage = asyncio.create_task(run(config, stop=stop))
-    try:
-        rewards = await read_topic(config, "rewards", RewardScored, lambda got: len(got) >= 3)
-        audits = await read_topic(config, "audit", SandboxAudit, lambda got: len(got) >= 2)
-    finally:
-        stop.set()
-        await asyncio.wait_for(stage, 60)
+    rewards, audits = await while_staged(config, ("rewards", RewardScored, 3), ("audit", SandboxAudit, 2))
     keyring = Keyring.load(public)
     assert all(r.attestation is not None and r.attestation.key_id == key_id for r in rewards)
     assert check_verdicts(rewards, last_turns(actions), keyring) == [] and check_audits(audits, keyring) == []
