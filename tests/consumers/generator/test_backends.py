@@ -25,6 +25,11 @@ from rollstream.models import load_policy
 from tests.helpers import score_completion
 
 TOLERANCE = 1e-4
+# The real model's 30 layers in fp32: incremental decoding and one teacher-forced forward sum in
+# different orders. Alone this test reads 1.3e-5; one CI run on 2026-12-04 read 2.05e-4 on the same
+# tokens (the CPU kernels' reduction order is not fixed from run to run). A wrong position, mask or
+# temperature moves log-probs by 1e-2 or more.
+SMOLLM2_TOLERANCE = 1e-3
 
 
 @pytest.fixture
@@ -291,7 +296,7 @@ async def test_smollm2_from_the_wheel_generates_with_faithful_logprobs(tmp_path:
     completions = await backend.generate(requests)
     diff = _max_diff(backend, requests, completions)
     print(f"SmolLM2: max log-prob difference {diff:.2e}; sample: {completions[0].text!r}")
-    assert diff < TOLERANCE
+    assert diff < SMOLLM2_TOLERANCE
 
 
 @pytest.mark.unit
