@@ -65,6 +65,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -255,6 +256,14 @@ def run_rollstream(steps: int, *, filter_zero_variance: bool = False, overrides:
                "learner_micro_batch": resolved.learner.micro_batch}
     argv = [sys.executable, "-m", "rollstream.cli", "run", "--config", str(toml), "--max-steps", str(steps + 1),
             "--placement", placement, *[a for o in overrides for a in ("--set", o)]]
+    try:
+        return _run_and_measure(argv, work, threads, placement, filter_zero_variance, overrides)
+    finally:  # its state, checkpoints and archive (GBs): read into the figures already
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _run_and_measure(argv: list[str], work: Path, threads: dict[str, Any], placement: str,
+                     filter_zero_variance: bool, overrides: tuple[str, ...]) -> dict[str, Any]:
     started = time.time()
     proc = subprocess.Popen(argv, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env={**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": os.pathsep.join(
@@ -280,7 +289,7 @@ def run_rollstream(steps: int, *, filter_zero_variance: bool = False, overrides:
     threads["placement"] = placed[0] if placed else f"--placement {placement}"
     return {"side": "rollstream", "filter_zero_variance": filter_zero_variance, "overrides": list(overrides),
             "wall_s": round(time.time() - started, 1), "threads": threads, "peak_os_threads": sampler.peak_threads,
-            "run_dir": str(watch.steps_log.parent.parent) if watch.steps_log else None,
+            "run_dir": (str(watch.steps_log.parent.parent) + " (deleted after)") if watch.steps_log else None,
             "stale_rollouts": sum(r.get("stale") or 0 for r in watch.records),
             "filtered_groups": sum(r.get("groups_filtered") or 0 for r in watch.records), "steps": timed}
 
