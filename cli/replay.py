@@ -96,8 +96,9 @@ async def rescore_in_sandbox(config: Config, items: list[Item], specs: SpecSourc
 
         if conditions is not None:
             from rollstream.cli.verify import conditions as differ
+            from rollstream.consumers.executor.sandbox import sandbox_identity
 
-            image, runtime = getattr(pool, "image_id", "") or "unknown", getattr(pool, "runtime", "") or "unknown"
+            image, runtime = sandbox_identity(pool)
             conditions.extend(sorted({note for item in items if item.before is not None
                                       for note in differ(item.before, image, runtime)}))
         with progress("replay", len(items)) as step:

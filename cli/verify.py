@@ -146,6 +146,7 @@ async def rescore(config: Config, chosen: list[tuple[RewardScored, ActionGenerat
     """(findings, notes on conditions) of re-scoring ``chosen`` as the executor does."""
     from rollstream.consumers.executor.episodes import after_turn
     from rollstream.consumers.executor.rewards import default_registry
+    from rollstream.consumers.executor.sandbox import sandbox_identity
     from rollstream.consumers.executor.stage import score_turn
 
     registry = default_registry()
@@ -161,8 +162,7 @@ async def rescore(config: Config, chosen: list[tuple[RewardScored, ActionGenerat
         kind, after = after_turn(action, scored, result.events if result is not None else [])
         if kind != "rewards":
             return Finding(before.rollout.rollout_id, "reproduce", "re-scored, its episode would go on"), []
-        image, runtime = getattr(pool, "image_id", "") or "unknown", getattr(pool, "runtime", "") or "unknown"
-        return compare(before, after, action), conditions(before, image, runtime)
+        return compare(before, after, action), conditions(before, *sandbox_identity(pool))
 
     async def all_of(pool: Any) -> tuple[list[Finding], list[str]]:
         results = await asyncio.gather(*(one(pool, b, a) for b, a in chosen))

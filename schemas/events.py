@@ -334,6 +334,11 @@ class ExecutionRecord(msgspec.Struct, frozen=True, kw_only=True):
         return self.tests_total == 0 or 0 < self.tests_passed == self.tests_total - self.tests_skipped
 
     @property
+    def outcome(self) -> Outcome:
+        """The typed outcome of this execution (:func:`outcome_of`)."""
+        return outcome_of(self.error_kind, self.passed)
+
+    @property
     def verdict(self) -> str:
         """One word: ``pass``, ``fail`` (ran cleanly, some test failed) or the error kind."""
         if self.error_kind != "none":
@@ -373,7 +378,7 @@ class RewardScored(Event, frozen=True, kw_only=True):
     attestation: Attestation | None = None  # None: the executor signs nothing (no key configured)
 
     def __post_init__(self) -> None:
-        derived = outcome_of(self.execution.error_kind, self.execution.passed)
+        derived = self.execution.outcome
         if self.outcome is None:
             msgspec.structs.force_setattr(self, "outcome", derived)
         elif self.outcome != derived:

@@ -183,9 +183,6 @@ class SandboxBackend(Protocol):
     async def execute(self, job: Job) -> RunResult: ...
 
 
-# The causes of SandboxLost: the machinery failed under a job, never the job's doing.
-LOST_CAUSES = ("engine_unreachable", "container_gone", "container_killed", "runner_died", "stream_lost",
-               "runner_error", "container_unfit", "send_failed", "died_idle")
 # The sandbox's runtime, in order: each uses the names of those before it.
 RUNTIME = ("codec.py", "channel.py", "proxies.py", "crossing.py", "fromdata.py", "candidate.py", "judge.py",
            "inprocess.py", "workspace.py", "zygotes.py", "cleanup.py", "warmup.py", "supervisor.py")
@@ -206,6 +203,12 @@ def runtime_identity(container_runtime: str) -> str:
     digest of the runner source the container runs."""
     digest = hashlib.sha256(runner_source().encode()).hexdigest()[:16]
     return f"{container_runtime}+runner:{digest}"
+
+
+def sandbox_identity(backend: Any) -> tuple[str, str]:
+    """(image, runtime) a backend decides verdicts under ("unknown" where it does not say: the
+    sim backend, a pool not started)."""
+    return getattr(backend, "image_id", "") or "unknown", getattr(backend, "runtime", "") or "unknown"
 
 
 def runner_preamble() -> bytes:
@@ -488,34 +491,30 @@ class DockerSandboxPool:
         return warm
 
     async def _remove(self, warm: _Warm) -> None:
-        import aiodocker
 
         self._all.discard(warm)
         warm.reader.cancel()
         with contextlib.suppress(Exception):
             await warm.stream.close()
-        try:
-            await warm.container.delete(force=True)
-        except aiodocker.DockerError as exc:
-            if exc.status != 404:  # 404: auto-removed already
-                self._leftover.append(warm.container)
-        except Exception:  # the engine unreachable: delete it once it answers again
-            self._leftover.append(warm.container)
+        await self._delete(warm.container)
 
-    async def _remove_leftovers(self) -> None:
-        """Delete the containers a lost engine kept us from deleting (each is tried again later
-        while it still fails; the next executor start removes any left as orphans)."""
+    async def _delete(self, container: Any) -> None:
+        """Delete ``container``; one the engine could not be asked to delete (unreachable) is kept
+        in ``_leftover`` and tried again later (the next executor start removes any left as orphans)."""
         import aiodocker
 
+        try:
+            await container.delete(force=True)
+        except aiodocker.DockerError as exc:
+            if exc.status != 404:  # 404: auto-removed already
+                self._leftover.append(container)
+        except Exception:  # the engine unreachable
+            self._leftover.append(container)
+
+    async def _remove_leftovers(self) -> None:
         leftover, self._leftover = self._leftover, []
         for container in leftover:
-            try:
-                await container.delete(force=True)
-            except aiodocker.DockerError as exc:
-                if exc.status != 404:
-                    self._leftover.append(container)
-            except Exception:
-                self._leftover.append(container)
+            await self._delete(container)
 
     def _retire(self, warm: _Warm) -> None:
         """Remove ``warm`` and start a replacement in the background."""
@@ -592,9 +591,8 @@ class DockerSandboxPool:
         except asyncio.CancelledError:  # its reply would be taken for the next job's: replace it
             self._retire(warm)
             raise
-        oom = False
         if reply is None:  # the attach stream ended: PID 1 is gone, or so is the engine or the container
-            cause, oom = await self._why_lost(warm)
+            cause = await self._why_lost(warm)
             if cause is not None:
                 self._retire(warm)
                 raise SandboxLost(f"sandbox {warm.sandbox_id}: {cause.replace('_', ' ')} during job {job.job_id}",
@@ -612,17 +610,16 @@ class DockerSandboxPool:
             raise SandboxLost(f"sandbox {warm.sandbox_id}: runner error: "
                               f"{str(reply.get('error', 'a reply for another job'))[:200]}", "runner_error")
         warm.executions += 1
-        result = await self._result(warm, job, reply, time.monotonic() - started, oom_killed=oom)
+        result = await self._result(warm, job, reply, time.monotonic() - started)
         if result.recycled:
             self._retire(warm)
         else:
             self._idle.put_nowait(warm)
         return result
 
-    async def _why_lost(self, warm: _Warm) -> tuple[str | None, bool]:
-        """(cause, oom) of a runner that stopped answering mid-job: a cause when the machinery failed
-        (SandboxLost), None when the container's memory limit killed it (the job's doing: an
-        ``oom`` verdict). PID 1 is the namespace's init and cannot be signalled from inside, so a
+    async def _why_lost(self, warm: _Warm) -> str | None:
+        """Why a runner stopped answering mid-job: a cause when the machinery failed (SandboxLost),
+        None when the container's memory limit killed it (the job's doing: an ``oom`` verdict). PID 1 is the namespace's init and cannot be signalled from inside, so a
         container still there, not OOM-killed, whose runner is gone was stopped from outside or
         failed by itself."""
         import aiodocker
@@ -630,22 +627,22 @@ class DockerSandboxPool:
         try:
             info = await warm.container.show()
         except aiodocker.DockerError as exc:
-            return ("container_gone" if exc.status == 404 else "engine_unreachable"), False
+            return "container_gone" if exc.status == 404 else "engine_unreachable"
         except Exception:  # the engine's socket refused or cut (aiohttp's errors, OSError)
-            return "engine_unreachable", False
+            return "engine_unreachable"
         state = info.get("State") or {}
         if state.get("OOMKilled"):
-            return None, True
+            return None
         if state.get("Running"):
-            return "stream_lost", False  # the engine dropped the attach stream; the runner may live on
-        return ("container_killed" if state.get("ExitCode") in (137, 143) else "runner_died"), False
+            return "stream_lost"  # the engine dropped the attach stream; the runner may live on
+        return "container_killed" if state.get("ExitCode") in (137, 143) else "runner_died"
 
     async def _result(
-        self, warm: _Warm, job: Job, reply: dict[str, Any] | None, waited_s: float, *, oom_killed: bool = False
+        self, warm: _Warm, job: Job, reply: dict[str, Any] | None, waited_s: float
     ) -> RunResult:
         died = reply is None
-        if died:  # the container's memory limit killed PID 1 (see _why_lost)
-            reply = {"violations": ["runner_died", "oom_killed"], "clean": False, "oom_killed": oom_killed}
+        if died:  # the container's memory limit killed PID 1 (the only death _why_lost leaves to here)
+            reply = {"violations": ["runner_died", "oom_killed"], "clean": False, "oom_killed": True}
         violations = [str(v)[:200] for v in reply.get("violations", [])]
         files, truncated = _workspace(reply)
         if reply.get("oom_killed") and "oom_killed" not in violations:

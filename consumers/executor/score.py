@@ -39,7 +39,7 @@ from rollstream.consumers.executor.rewards import RewardRegistry, Scored, defaul
 from rollstream.consumers.executor.sandbox import Job, RunResult, SandboxBackend
 from rollstream.errors import ConfigError, SandboxError, SandboxLost
 from rollstream.retry import retry
-from rollstream.schemas.events import ExecutionRecord, RewardSpec, SandboxAudit, SandboxLimits, outcome_of
+from rollstream.schemas.events import ExecutionRecord, RewardSpec, SandboxAudit, SandboxLimits
 from rollstream.schemas.tasks import TaskSpec, decode_task
 
 SANDBOX_ATTEMPTS = 3
@@ -195,7 +195,7 @@ def audit_record(
                                        [f"lost:{cause}" for cause in evaluation.lost])[:64]],
         recycled=result.recycled,
         executed_at=executed_at,
-        outcome=outcome_of(execution.error_kind, execution.passed),
+        outcome=execution.outcome,
     )
 
 
@@ -263,7 +263,7 @@ def verdict_json(line: int, task: TaskSpec, evaluation: Evaluation, echoed: dict
     out: dict[str, Any] = {"line": line, "task_id": task.task_id, **echoed}
     out.update(
         reward=scored.reward, components=scored.components, execution=msgspec.to_builtins(scored.execution),
-        outcome=outcome_of(scored.execution.error_kind, scored.execution.passed),
+        outcome=scored.execution.outcome,
     )
     if evaluation.lost:
         out["lost"] = evaluation.lost

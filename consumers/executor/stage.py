@@ -58,7 +58,12 @@ from rollstream.config import Config
 from rollstream.consumers.executor.episodes import after_turn, subtask_turn, turn_code
 from rollstream.consumers.executor.reference import ReferenceCheck, ReferenceChecks, log_check
 from rollstream.consumers.executor.rewards import RewardRegistry, default_registry
-from rollstream.consumers.executor.sandbox import DockerSandboxPool, RunResult, SandboxBackend
+from rollstream.consumers.executor.sandbox import (
+    DockerSandboxPool,
+    RunResult,
+    SandboxBackend,
+    sandbox_identity,
+)
 from rollstream.consumers.executor.score import SANDBOX_ATTEMPTS, audit_record, evaluate
 from rollstream.consumers.executor.scrub import Scrubber
 from rollstream.guard import IntakeGuard
@@ -311,9 +316,9 @@ class Executor:
         """The verdict (not a continuation) and the audit records, each with its attestation:
         the spec's and the code's digests, the sandbox's image and runtime, signed."""
         assert self.signer is not None
+        image, runtime = sandbox_identity(self.backend)
         claims = {"spec_sha256": spec_digest(action.reward), "code_sha256": code_digest(turn_code(action)),
-                  "image": getattr(self.backend, "image_id", "") or "unknown",
-                  "runtime": getattr(self.backend, "runtime", "") or "unknown"}
+                  "image": image, "runtime": runtime}
         if outcome[0] == "rewards":
             outcome = ("rewards", self.signer.sign_reward(outcome[1], **claims))  # type: ignore[arg-type]
         return outcome, [self.signer.sign_audit(a, **claims) for a in audits]  # type: ignore[arg-type]
