@@ -30,12 +30,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -43,29 +40,15 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench.common import report  # noqa: E402
-from bench.vs_trl_probe import idle_check  # noqa: E402
-
-RECIPE = REPO / "configs" / "learning.toml"
+from bench.recipe import pooled, ratio, run_recipe  # noqa: E402
 
 
 def run_side(name: str, steps: int, single_turn: bool, work: Path, extra: list[str]) -> dict[str, Any]:
     """One ``rollstream run`` of the recipe; its step log and archive summarised."""
-    sets = [*(["--set", "sampler.max_turns=1"] if single_turn else []), *[a for s in extra for a in ("--set", s)]]
-    argv = [sys.executable, "-m", "rollstream.cli", "run", "--config", str(RECIPE), "--max-steps", str(steps),
-            "--set", f"infra.state_dir={work / 'state'}", *sets]
-    idle = idle_check()
-    print(f"[{name}] idle check: {idle['other_busy_cores']} busy cores of others; {' '.join(argv[3:])}", flush=True)
-    t0 = time.time()
-    proc = subprocess.run(argv, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          timeout=600 + steps * 600, env={**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": os.pathsep.join(
-                              filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))})
-    runs = sorted((work / "state" / "runs").glob("*/metrics.jsonl"))
-    if proc.returncode != 0 or not runs:
-        raise RuntimeError(f"rollstream run {name} failed ({proc.returncode}):\n{proc.stdout[-4000:]}")
-    rows = [json.loads(line) for line in runs[-1].read_text().splitlines() if line.strip()]
-    rows = [r for r in rows if r.get("trained")]
-    later = summarise_turns(runs[-1].parent / "archive")
-    return summarise(name, rows, idle, round(time.time() - t0, 1), later)
+    sets = [*(["sampler.max_turns=1"] if single_turn else []), *extra]
+    record, run_dir = run_recipe(name, steps, [a for s in sets for a in ("--set", s)], work)
+    return {**record, "rollouts_by_turn": summarise_turns(run_dir / "archive"),
+            "groups": summarise_groups(run_dir / "archive")}
 
 
 def summarise_turns(archive: Path) -> dict[str, int]:
@@ -80,36 +63,43 @@ def summarise_turns(archive: Path) -> dict[str, int]:
     return dict(sorted(counts.items(), key=lambda kv: int(kv[0])))
 
 
-def summarise(name: str, rows: list[dict[str, Any]], idle: dict[str, Any], wall_s: float,
-              turns: dict[str, int]) -> dict[str, Any]:
-    timed = rows[1:]
-    seconds = sum(r["step_s"] for r in timed)
-    tokens = sum(r["tokens"] for r in timed)
-    third = max(1, len(timed) // 3)
+def summarise_groups(archive: Path) -> dict[str, Any]:
+    """Where a run's time went, group by group, from its archive: each group's latency (issued to
+    decided by the learner), its turns and its fate, split into episodes of one turn and of
+    several; and how many groups of each kind were in flight on average (a long episode holds one
+    of the sampler's slots, ``(max_staleness + 1) x groups_per_step``, until its last turn ends)."""
+    from rollstream.archive import ArchiveStore
 
-    def per_token(part: list[dict[str, Any]]) -> float | None:
-        t = sum(r["tokens"] for r in part)
-        return round(sum(r["step_s"] for r in part) / t * 1000, 3) if t else None
-
-    return {
-        "name": name, "steps": len(rows), "wall_s": wall_s, "idle": idle,
-        "timed_s": round(seconds, 1), "timed_tokens": tokens,
-        "ms_per_token": round(seconds / tokens * 1000, 3) if tokens else None,
-        "ms_per_token_first_third": per_token(timed[:third]),
-        "ms_per_token_last_third": per_token(timed[-third:]),
-        "step_s": [r["step_s"] for r in rows], "tokens": [r["tokens"] for r in rows],
-        "waiting": [sum((r.get("waiting") or {}).values()) for r in rows],
-        "stale": sum(r.get("stale") or 0 for r in rows),
-        "reward_mean": round(sum(r.get("reward_mean") or 0.0 for r in rows) / max(1, len(rows)), 4),
-        "rollouts_by_turn": turns,
-    }
-
-
-def side_ratio(chains: list[dict[str, Any]], single: list[dict[str, Any]]) -> float | None:
-    def ms(runs: list[dict[str, Any]]) -> float:
-        return sum(r["timed_s"] for r in runs) / max(1, sum(r["timed_tokens"] for r in runs))
-
-    return round(ms(chains) / ms(single), 3) if single and chains else None
+    if not archive.exists():
+        return {}
+    store = ArchiveStore(str(archive))
+    issued = {e.group_id: e for _, e in store.events("prompts") if e.continuation is None}
+    turns: dict[str, int] = {}
+    for _, action in store.events("actions"):
+        gid = action.rollout.group_id
+        turns[gid] = max(turns.get(gid, 0), action.turn)
+    fates = {e.group_id: e for _, e in store.events("fates")}
+    kinds: dict[str, dict[str, Any]] = {}
+    spans = []
+    for gid, prompt in issued.items():
+        fate = fates.get(gid)
+        if fate is None:
+            continue  # still in flight when the run stopped
+        kind = "multi_turn" if prompt.max_turns > 1 else "single_turn"
+        latency = fate.decided_at - prompt.issued_at
+        spans.append((prompt.issued_at, fate.decided_at, kind))
+        k = kinds.setdefault(kind, {"groups": 0, "latency_s": [], "turns": [], "fates": {}})
+        k["groups"] += 1
+        k["latency_s"].append(round(latency, 1))
+        k["turns"].append(turns.get(gid, 1))
+        k["fates"][fate.fate] = k["fates"].get(fate.fate, 0) + 1
+    if spans:
+        start, end = min(s[0] for s in spans), max(s[1] for s in spans)
+        for kind, k in kinds.items():
+            busy = sum(b - a for a, b, kd in spans if kd == kind)
+            k["mean_in_flight"] = round(busy / max(1e-9, end - start), 2)
+            k["latency_s_mean"] = round(sum(k["latency_s"]) / len(k["latency_s"]), 1)
+    return kinds
 
 
 def main() -> None:
@@ -139,10 +129,9 @@ def main() -> None:
     growth = [r["ms_per_token_last_third"] / r["ms_per_token_first_third"] for r in chains
               if r["ms_per_token_first_third"] and r["ms_per_token_last_third"]]
     figures = {
-        "chains_token_ratio": side_ratio(chains, results["single"]),
-        "chains_ms_per_token": round(sum(r["timed_s"] for r in chains) / max(1, sum(r["timed_tokens"] for r in chains)) * 1000, 3),
-        "single_ms_per_token": round(sum(r["timed_s"] for r in results["single"])
-                                     / max(1, sum(r["timed_tokens"] for r in results["single"])) * 1000, 3),
+        "chains_token_ratio": ratio(pooled(chains, "token"), pooled(results["single"], "token")),
+        "chains_ms_per_token": round((pooled(chains, "token") or 0.0) * 1000, 3),
+        "single_ms_per_token": round((pooled(results["single"], "token") or 0.0) * 1000, 3),
         "chains_backlog_growth": round(max(growth), 3) if growth else None,
         "chains_waiting_max": max((max(r["waiting"]) for r in chains), default=None),
         "steps": steps, "rounds": rounds,
