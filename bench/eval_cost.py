@@ -43,7 +43,7 @@ def evaluations(run_dir: Path) -> dict[str, Any]:
     """What the run's evaluator reported (``evals.jsonl``): live versions evaluated and skipped."""
     from rollstream.evaluator.report import EVALS_FILE
 
-    path = run_dir / EVALS_FILE
+    path = run_dir / "checkpoints" / EVALS_FILE  # beside the learner's steps.jsonl
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
     done = [r for r in rows if r.get("status") == "evaluated"]
     return {

@@ -410,9 +410,15 @@ def main() -> None:
     parser.add_argument("--placement", action="store_true",
                         help="only rollstream's thread placements against each other (no TRL): "
                              f"{', '.join(PLACEMENTS)}, alternating, --rounds rounds of --steps steps")
+    parser.add_argument("--continuous", action="store_true",
+                        help="only rollstream with continuous batching on and off (generator.continuous), "
+                             "alternating, on the same work: --rounds rounds of --steps steps (issue 35: "
+                             "single-turn work must not get slower)")
     args = parser.parse_args()
     if args.placement:
         return placement_study(args.rounds or 1, args.steps or 4, args.json_out)
+    if args.continuous:
+        return continuous_study(args.rounds or 2, args.steps or 6, args.json_out)
     rounds = args.rounds or 2
     steps = args.steps or (6 if args.quick else 8)
     figures: dict[str, Any] = {"settings": {**SETTINGS, "rounds": rounds, "timed_steps_per_side": steps,
@@ -487,6 +493,35 @@ def placement_study(rounds: int, steps: int, json_out: str | None) -> None:
     if json_out:
         Path(json_out).write_text(json.dumps(figures, indent=2))
     report({k: figures[k] for k in ("s_per_step_median", "placement_speedup", "rounds_loaded")}, None)
+
+
+def continuous_study(rounds: int, steps: int, json_out: str | None) -> None:
+    """rollstream on the headline's work with the continuous decode loop (the default) and with one
+    batch at a time (``generator.continuous=false``), alternating (off, on, off, on), an idle check
+    before each run; ``continuous_single_turn_ratio`` = on's completions/s / off's."""
+    sides = {"off": ("generator.continuous=false",), "on": ("generator.continuous=true",)}
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in sides}
+    checks: list[dict[str, Any]] = []
+    for _ in range(rounds):
+        for name, overrides in sides.items():
+            checks.append({"before": name, **probe.idle_check()})
+            runs[name].append(run_rollstream(steps, overrides=overrides))
+            summary = side_summary(runs[name][-1:])
+            print(f"continuous {name}: {summary['s_per_step_median']} s/step, {summary['completions_per_s']} "
+                  f"completions/s {summary['breakdown_median_s']}", flush=True)
+    summaries = {name: side_summary(r) for name, r in runs.items()}
+    figures: dict[str, Any] = {
+        "settings": {**SETTINGS, "rounds": rounds, "timed_steps": steps}, "versions": probe.versions(),
+        "machine": probe.machine(), "idle_checks": checks, "runs": runs, "summaries": summaries,
+        "s_per_step_median": {name: s["s_per_step_median"] for name, s in summaries.items()},
+        "continuous_single_turn_ratio": ratio(summaries["on"], summaries["off"]),
+        "continuous_single_turn_ratio_per_round": [ratio(side_summary([on]), side_summary([off]))
+                                                   for off, on in zip(runs["off"], runs["on"], strict=True)],
+        "rounds_loaded": sum(c["loaded"] for c in checks)}
+    if json_out:
+        Path(json_out).write_text(json.dumps(figures, indent=2))
+    report({k: figures[k] for k in ("s_per_step_median", "continuous_single_turn_ratio",
+                                    "continuous_single_turn_ratio_per_round", "rounds_loaded")}, None)
 
 
 def variants(figures: dict[str, Any], trl: dict[str, Any], steps: int, retries: int) -> None:
