@@ -1,0 +1,94 @@
+"""What recomputing the KV cache at an in-flight weight swap would cost (issue 35, item 2).
+
+With ``generator.update = "in_flight"`` the rows in progress continue under the new weights. Their
+prefix's KV cache was computed by the old weights: it can be kept (what the decode loop does; each
+token's log-prob is still that of the distribution it was drawn from) or recomputed, one prefill
+over every live row's prompt and tokens so far with the new weights. This measures the second on
+real SmolLM2 (one torch thread, as ``rollstream run`` gives the generator on 2 cores) for loop
+states a run reaches (rows x prefix tokens), against one decode forward of the same loop.
+
+Figures per shape: ``recompute_s`` (best of 3 prefills of distinct rows), ``decode_forward_s``
+(median of 12), ``forwards_equivalent`` (recompute / forward: the decode steps a swap would cost).
+Headline: ``recompute_forwards_median`` over the shapes, and ``recompute_s_16x250`` (16 rows of 250
+tokens: the learning recipe's loop at a swap).
+
+    python bench/kv_recompute.py --json bench/results/kv_recompute-2026-12-04.json   # ~2 minutes
+    python bench/kv_recompute.py --quick --json /tmp/kv.json                          # two shapes
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from bench.common import report  # noqa: E402
+
+SHAPES = ((8, 150), (16, 250), (32, 250), (32, 350))
+
+
+def measure(model: Any, rows: int, width: int) -> dict[str, Any]:
+    import torch
+
+    from rollstream.consumers.generator.backends.decode import prefill
+
+    prompts = [[(i * 7 + j) % 5000 + 100 for j in range(width)] for i in range(rows)]  # distinct rows
+    with torch.inference_mode():
+        times = []
+        for _ in range(3):
+            started = time.perf_counter()
+            cache, logits, mask, pos = prefill(model, prompts, 0, share=False)
+            times.append(time.perf_counter() - started)
+        tokens, forwards = logits.argmax(-1), []
+        for _ in range(12):
+            mask = torch.cat([mask, mask.new_ones((rows, 1))], 1)
+            pos = pos + 1
+            started = time.perf_counter()
+            logits = model(input_ids=tokens[:, None], attention_mask=mask, position_ids=pos[:, None],
+                           past_key_values=cache, use_cache=True).logits[:, -1, :]
+            forwards.append(time.perf_counter() - started)
+            tokens = logits.argmax(-1)
+    recompute, forward = min(times), statistics.median(forwards)
+    return {"rows": rows, "prefix_tokens": width, "recompute_s": round(recompute, 3),
+            "decode_forward_s": round(forward, 4), "forwards_equivalent": round(recompute / forward, 1)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="two shapes (~1 minute)")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    parser.add_argument("--json", help="write every figure here")
+    args = parser.parse_args()
+    import torch
+
+    from rollstream.models import load_model
+
+    torch.set_num_threads(args.threads)
+    model = load_model("smollm2")
+    model.eval()
+    shapes = SHAPES[:2] if args.quick else SHAPES
+    results = []
+    for rows, width in shapes:
+        results.append(measure(model, rows, width))
+        print(results[-1], flush=True)
+    figures = {
+        "recompute_forwards_median": statistics.median(r["forwards_equivalent"] for r in results),
+        "recompute_s_16x250": next((r["recompute_s"] for r in results if (r["rows"], r["prefix_tokens"]) == (16, 250)),
+                                   None),
+        "threads": args.threads,
+    }
+    report(figures, None)
+    if args.json:
+        import json
+
+        Path(args.json).write_text(json.dumps({**figures, "shapes": results}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
