@@ -22,6 +22,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from rollstream.consumers.executor.image import BASE_TAG, DEFAULT_MIRROR, build_base_image
 from rollstream.errors import SandboxError
@@ -127,6 +128,11 @@ def build_compose_images(*, offline: bool, base: str | None = None, pip_cert: st
     seconds[REDIS_TAG] = docker_build(REDIS_TAG, compose / "redis", base)
     seconds[PROMETHEUS_TAG] = docker_build(PROMETHEUS_TAG, compose / "prometheus", base)
     return seconds
+
+
+def register(name: str, parser: argparse.ArgumentParser) -> Any:
+    add_arguments(parser)
+    return lambda args, config: image_main(args)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -236,6 +236,26 @@ FLAGS: dict[str, str] = {
 }
 
 
+def register(name: str, parser: argparse.ArgumentParser) -> Any:
+    if name == "compare":
+        parser.add_argument("before", help="`rollstream eval --completions` output of the policy before")
+        parser.add_argument("after", help="the same of the policy after")
+        parser.add_argument("--json", dest="json_out", help="write the difference and its interval as JSON here")
+        return lambda args, config: compare_main(args.before, args.after, args.json_out)
+    add_arguments(parser)
+    parser.set_defaults(config_overrides=eval_overrides)  # the flags stand for --set eval.KEY=VALUE
+    return eval_command
+
+
+def eval_command(args: argparse.Namespace, config: Config) -> int:
+    """`rollstream eval` (the flags are already in ``config.eval``); with ``--run``, the run's
+    held-out digest is the one the split must have."""
+    if getattr(args, "run", None):
+        config = msgspec.structs.replace(config, eval=msgspec.structs.replace(
+            config.eval, heldout_digest=run_heldout_digest(config, args.run)))
+    return asyncio.run(eval_main(config, args))
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The `rollstream eval` flags (the CLI adds --config/--set itself). Each sets one key of the
     [eval] section; unset flags leave the config's value."""
@@ -331,6 +351,6 @@ def compare_main(before_path: str, after_path: str, json_out: str | None = None)
 
 
 async def eval_main(config: Config, args: argparse.Namespace) -> int:
-    """`rollstream eval`: what rollstream/cli.py calls (the flags are already in ``config.eval``)."""
+    """`rollstream eval` at the resolved config (the flags are already in ``config.eval``)."""
     await run(config)
     return 0

@@ -262,6 +262,15 @@ COLUMNS = ["family", "tasks", "pass", "mutation score", "weak", "reference fails
            "contaminated", "personal data"]
 
 
+def register(name: str, p: argparse.ArgumentParser) -> Any:
+    p.add_argument("action", choices=["check"], help="check: run every check and write the intake report")
+    p.add_argument("sources", nargs="+", metavar="SOURCE", help="task sources: builtin, jsonl:PATH, humaneval, hf:PATH")
+    p.add_argument("--quick", action="store_true", help="at most 6 mutants per task (intake.max_mutants otherwise)")
+    p.add_argument("--json", dest="json_out", help="write this run's checks (and clusters) as JSON here")
+    p.add_argument("--verbose", "-v", action="store_true", help="show every surviving mutant of a weak task")
+    return lambda args, config: check_main(config, args)
+
+
 def check_main(config: Config, args: argparse.Namespace) -> int:
     from rollstream.cli.tables import progress, table
 

@@ -24,6 +24,14 @@ from rollstream.errors import ConfigError
 TAIL = 400  # characters of stdout/stderr shown per completion in the terminal
 
 
+def register(name: str, p: argparse.ArgumentParser) -> Any:
+    if name == "runs":
+        p.add_argument("--json", action="store_true", help="print JSON for tools")
+        return lambda args, config: runs_main(config, args.json)
+    add_inspect_arguments(p)
+    return lambda args, config: inspect_main(config, args)
+
+
 def add_inspect_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("id", metavar="GROUP_ID", help="a group id, or a rollout id (GROUP_ID/INDEX)")
     p.add_argument("--run", help="the run (id under infra.state_dir/runs or directory; default: newest first)")

@@ -35,6 +35,11 @@ if TYPE_CHECKING:  # the parser is built for every command: what replay runs is 
     from rollstream.schemas.events import ActionGenerated, RewardScored
 
 
+def register(name: str, p: argparse.ArgumentParser) -> Any:
+    add_arguments(p)
+    return lambda args, config: asyncio.run(replay_main(config, args))
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     source = p.add_argument_group("where the actions come from")
     source.add_argument("--run", help="a run id under infra.state_dir/runs, or a run directory: its archive")

@@ -43,6 +43,14 @@ class Finding:
     detail: str
 
 
+def register(name: str, parser: argparse.ArgumentParser) -> Any:
+    if name == "keys":
+        add_keys_arguments(parser)
+        return lambda args, config: keys_main(args)
+    add_arguments(parser)
+    return lambda args, config: asyncio.run(verify_main(config, args))
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--run", help="a run directory or id (default: the archive of the config)")
     parser.add_argument("--archive", help="an archive root instead of a run")

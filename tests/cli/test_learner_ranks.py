@@ -12,6 +12,7 @@ from rollstream.config_load import load_config
 from rollstream.errors import ConfigError
 
 cli = importlib.import_module("rollstream.cli.main")  # the package exports its main() under the same name
+stages = importlib.import_module("rollstream.cli.stages")
 
 pytestmark = pytest.mark.unit
 
@@ -31,7 +32,7 @@ def launched(monkeypatch: pytest.MonkeyPatch, argv: list[str], world: str | None
     args = cli.build_parser().parse_args(argv)
     config = load_config(None, args.overrides, environ={})
     try:
-        cli.launch_ranks(args, config, argv)
+        stages.launch_ranks(args, config, argv)
     except SystemExit:
         pass
     return calls[0] if calls else None
