@@ -12,6 +12,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
+import re
 import shlex
 import signal
 import subprocess
@@ -26,6 +28,7 @@ from rollstream import cpus, infra
 from rollstream.config import Config
 from rollstream.config_load import load_config, profile_path
 from rollstream.errors import ConfigError
+from rollstream.schemas.stages import RUN_ORDER, SPECS
 
 # A short run that fits a 2-core CPU machine (rollstream/profiles/quick.toml), unless the user
 # names another profile; anything the user sets wins over the profile.
@@ -41,6 +44,7 @@ class Child:
     metrics_port: int
     argv: list[str] = field(default_factory=list)  # its `rollstream` arguments (a restart reuses them)
     restarts: int = 0
+    env: dict[str, str] | None = None  # its environment (a restart reuses it)
 
 
 def _docker_image_present(image: str) -> bool:
@@ -49,6 +53,25 @@ def _docker_image_present(image: str) -> bool:
     except (FileNotFoundError, subprocess.TimeoutExpired):
         return False
     return result.returncode == 0
+
+
+def register(name: str, p: argparse.ArgumentParser) -> Any:
+    p.add_argument("--max-steps", type=int, default=4, help="optimizer steps to train (default 4)")
+    p.add_argument("--max-minutes", type=float, default=0.0,
+                   help="also stop after this many minutes from the start of the run: the learner finishes "
+                        "its step, checkpoints and exits (default 0: no time limit)")
+    p.add_argument("--executors", type=int, default=1, help="executor processes")
+    p.add_argument("--generators", type=int, default=1, help="generator processes")
+    p.add_argument("--learner-ranks", type=int, default=1, metavar="N",
+                   help="learner ranks (torchrun; learner.parallel, fsdp unless set); default 1")
+    p.add_argument("--keep-infra", action="store_true", help="leave the local broker/Redis running afterwards")
+    p.add_argument("--eval-every", type=int, default=None, metavar="N",
+                   help="start the evaluator: held-out pass@1 per family of every N-th policy version and of "
+                        "the last (eval.every_versions; on the evals topic, the status line and the plot)")
+    p.add_argument("--placement", choices=["split", "none"], default="split",
+                   help="split (default): the learner and the generator get disjoint CPU cores when both run "
+                        "torch on this CPU (rollstream/cpus.py); none: the kernel places them")
+    return lambda args, config: run_pipeline(config, args)
 
 
 def run_pipeline(config: Config, args: argparse.Namespace) -> int:
@@ -105,25 +128,26 @@ def run_pipeline(config: Config, args: argparse.Namespace) -> int:
     if resolved.eval.every_versions > 0:  # the evaluator checks that it evaluates the split the run trains around
         overrides.append(f"eval.heldout_digest={record.data['heldout_digest']}")
         resolved = load_config(args.config, overrides, profile=profile)
-    cli_args = ["--profile", profile] + (["--config", args.config] if args.config else []) + \
-        [a for o in overrides for a in ("--set", o)]
+    # Every child starts from the resolved config the run writes down (run_dir/config.toml, what
+    # `rollstream config show --run RUN` prints), plus only what differs per process.
+    config_file, child_env = write_run_config(resolved, run_dir)
+    cli_args = ["--config", str(config_file)]
     code = 1
     # SIGTERM (docker stop, systemd, a CI job's cancel, `timeout`) stops the run as Ctrl-C does:
     # the children run in sessions of their own, so without this they would outlive it.
     previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
-        plan = [("archiver", int(resolved.archive.enabled)), ("learner", 1), ("stream", 1),
-                ("executor", args.executors), ("generator", args.generators), ("sampler", 1),
-                ("evaluator", int(resolved.eval.every_versions > 0))]
-        for stage, count in plan:
-            for i in range(count):
+        counts = {"archiver": int(resolved.archive.enabled), "executor": args.executors,
+                  "generator": args.generators, "evaluator": int(resolved.eval.every_versions > 0)}
+        for stage in RUN_ORDER:  # every consumer before what feeds it (schemas/stages.py)
+            for i in range(counts.get(stage, 1)):
                 port = infra.free_port()  # each process serves its metrics: the status line reads them
-                section = {"archiver": "archive", "evaluator": "eval"}.get(stage, stage)
+                section = SPECS[stage].section
                 extra = ["--nproc", str(ranks)] if stage == "learner" and ranks > 1 else []
                 if stage == "evaluator":
                     extra = [a for o in evaluator_overrides(resolved, run_id) for a in ("--set", o)]
                 children.append(_spawn(stage, i, [*cli_args, "--set", f"{section}.metrics_port={port}", *extra],
-                                       run_dir, port))
+                                       run_dir, port, child_env))
         code = _supervise(resolved, children, run_dir, max_minutes=args.max_minutes)
         return code
     finally:
@@ -138,6 +162,37 @@ def run_pipeline(config: Config, args: argparse.Namespace) -> int:
                 infra.down(resolved.infra)
         finally:
             signal.signal(signal.SIGTERM, previous)
+
+
+CONFIG_FILE = "config.toml"  # the resolved config of a run, in its run directory
+# A URL's password (scheme://user:password@host): never written to the run directory.
+_URL_SECRET = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)([^/@\s]*:[^/@\s]+)@")
+
+
+def write_run_config(config: Config, run_dir: Path) -> tuple[Path, dict[str, str]]:
+    """Write the run's resolved config to ``run_dir/config.toml``, passwords in URLs replaced by
+    ``***``; returns its path and the environment the run's processes start with: this one's,
+    without the ``ROLLSTREAM_*`` variables (the file holds what they resolved to, and they would
+    otherwise override the run's own settings), plus one variable per password left out."""
+    from rollstream.config_load import ENV_PREFIX, to_toml
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX) and k != "ROLLSTREAM_CONFIG"}
+    lines, section = [], ""
+    for line in to_toml(config).splitlines():
+        if line.startswith("["):
+            section = line.strip("[]")
+        key, sep, value = line.partition(" = ")
+        if sep and value.startswith('"'):
+            text = json.loads(value)
+            if isinstance(text, str) and _URL_SECRET.match(text):
+                env[ENV_PREFIX + f"{section}.{key}".upper().replace(".", "__")] = json.dumps(text)
+                line = f"{key} = {json.dumps(_URL_SECRET.sub(lambda m: m.group(1) + '***@', text))}  # password left out"
+        lines.append(line)
+    path = run_dir / CONFIG_FILE
+    path.write_text("# The resolved config of this run (rollstream run): every process of the run started from it.\n"
+                    + "\n".join(lines) + "\n")
+    return path, env
 
 
 def heldout_digest(config: Config) -> str:
@@ -162,7 +217,8 @@ def _interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
 
-def _spawn(stage: str, index: int, cli_args: list[str], run_dir: Path, metrics_port: int) -> Child:
+def _spawn(stage: str, index: int, cli_args: list[str], run_dir: Path, metrics_port: int,
+           env: dict[str, str] | None = None) -> Child:
     run_dir.mkdir(parents=True, exist_ok=True)
     name = f"{stage}-{index}" if stage in ("executor", "generator") else stage
     log = run_dir / f"{name}.log"
@@ -170,9 +226,9 @@ def _spawn(stage: str, index: int, cli_args: list[str], run_dir: Path, metrics_p
     with open(log, "ab") as out:
         out.write(f"$ {shlex.join(argv)}\n".encode())
         out.flush()
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=env)
     print(f"started {name} (pid {proc.pid}), log {log}")
-    return Child(name, proc, log, metrics_port, [stage, *cli_args])
+    return Child(name, proc, log, metrics_port, [stage, *cli_args], env=env)
 
 
 def _supervise(config: Config, children: list[Child], run_dir: Path, *, max_minutes: float = 0.0) -> int:
@@ -270,7 +326,7 @@ def _await_final_evaluation(config: Config, children: list[Child], watcher: Any)
 def _restart_learner(old: Child, children: list[Child], run_dir: Path) -> Child:
     stage, *cli_args = old.argv
     args = cli_args if "--resume" in cli_args else [*cli_args, "--resume"]
-    new = _spawn(stage, 0, args, run_dir, old.metrics_port)
+    new = _spawn(stage, 0, args, run_dir, old.metrics_port, old.env)
     new.restarts = old.restarts + 1
     children[children.index(old)] = new
     return new

@@ -21,12 +21,12 @@ from pathlib import Path
 from typing import Any
 
 from rollstream.evaluator.report import EVALS_FILE
+from rollstream.schemas.stages import hops
 
 METRICS_FILE = "metrics.jsonl"
 PLOT_FILE = "reward.png"
-# topic -> (stage that produces it, stage that consumes it)
-HOPS = {"prompts": ("sampler", "generator"), "actions": ("generator", "executor"),
-        "rewards": ("executor", "stream"), "advantages": ("stream", "learner")}
+# topic -> (stage that produces it, stage that consumes it), from the stage table
+HOPS = hops()
 
 
 def scrape(ports: Iterable[int], timeout_s: float = 1.0) -> dict[tuple[str, str, str], float]:

@@ -45,6 +45,7 @@ from rollstream.evaluator import report
 from rollstream.evaluator.play import Player, SampleResult
 from rollstream.metrics import StageMetrics, serve_metrics
 from rollstream.schemas import EvalReported, FamilyEval
+from rollstream.schemas.stages import consumer_group
 
 log = logging.getLogger(__name__)
 STAGE = "evaluator"
@@ -284,7 +285,7 @@ async def run(config: Config, *, stop: asyncio.Event | None = None, backend: Any
         producer = await stack.enter_async_context(EventProducer(config.infra, client_id=STAGE, metrics=metrics,
                                                                  stage=STAGE))
         consumer = await stack.enter_async_context(EventConsumer(
-            config.infra, "policy", group_id=f"{config.infra.topic_prefix}evaluator", producer=producer, stage=STAGE,
+            config.infra, "policy", group_id=consumer_group(config.infra.topic_prefix, STAGE), producer=producer, stage=STAGE,
             metrics=metrics, max_poll_records=100))
         evaluator = Evaluator(config, plan, store, backend, pool, producer, redis, own)
         while not stop.is_set():

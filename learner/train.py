@@ -58,6 +58,7 @@ from rollstream.lifecycle import stop_event
 from rollstream.metrics import StageMetrics, serve_metrics
 from rollstream.redis import connect, count_outcomes, set_groups_consumed, set_policy_version
 from rollstream.schemas.events import GroupAdvantaged, GroupFate
+from rollstream.schemas.stages import consumer_group
 from rollstream.weight_files import open_weight_store
 from rollstream.weights import WeightStore
 
@@ -170,7 +171,7 @@ async def run_stage(config: Config, trainer: Any, tokenizer: Any, lineage: Linea
         producer = await stack.enter_async_context(
             EventProducer(config.infra, client_id=f"learner-{run_id}", metrics=stage_metrics, stage="learner"))
         consumer = await stack.enter_async_context(EventConsumer(
-            config.infra, "advantages", group_id=f"{config.infra.topic_prefix}learner", producer=producer,
+            config.infra, "advantages", group_id=consumer_group(config.infra.topic_prefix, "learner"), producer=producer,
             stage="learner",
             metrics=stage_metrics, start_offsets=offsets, max_poll_records=max(1, config.rl.groups_per_step)))
         loop = LearnerLoop(config, trainer, tokenizer, lineage, consumer, producer, store, redis, metrics, run_id)

@@ -47,6 +47,7 @@ from rollstream.config import Config, StreamConfig
 from rollstream.infra import Endpoints
 from rollstream.kafka import RawRecord, topic_name
 from rollstream.schemas import topic
+from rollstream.schemas.stages import consumer_group
 
 log = logging.getLogger("rollstream.stream")
 EXIT_ON_ERROR = 70  # a batch or sweep failed half way: die before Faust can ack it
@@ -197,7 +198,7 @@ async def serve(stage: BatchStage, config: Config, endpoints: Endpoints, *,
     infra, stream = config.infra, config.stream
     state_dir = Path(infra.state_dir) / "faust"
     state_dir.mkdir(parents=True, exist_ok=True)
-    app = faust_app(f"{infra.topic_prefix}stream", config, endpoints, str(state_dir))
+    app = faust_app(consumer_group(infra.topic_prefix, "stream"), config, endpoints, str(state_dir))
     driver = _Driver(app, stage, topic_name(infra, "rewards"), stream, on_lag)
     app.agent(raw_topic(app, driver.topic), name=f"{infra.topic_prefix}advantages", concurrency=1)(driver.batches)
     app.timer(stream.sweep_interval_s, name=f"{infra.topic_prefix}stream-sweep")(driver.sweep)

@@ -39,6 +39,7 @@ from rollstream.kafka import bootstrap_of, ensure_topics, topic_name
 from rollstream.metrics import StageMetrics, serve_metrics
 from rollstream.retry import retry
 from rollstream.schemas import TOPICS
+from rollstream.schemas.stages import consumer_group
 from rollstream.schemas.topics import DLQ_SUFFIX
 
 log = logging.getLogger(__name__)
@@ -295,7 +296,7 @@ async def open_archiver(config: Config, metrics: StageMetrics | None = None) -> 
     await ensure_topics(config.infra, list(TOPICS))
     archiver = Archiver(config, store, metrics)
     consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap_of(config.infra), group_id=f"{config.infra.topic_prefix}{STAGE}",
+        bootstrap_servers=bootstrap_of(config.infra), group_id=consumer_group(config.infra.topic_prefix, STAGE),
         client_id=archiver_id, enable_auto_commit=False, auto_offset_reset="earliest",
         max_poll_records=config.archive.max_poll_records, fetch_max_wait_ms=config.infra.fetch_max_wait_ms,
         max_partition_fetch_bytes=8 << 20, session_timeout_ms=int(config.infra.session_timeout_s * 1000),

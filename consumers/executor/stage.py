@@ -70,10 +70,10 @@ from rollstream.guard import IntakeGuard
 from rollstream.kafka import Delivery, EventConsumer, EventProducer, ensure_topics
 from rollstream.metrics import StageMetrics, serve_metrics
 from rollstream.schemas.events import ActionGenerated, Event, ExecutionRecord, RewardScored
+from rollstream.schemas.stages import consumer_group
 
 log = logging.getLogger(__name__)
 STAGE = "executor"
-GROUP_ID = "executors"
 COMMIT_EVERY_S = 1.0
 PROGRESS_EVERY_S = 30.0
 
@@ -405,7 +405,7 @@ async def run(
             EventConsumer(
                 infra,
                 "actions",
-                group_id=f"{infra.topic_prefix}{GROUP_ID}",
+                group_id=consumer_group(infra.topic_prefix, STAGE),
                 producer=producer,
                 stage=STAGE,
                 metrics=metrics,

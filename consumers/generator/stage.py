@@ -80,6 +80,7 @@ from rollstream.guard import IntakeGuard
 from rollstream.kafka import Delivery, EventConsumer, EventProducer, ensure_topics
 from rollstream.metrics import StageMetrics, serve_metrics
 from rollstream.schemas.events import ActionGenerated, PromptIssued, Rollout, SamplingParams
+from rollstream.schemas.stages import consumer_group
 
 log = logging.getLogger(__name__)
 STAGE = "generator"
@@ -557,7 +558,7 @@ async def run(config: Config, *, backend: GenerationBackend | None = None, redis
         producer = await stack.enter_async_context(
             EventProducer(infra, client_id=generator_id, metrics=metrics, stage=STAGE))
         consumer: EventConsumer[PromptIssued] = await stack.enter_async_context(
-            EventConsumer(infra, "prompts", group_id=f"{infra.topic_prefix}generators", producer=producer, stage=STAGE,
+            EventConsumer(infra, "prompts", group_id=consumer_group(infra.topic_prefix, STAGE), producer=producer, stage=STAGE,
                           metrics=metrics, client_id=generator_id))
         await sync.load_initial()
         stage = GeneratorStage(config, backend, consumer, producer, sync, metrics, generator_id,
