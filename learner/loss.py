@@ -23,10 +23,27 @@ Pure tensor math, no I/O. For every generated token t of rollout b (``loss_mask[
 With one update per step and pi_prox taken from the same forward (r = 1), the gradient is
 ``w * A * grad log pi_theta`` aggregated as above: on-policy (w = 1) the plain policy-gradient
 estimator.
+
+**Other objectives** register by name (``learner.loss.objective``), as reward kinds and advantage
+estimators do: :func:`register_policy_loss` in the learner's process, or an entry point of the
+group ``rollstream.policy_losses``; a loss has :func:`policy_loss`'s signature and returns the
+(micro-)batch's scalar loss and its statistics (use :func:`aggregate` so gradient accumulation
+stays exact; the statistics :func:`policy_loss` reports that it leaves out read 0). The learner refuses to start with a name nobody registered. Example::
+
+    from rollstream.learner.loss import aggregate, register_policy_loss
+
+    def reinforce(logprobs, prox, behaviour, advantages, mask, settings, **kw):
+        per_token = -advantages.unsqueeze(1) * logprobs
+        return aggregate(per_token, mask.to(logprobs.dtype), settings.loss_agg,
+                         kw.get("step_tokens"), kw.get("step_sequences")), {"tokens": float(mask.sum())}
+
+    register_policy_loss("reinforce", reinforce)
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+from importlib import metadata
 from typing import Any, Literal
 
 import torch
@@ -170,6 +187,39 @@ def policy_loss(
             "entropy": float((entropy * mask).sum() / n) if entropy is not None else 0.0,
         }
     return loss, stats
+
+
+PolicyLoss = Callable[..., tuple[torch.Tensor, dict[str, float]]]
+"""A policy loss: :func:`policy_loss`'s arguments -> (scalar loss, statistics)."""
+ENTRY_POINTS = "rollstream.policy_losses"
+_REGISTERED: dict[str, PolicyLoss] = {"decoupled_ppo": policy_loss}
+_loaded_entry_points = False
+
+
+def register_policy_loss(name: str, loss: PolicyLoss) -> PolicyLoss:
+    """Register ``loss`` under ``name`` (replacing one of that name) and return it."""
+    _REGISTERED[name] = loss
+    return loss
+
+
+def load_entry_points(found: Iterable[metadata.EntryPoint] | None = None) -> None:
+    """Register every loss of the ``rollstream.policy_losses`` entry-point group (once)."""
+    global _loaded_entry_points
+    if found is None and _loaded_entry_points:
+        return
+    for entry in metadata.entry_points(group=ENTRY_POINTS) if found is None else found:
+        register_policy_loss(entry.name, entry.load())
+    _loaded_entry_points = _loaded_entry_points or found is None
+
+
+def get_policy_loss(name: str) -> PolicyLoss:
+    """The loss registered as ``name``; ValueError naming the registered ones otherwise."""
+    load_entry_points()
+    loss = _REGISTERED.get(name)
+    if loss is None:
+        raise ValueError(f"unknown policy loss {name!r}; registered: {', '.join(sorted(_REGISTERED))} "
+                         f"(register more with register_policy_loss or the {ENTRY_POINTS} entry points)")
+    return loss
 
 
 def aggregate(

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from rollstream.config import LearnerConfig, OptimConfig
+from rollstream.errors import ConfigError
 from rollstream.learner.batch import (
     Batch,
     UpdatePlan,
@@ -35,7 +36,7 @@ from rollstream.learner.batch import (
     plan_step,
 )
 from rollstream.learner.lora import iter_merged_weights
-from rollstream.learner.loss import policy_loss, token_logprobs
+from rollstream.learner.loss import get_policy_loss, token_logprobs
 from rollstream.schemas.events import AdvantagedRollout
 
 if TYPE_CHECKING:
@@ -84,6 +85,10 @@ class Trainer:
         self.runner = runner if runner is not None else model  # what the forward is called on (DDP: its wrapper)
         self.ranks = ranks  # None: one rank, no torch.distributed
         self.settings = settings
+        try:
+            self.policy_loss = get_policy_loss(settings.loss.objective)
+        except ValueError as exc:
+            raise ConfigError(f"learner.loss.objective: {exc}") from None
         self.ref_model = ref_model
         self.pad_id = pad_id
         self.device = torch.device(device)
@@ -157,7 +162,7 @@ class Trainer:
         )
 
     def named_weights(self, dtype: torch.dtype | None) -> Iterator[tuple[str, torch.Tensor]]:
-        """The weights to publish (LoRA merged), one tensor at a time (learner/model.py)."""
+        """The weights to publish (LoRA merged), one tensor at a time (learner/lora.py)."""
         return iter_merged_weights(self.model, dtype)
 
     def save_sharded(self, location: str) -> None:
@@ -181,7 +186,7 @@ class Trainer:
     ) -> tuple[float, dict[str, float]]:
         logprobs, entropy = self._logprobs(self.runner, batch)  # [B, T]
         ref = self._ref_logprobs(batch) if self.settings.loss.kl_beta > 0 else None
-        loss, stats = policy_loss(
+        loss, stats = self.policy_loss(
             logprobs,
             logprobs.detach() if prox is None else prox,
             batch.behaviour_logprobs,
@@ -195,6 +200,8 @@ class Trainer:
             weights=batch.weights,
         )
         loss.backward()
+        # A registered loss may report fewer statistics: those it leaves out read 0, its tokens the batch's.
+        stats = {"tokens": float(batch.loss_mask.sum()), **dict.fromkeys(MEAN_STATS, 0.0), "is_max": 0.0, **stats}
         return float(loss.detach()), stats
 
     def _ref_logprobs(self, batch: Batch) -> torch.Tensor:

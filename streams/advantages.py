@@ -46,11 +46,14 @@ from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 
 from rollstream.config import Config
+from rollstream.errors import ConfigError
 from rollstream.infra import Endpoints, resolve_endpoints
 from rollstream.kafka import EventProducer, RawRecord, ensure_topics, topic_name
 from rollstream.metrics import StageMetrics, serve_metrics
 from rollstream.redis import connect
 from rollstream.schemas import RewardScored, SchemaError, codec, topic
+from rollstream.schemas.stages import consumer_group
+from rollstream.streams.estimators import get_estimator
 from rollstream.streams.faust_runtime import serve
 from rollstream.streams.groups import Arrival, Finished, GroupStore, LoadedGroup, Outcome, decide
 from rollstream.streams.output import AdvantagesTopic
@@ -184,18 +187,27 @@ async def open_stage(config: Config, endpoints: Endpoints) -> AsyncIterator[Adva
         yield AdvantageStage(config, store=store, producer=producer, output=output, metrics=metrics)
 
 
+def check_estimator(config: Config) -> None:
+    """Refuse to start with an advantage estimator nobody registered (streams/estimators.py)."""
+    try:
+        get_estimator(config.stream.estimator)
+    except ValueError as exc:
+        raise ConfigError(f"stream.estimator: {exc}") from None
+
+
 async def run(config: Config) -> None:
     """Run one stream worker until SIGTERM/SIGINT (``rollstream stream``).
 
     The Faust worker runs inside the caller's event loop and never returns normally: it
     stops with ``os._exit`` (:mod:`rollstream.streams.faust_runtime`), as Faust's own shutdown can hang.
     """
+    check_estimator(config)
     endpoints = resolve_endpoints(config)
     await ensure_topics(config.infra, ["rewards", "advantages"])
     async with open_stage(config, endpoints) as stage:
         serve_metrics(config.stream.metrics_port, stage.metrics)
         log.info("stream %s -> %s; config: %s %s", topic_name(config.infra, "rewards"), stage.output.name,
                  config.stream, config.rl)
-        group = f"{config.infra.topic_prefix}stream"  # the Faust app id is its consumer group
+        group = consumer_group(config.infra.topic_prefix, STAGE)  # the Faust app id is its consumer group
         await serve(stage, config, endpoints,
                     on_lag=lambda partition, lag: stage.metrics.observe_lag(group, "rewards", partition, lag))

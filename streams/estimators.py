@@ -28,18 +28,27 @@ Edge cases, chosen so that no rollout carries a signal it does not have:
 
 Rewards are optionally clipped to ``[-reward_clip, reward_clip]`` before anything else.
 Zero-variance groups (after clipping) can be filtered; :func:`filter_reason` names why.
+
+**More estimators** register by name, like reward kinds: :func:`register_estimator` in the
+stream's process, or an entry point of the group ``rollstream.estimators`` (an
+:class:`AdvantageEstimator`, or a function ``(rewards, scale, std_eps) -> advantages``) that every
+stream process loads; ``stream.estimator`` names one, and the stream refuses to start with a name
+nobody registered (the error lists the registered ones). Example::
+
+    from rollstream.streams.estimators import register_estimator
+
+    register_estimator("max_baseline", lambda rewards, scale, eps: [r - max(rewards) for r in rewards])
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from importlib import metadata
 from typing import Literal
 
-Estimator = Literal["grpo", "dr_grpo", "rloo"]
 Normalize = Literal["group", "task", "family", "batch"]
-ESTIMATORS: tuple[str, ...] = ("grpo", "dr_grpo", "rloo")
 NORMALIZE: tuple[str, ...] = ("group", "task", "family", "batch")
 
 # Reasons a group is not emitted (metric label values; keep the set small and fixed).
@@ -111,36 +120,103 @@ def filter_reason(rewards: Sequence[float], filter_zero_variance: bool) -> str |
     return None
 
 
+@dataclass(frozen=True, slots=True)
+class AdvantageEstimator:
+    """A registered estimator. ``advantages(rewards, scale, std_eps)`` gets a group of at least two
+    finite rewards; ``scale`` is the std of the ``normalize`` scope when the estimator is
+    ``scaled`` (None: the group's own), and is None for the others."""
+
+    name: str
+    advantages: Callable[[Sequence[float], float | None, float], list[float]]
+    scaled: bool = False  # divides by a std, so stream.normalize chooses whose
+
+
+def _grpo(rewards: Sequence[float], scale: float | None, std_eps: float) -> list[float]:
+    scale = sample_std(rewards) if scale is None else scale
+    if not scale >= 0 or not math.isfinite(scale):
+        raise ValueError(f"std must be finite and >= 0, got {scale!r}")
+    m = mean(rewards)
+    return [(r - m) / (scale + std_eps) for r in rewards]
+
+
+def _dr_grpo(rewards: Sequence[float], scale: float | None, std_eps: float) -> list[float]:
+    m = mean(rewards)
+    return [r - m for r in rewards]
+
+
+def _rloo(rewards: Sequence[float], scale: float | None, std_eps: float) -> list[float]:
+    total, n = math.fsum(rewards), len(rewards)
+    return [r - (total - r) / (n - 1) for r in rewards]
+
+
+_REGISTERED: dict[str, AdvantageEstimator] = {
+    "grpo": AdvantageEstimator("grpo", _grpo, scaled=True),
+    "dr_grpo": AdvantageEstimator("dr_grpo", _dr_grpo),
+    "rloo": AdvantageEstimator("rloo", _rloo),
+}
+ESTIMATORS: tuple[str, ...] = tuple(_REGISTERED)  # the built-in ones
+ENTRY_POINTS = "rollstream.estimators"
+_loaded_entry_points = False
+
+
+def register_estimator(name: str, advantages: Callable[[Sequence[float], float | None, float], list[float]]
+                       | AdvantageEstimator, *, scaled: bool = False) -> AdvantageEstimator:
+    """Register an estimator under ``name`` (replacing one of that name) and return it."""
+    estimator = (advantages if isinstance(advantages, AdvantageEstimator)
+                 else AdvantageEstimator(name, advantages, scaled=scaled))
+    _REGISTERED[name] = estimator
+    return estimator
+
+
+def load_entry_points(found: Iterable[metadata.EntryPoint] | None = None) -> None:
+    """Register every estimator of the ``rollstream.estimators`` entry-point group (once)."""
+    global _loaded_entry_points
+    if found is None and _loaded_entry_points:
+        return
+    for entry in metadata.entry_points(group=ENTRY_POINTS) if found is None else found:
+        register_estimator(entry.name, entry.load())
+    _loaded_entry_points = _loaded_entry_points or found is None
+
+
+def estimator_names() -> list[str]:
+    load_entry_points()
+    return sorted(_REGISTERED)
+
+
+def get_estimator(name: str) -> AdvantageEstimator:
+    """The estimator registered as ``name``; ValueError naming the registered ones otherwise."""
+    load_entry_points()
+    estimator = _REGISTERED.get(name)
+    if estimator is None:
+        raise ValueError(f"unknown advantage estimator {name!r}; registered: {', '.join(sorted(_REGISTERED))} "
+                         f"(register more with register_estimator or the {ENTRY_POINTS} entry points)")
+    return estimator
+
+
 def group_advantages(
     rewards: Sequence[float],
-    estimator: Estimator = "grpo",
+    estimator: str = "grpo",
     *,
     std_eps: float = 1e-6,
     std: float | None = None,
 ) -> list[float]:
     """Advantages of one group, in input order.
 
-    ``std`` overrides GRPO's divisor (the std of the normalisation scope); None: the
+    ``std`` overrides a scaled estimator's divisor (the std of the normalisation scope); None: the
     group's own sample std.
     """
     check_finite(rewards)
+    found = get_estimator(estimator)
     n = len(rewards)
     if n == 0:
         raise ValueError("a group needs at least one reward")
     if n == 1:
         return [0.0]
-    m = mean(rewards)
-    if estimator == "grpo":
-        scale = sample_std(rewards) if std is None else std
-        if not scale >= 0 or not math.isfinite(scale):
-            raise ValueError(f"std must be finite and >= 0, got {scale!r}")
-        return [(r - m) / (scale + std_eps) for r in rewards]
-    if estimator == "dr_grpo":
-        return [r - m for r in rewards]
-    if estimator == "rloo":
-        total = math.fsum(rewards)
-        return [r - (total - r) / (n - 1) for r in rewards]
-    raise ValueError(f"unknown estimator {estimator!r}; known: {', '.join(ESTIMATORS)}")
+    advantages = [float(a) for a in found.advantages(rewards, std if found.scaled else None, std_eps)]
+    if len(advantages) != n:
+        raise ValueError(f"estimator {estimator!r} gave {len(advantages)} advantages for {n} rewards")
+    check_finite(advantages)
+    return advantages
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,14 +231,14 @@ class GroupInput:
 
 def batch_advantages(
     groups: Sequence[GroupInput],
-    estimator: Estimator = "grpo",
+    estimator: str = "grpo",
     normalize: Normalize = "group",
     *,
     std_eps: float = 1e-6,
 ) -> list[list[float]]:
     """Advantages of every group of a batch, ``result[g][i]`` for rollout i of group g.
 
-    Centring is per group; for GRPO the std comes from the ``normalize`` scope.
+    Centring is per group; for a scaled estimator (GRPO) the std comes from the ``normalize`` scope.
     """
     if normalize not in NORMALIZE:
         raise ValueError(f"unknown normalize {normalize!r}; known: {', '.join(NORMALIZE)}")
@@ -171,7 +247,7 @@ def batch_advantages(
     scope_std: dict[str, float] = {}
     scope = {"batch": lambda g: "", "task": lambda g: g.task_id, "family": lambda g: g.family,
              "group": lambda g: None}[normalize]
-    if estimator == "grpo" and normalize != "group":
+    if get_estimator(estimator).scaled and normalize != "group":
         pooled: dict[str, list[float]] = {}
         for g in groups:
             pooled.setdefault(scope(g), []).extend(g.rewards)

@@ -71,7 +71,7 @@ def test_nan_and_inf_rewards_are_rejected(estimator, bad):
 def test_empty_group_and_unknown_estimator_are_errors():
     with pytest.raises(ValueError):
         group_advantages([], "grpo")
-    with pytest.raises(ValueError, match="unknown estimator"):
+    with pytest.raises(ValueError, match="unknown advantage estimator"):
         group_advantages([0.0, 1.0], "ppo")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="unknown normalize"):
         batch_advantages([GroupInput("t", [0.0, 1.0])], "grpo", "global")  # type: ignore[arg-type]
