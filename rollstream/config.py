@@ -1,7 +1,7 @@
 """The configuration's schema: one TOML file, a section per stage, each field typed, bounded and
 documented; :func:`check_consistency` holds what only works across sections.
 
-Loading it (profile < file < environment < ``--set``), the deprecated flat keys, the error
+Loading it (profile < file < environment < ``--set``), the refusal of moved flat keys, the error
 messages that name the key and what it accepts, and writing it back as TOML are in
 :mod:`rollstream.config_load`. Each section object is passed to the code that uses it; nothing
 copies its defaults.
@@ -293,8 +293,10 @@ class ExecutorConfig(Section):
 
 
 class StreamConfig(Section):
-    estimator: Literal["grpo", "dr_grpo", "rloo"] = "grpo"
-    """Advantage estimator."""
+    estimator: Annotated[str, Meta(min_length=1, max_length=64)] = "grpo"
+    """Advantage estimator, by registered name: grpo, dr_grpo, rloo, or one registered with
+    streams/estimators.py (register_estimator, or the rollstream.estimators entry points); the
+    stream refuses to start with an unknown one."""
     normalize: Literal["group", "task", "family", "batch"] = "group"
     """Scope of GRPO's std: each group's own, all groups of its task, of its task family
     (multi-task training), or the whole batch being emitted."""
@@ -322,7 +324,13 @@ class StreamConfig(Section):
 
 
 class LossConfig(Section):
-    """The decoupled off-policy GRPO objective (learner/loss.py)."""
+    """The policy objective (learner/loss.py): the decoupled off-policy GRPO loss unless
+    ``objective`` names another registered one."""
+
+    objective: Annotated[str, Meta(min_length=1, max_length=64)] = "decoupled_ppo"
+    """The policy loss, by registered name: decoupled_ppo (below), or one registered with
+    learner/loss.py (register_policy_loss, or the rollstream.policy_losses entry points); the learner
+    refuses to start with an unknown one."""
 
     clip_low: Annotated[float, Meta(ge=0.0, le=1.0)] = 0.2
     """PPO ratio clip below 1 (1 - clip_low)."""

@@ -13,8 +13,8 @@ Precedence (later wins): defaults < profile < TOML file < environment < ``--set`
   to a plain string.
 * CLI: ``--set section.key=value`` or ``--set section.sub.key=value`` (same parsing), repeatable.
 
-The flat keys of earlier versions (``learner.lr``, ``generator.sglang_url``, ...) still work and
-log a deprecation warning naming the new key (:data:`DEPRECATED`). A wrong key or value fails
+The flat keys of versions before 0.1.0 (``learner.lr``, ``generator.sglang_url``, ...) are
+refused with an error naming the key that replaced them (:data:`MOVED`). A wrong key or value fails
 with :class:`rollstream.errors.ConfigError`, naming the key and the allowed keys or values
 (:func:`explain`). :func:`to_toml` writes a resolved config back as TOML.
 """
@@ -40,9 +40,9 @@ from rollstream.errors import ConfigError
 log = logging.getLogger(__name__)
 PROFILES = Path(__file__).resolve().parent / "profiles"
 ENV_PREFIX = "ROLLSTREAM__"
-# Flat keys of earlier versions -> where they live now. ``learner.lora = true`` is handled
-# apart (it becomes an empty [learner.lora] table; false removes it).
-DEPRECATED: dict[str, str] = {
+# Flat keys of versions before 0.1.0 -> where they live now (refused, naming the new key).
+# ``learner.lora = true`` is refused apart: LoRA is on when a [learner.lora] table is present.
+MOVED: dict[str, str] = {
     **{f"learner.{k}": f"learner.optim.{k}" for k in ("lr", "weight_decay", "warmup_steps", "grad_clip")},
     **{f"learner.{k}": f"learner.loss.{k}" for k in ("clip_low", "clip_high", "is_cap", "loss_agg", "kl_beta")},
     **{f"learner.checkpoint_{k}": f"learner.checkpoint.{k}" for k in ("every", "dir", "keep")},
@@ -107,21 +107,21 @@ def load_config(
     """Resolve the config: defaults < ``profile`` < file < environment < ``overrides``
     ("section.key=value")."""
     environ = os.environ if environ is None else environ
-    tree: dict[str, Any] = _undeprecate(read_toml(profile), f"profile {profile}") if profile else {}
+    tree: dict[str, Any] = _refuse_moved(read_toml(profile), f"profile {profile}") if profile else {}
     path = path or environ.get("ROLLSTREAM_CONFIG")
     if path:
-        _merge(tree, _undeprecate(read_toml(path), f"config file {path}"))
+        _merge(tree, _refuse_moved(read_toml(path), f"config file {path}"))
     layer: dict[str, Any] = {}
     for dotted, text in overrides_from_env(environ):
         _set_path(layer, dotted, parse_value(text), f"environment {ENV_PREFIX}{dotted.upper().replace('.', '__')}")
-    _merge(tree, _undeprecate(layer, "the environment"))
+    _merge(tree, _refuse_moved(layer, "the environment"))
     layer = {}
     for item in overrides:
         dotted, sep, text = item.partition("=")
         if not sep:
             raise ConfigError(f"--set {item!r}: expected section.key=value")
         _set_path(layer, dotted.strip(), parse_value(text.strip()), f"--set {item!r}")
-    _merge(tree, _undeprecate(layer, "--set"))
+    _merge(tree, _refuse_moved(layer, "--set"))
     return validate(tree)
 
 
@@ -134,26 +134,19 @@ def _merge(base: dict[str, Any], top: Mapping[str, Any]) -> None:
             base[key] = dict(value) if isinstance(value, Mapping) else value
 
 
-def _undeprecate(tree: dict[str, Any], origin: str) -> dict[str, Any]:
-    """Move flat keys of earlier versions to their nested place, warning once each."""
+def _refuse_moved(tree: dict[str, Any], origin: str) -> dict[str, Any]:
+    """Refuse the flat keys of earlier versions, naming the key that replaced each."""
     learner = tree.get("learner")
     if isinstance(learner, dict) and isinstance(learner.get("lora"), bool):
-        log.warning("%s: learner.lora = %s is deprecated; LoRA is on when a [learner.lora] table is present",
-                    origin, str(learner["lora"]).lower())
-        if learner.pop("lora"):
-            learner["lora"] = {}
-    for old, new in DEPRECATED.items():
+        raise ConfigError(f"{origin}: learner.lora = {str(learner['lora']).lower()} is no longer a switch: LoRA is "
+                          "on when a [learner.lora] table is present (e.g. [learner.lora] rank = 8, or "
+                          "--set learner.lora.rank=8); remove the key to leave it off")
+    for old, new in MOVED.items():
         section, key = old.split(".")
         table = tree.get(section)
         if isinstance(table, dict) and key in table:
-            value = table.pop(key)
-            if new.startswith("learner.lora.") and not _lora_on(tree):
-                # moving it would turn LoRA on: without learner.lora = true next to it, it meant nothing
-                log.warning("%s: %s is deprecated and ignored (LoRA is not turned on next to it); "
-                            "use %s, which turns LoRA on", origin, old, new)
-                continue
-            log.warning("%s: %s is deprecated, use %s", origin, old, new)
-            _set_path(tree, new, value, origin)
+            raise ConfigError(f"{origin}: {old} moved to {new} (write [{new.rsplit('.', 1)[0]}] "
+                              f"{new.rsplit('.', 1)[1]} = ..., or --set {new}=...)")
     return tree
 
 

@@ -43,19 +43,25 @@ def test_sections_nest_what_belongs_together() -> None:
     assert load_config(None, ["generator.backend='sglang'"], environ={}).generator.sglang.url  # its defaults
 
 
-def test_old_flat_keys_still_work_and_name_the_new_key(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+@pytest.mark.parametrize(("where", "text", "new"), [
+    ("file", "[learner]\nlr = 3e-6\n", "learner.optim.lr"),
+    ("file", "[learner]\ncheckpoint_dir = 'ck'\n", "learner.checkpoint.dir"),
+    ("file", "[generator]\nbackend = 'sglang'\nsglang_url = 'http://old:1'\n", "generator.sglang.url"),
+    ("set", "learner.kl_beta=0.1", "learner.loss.kl_beta"),
+    ("env", "ROLLSTREAM__LEARNER__WARMUP_STEPS=3", "learner.optim.warmup_steps"),
+    ("set", "learner.lora_rank=8", "learner.lora.rank"),
+])
+def test_old_flat_keys_are_refused_naming_the_new_key(tmp_path: Path, where: str, text: str, new: str) -> None:
     path = tmp_path / "old.toml"
-    path.write_text("[learner]\nlr = 3e-6\nclip_high = 0.3\ncheckpoint_dir = 'ck'\nlora = true\nlora_rank = 8\n"
-                    "[generator]\nbackend = 'sglang'\nsglang_url = 'http://old:1'\n")
-    config = load_config(path, ["learner.kl_beta=0.1"], environ={"ROLLSTREAM__LEARNER__WARMUP_STEPS": "3"})
-    assert config.learner.optim.lr == 3e-6 and config.learner.loss.clip_high == 0.3
-    assert config.learner.checkpoint.dir == "ck" and config.learner.lora.rank == 8
-    assert config.learner.loss.kl_beta == 0.1 and config.learner.optim.warmup_steps == 3
-    assert config.generator.sglang.url == "http://old:1"
-    for new in ("learner.optim.lr", "learner.loss.clip_high", "learner.checkpoint.dir", "learner.lora.rank",
-                "generator.sglang.url", "learner.loss.kl_beta", "learner.optim.warmup_steps"):
-        assert f"use {new}" in caplog.text
-    assert load_config(None, ["learner.lora=false", "learner.lora_rank=8"], environ={}).learner.lora is None
+    path.write_text(text if where == "file" else "")
+    env = dict([text.split("=", 1)]) if where == "env" else {}
+    with pytest.raises(ConfigError, match=rf"moved to {new}"):
+        load_config(path, [text] if where == "set" else [], environ=env)
+
+
+def test_the_old_lora_switch_is_refused_with_the_table_to_write() -> None:
+    with pytest.raises(ConfigError, match=r"LoRA is on when a \[learner.lora\] table is present"):
+        load_config(None, ["learner.lora=true"], environ={})
 
 
 def test_combinations_that_cannot_work_are_refused() -> None:
@@ -81,7 +87,6 @@ def test_the_quick_profile_is_a_shipped_file() -> None:
         ("learner.optim.lrr=1", "unknown config key 'learner.optim.lrr'; allowed here: lr, weight_decay"),
         ("learner.lora.rankk=1", "unknown config key 'learner.lora.rankk'; allowed here: rank, broadcast"),
         ("nosuch.key=1", "unknown config key 'nosuch'; allowed here: infra, rl, sampler"),
-        ("stream.estimator=ppo", "'stream.estimator'.*one of 'grpo', 'dr_grpo', 'rloo'"),
         ("rl.group_size=0", "'rl.group_size'.*>= 1"),
         ("generator.dtype='float16'", "'generator.dtype'.*one of 'float32', 'bfloat16'"),
         ("learner.optim.lr=fast", "'learner.optim.lr'.*float"),
