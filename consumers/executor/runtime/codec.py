@@ -19,7 +19,7 @@ object that has crossed, under a *ref* (the judge numbers its objects even, the 
   bytes, Decimal, Fraction, datetime/date/time/timedelta/timezone, range, slice, standard
   Enum members and namedtuples, ``pathlib`` paths, ``uuid.UUID``) cross as themselves;
 * **anything else** crosses as a *handle*: the receiver holds a proxy whose every use is a
-  request to the owner (consumers/remote.py).
+  request to the owner (runtime/proxies.py).
 
 A message is one JSON array: the top-level items are shallow (a container is always ``{"r":
 ref}``), new containers travel as a flat list of definitions ``[ref, kind, payload]`` and
