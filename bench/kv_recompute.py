@@ -10,7 +10,12 @@ states a run reaches (rows x prefix tokens), against one decode forward of the s
 Figures per shape: ``recompute_s`` (best of 3 prefills of distinct rows), ``decode_forward_s``
 (median of 12), ``forwards_equivalent`` (recompute / forward: the decode steps a swap would cost).
 Headline: ``recompute_forwards_median`` over the shapes, and ``recompute_s_16x250`` (16 rows of 250
-tokens: the learning recipe's loop at a swap).
+tokens: the learning recipe's loop at a swap). Beside it, what one decode forward costs by rows at 1
+and 2 torch threads (``forward_ms``, 110 prompt tokens): what a chain's later turns, decoded a few
+rows at a time, can gain from more cores (``two_thread_gain_2_rows``, ``two_thread_gain_32_rows``). And what growing the cache in place gains over transformers'
+``DynamicCache`` (a new tensor of the cache's size per layer and step) for a wide loop (32 rows of
+1200 tokens, a multi-turn loop's width): ``growing_cache_gain_32x1200`` (decode forward ms,
+DynamicCache / the loop's growing cache).
 
     python bench/kv_recompute.py --json bench/results/kv_recompute-2026-12-04.json   # ~2 minutes
     python bench/kv_recompute.py --quick --json /tmp/kv.json                          # two shapes
@@ -59,6 +64,58 @@ def measure(model: Any, rows: int, width: int) -> dict[str, Any]:
             "decode_forward_s": round(forward, 4), "forwards_equivalent": round(recompute / forward, 1)}
 
 
+def forward_ms(model: Any, rows: int, threads: int, width: int = 110) -> float:
+    """Median milliseconds of a decode forward of ``rows`` rows past a ``width``-token prompt."""
+    import torch
+
+    from rollstream.consumers.generator.backends.decode import prefill
+
+    torch.set_num_threads(threads)
+    prompt = [(j * 13) % 5000 + 100 for j in range(width)]
+    with torch.inference_mode():
+        cache, logits, mask, pos = prefill(model, [prompt] * rows, 0)
+        tokens, times = logits.argmax(-1), []
+        for _ in range(40):
+            mask = torch.cat([mask, mask.new_ones((rows, 1))], 1)
+            pos = pos + 1
+            started = time.perf_counter()
+            logits = model(input_ids=tokens[:, None], attention_mask=mask, position_ids=pos[:, None],
+                           past_key_values=cache, use_cache=True).logits[:, -1, :]
+            times.append(time.perf_counter() - started)
+            tokens = logits.argmax(-1)
+    return round(statistics.median(times[5:]) * 1000, 1)
+
+
+def cache_gain(model: Any, rows: int, width: int) -> dict[str, float]:
+    """Median decode-forward ms with transformers' DynamicCache and with the loop's growing cache."""
+    import torch
+    from transformers import DynamicCache
+
+    from rollstream.consumers.generator.backends import decode
+
+    prompts = [[(i * 7 + j) % 5000 + 100 for j in range(width)] for i in range(rows)]
+    out = {}
+    original = decode.growing_cache
+    for name, factory in (("dynamic", lambda config: DynamicCache(config=config)), ("growing", original)):
+        decode.growing_cache = factory
+        try:
+            with torch.inference_mode():
+                cache, logits, mask, pos = decode.prefill(model, prompts, 0, share=False)
+                tokens, times = logits.argmax(-1), []
+                for _ in range(25):
+                    mask = torch.cat([mask, mask.new_ones((rows, 1))], 1)
+                    pos = pos + 1
+                    started = time.perf_counter()
+                    logits = model(input_ids=tokens[:, None], attention_mask=mask, position_ids=pos[:, None],
+                                   past_key_values=cache, use_cache=True).logits[:, -1, :]
+                    times.append(time.perf_counter() - started)
+                    tokens = logits.argmax(-1)
+        finally:
+            decode.growing_cache = original
+        out[f"{name}_ms"] = round(statistics.median(times[3:]) * 1000, 1)
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="two shapes (~1 minute)")
@@ -77,7 +134,16 @@ def main() -> None:
     for rows, width in shapes:
         results.append(measure(model, rows, width))
         print(results[-1], flush=True)
+    growth = cache_gain(model, 32, 1200)
+    print({"cache_32x1200": growth}, flush=True)
+    forwards = {f"{threads}_threads": {str(rows): forward_ms(model, rows, threads) for rows in (2, 8, 32)}
+                for threads in (1, 2)}
+    torch.set_num_threads(args.threads)
+    print({"forward_ms": forwards}, flush=True)
     figures = {
+        "growing_cache_gain_32x1200": round(growth["dynamic_ms"] / growth["growing_ms"], 3),
+        "two_thread_gain_2_rows": round(forwards["1_threads"]["2"] / forwards["2_threads"]["2"], 3),
+        "two_thread_gain_32_rows": round(forwards["1_threads"]["32"] / forwards["2_threads"]["32"], 3),
         "recompute_forwards_median": statistics.median(r["forwards_equivalent"] for r in results),
         "recompute_s_16x250": next((r["recompute_s"] for r in results if (r["rows"], r["prefix_tokens"]) == (16, 250)),
                                    None),
@@ -87,7 +153,8 @@ def main() -> None:
     if args.json:
         import json
 
-        Path(args.json).write_text(json.dumps({**figures, "shapes": results}, indent=2))
+        Path(args.json).write_text(json.dumps({**figures, "shapes": results, "forward_ms": forwards,
+                                               "cache_32x1200": growth}, indent=2))
 
 
 if __name__ == "__main__":

@@ -10,6 +10,13 @@ padding stays masked, so a row computes what it would alone, up to float roundin
 shape changes the matmuls). Columns that every remaining row masks are trimmed after rows
 leave, so the cache is as wide as the longest live row, not as the loop's whole history.
 
+The cache grows in place: each layer's keys and values live in a buffer with room to spare
+(:class:`_GrowingLayer`), so a decode step writes one column instead of copying the whole cache
+into a new tensor, as transformers' ``DynamicLayer`` does (on CPU that copy, a fresh allocation of
+the cache's size per layer and step, cost more than the forward once long multi-turn prompts
+widened the loop: the kernel's page faults kept a core at 100 % system time). A buffer is
+reallocated, 1.5 times larger, only when the loop outgrows it or rows join, leave or are trimmed.
+
 Bounds: at most ``max_rows`` rows, and ``rows x width <= max_kv_tokens``, where a row's width is
 reserved up front (its prompt plus its token limit) so that a row admitted never has to be
 evicted; a request that does not fit waits (:meth:`fits`), and one request alone always fits.
@@ -114,6 +121,60 @@ def _left_pad(prompts: Sequence[list[int]], pad_id: int, device: Any) -> tuple[t
     return input_ids.to(device), mask.to(device)
 
 
+def _growing_layer_class() -> type | None:
+    """transformers' ``DynamicLayer`` whose ``update`` writes into a buffer with room to spare (None
+    where the cache has no layer objects: transformers < 4.56 keeps two lists)."""
+    try:
+        from transformers.cache_utils import DynamicLayer
+    except ImportError:
+        return None
+
+    class _GrowingLayer(DynamicLayer):  # type: ignore[misc, valid-type]
+        _kbuf: torch.Tensor | None = None
+        _vbuf: torch.Tensor | None = None
+
+        def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+            if not self.is_initialized:
+                self.lazy_initialization(key_states, value_states)
+            if self.keys.numel() == 0:
+                used, kept = 0, None
+            else:
+                used, kept = self.keys.shape[-2], (self.keys, self.values)
+            need = used + key_states.shape[-2]
+            buf = self._kbuf
+            if (buf is None or kept is None or buf.shape[0] != key_states.shape[0] or need > buf.shape[-2]
+                    or self.keys.data_ptr() != buf.data_ptr() or self.keys.stride() != buf.stride()):
+                # the cache was replaced (rows joined, left or were trimmed) or is full: a new buffer
+                shape = (*key_states.shape[:-2], need + max(16, need // 2), key_states.shape[-1])
+                self._kbuf, self._vbuf = key_states.new_empty(shape), value_states.new_empty(shape)
+                if kept is not None:
+                    self._kbuf[..., :used, :] = kept[0]
+                    self._vbuf[..., :used, :] = kept[1]
+            assert self._kbuf is not None and self._vbuf is not None
+            self._kbuf[..., used:need, :] = key_states
+            self._vbuf[..., used:need, :] = value_states
+            self.keys, self.values = self._kbuf[..., :need, :], self._vbuf[..., :need, :]
+            return self.keys, self.values
+
+    return _GrowingLayer
+
+
+_GROWING = _growing_layer_class()
+
+
+def growing_cache(config: Any) -> Any:
+    """A DynamicCache for ``config`` whose full-attention layers grow in place (:class:`_GrowingLayer`)."""
+    from transformers import DynamicCache
+
+    cache = DynamicCache(config=config)
+    if _GROWING is not None:
+        for layer in getattr(cache, "layers", []):
+            if type(layer) is _GROWING.__mro__[1]:  # exactly DynamicLayer (sliding-window layers keep theirs)
+                layer.__class__ = _GROWING
+    return cache
+
+
 def prefill(model: Any, prompts: Sequence[list[int]], pad_id: int, *, share: bool = True,
             ) -> tuple[Any, torch.Tensor, torch.Tensor, torch.Tensor]:
     """One forward over the left-padded prompts: ``(cache, logits [B, V] of each prompt's last
@@ -123,14 +184,12 @@ def prefill(model: Any, prompts: Sequence[list[int]], pad_id: int, *, share: boo
     cache, logits and mask copied to each of them; the padded width is that of the longest
     prompt either way, so every row's cache and mask are the ones the unshared prefill gives.
     """
-    from transformers import DynamicCache
-
     distinct: dict[tuple[int, ...], int] = {}
     row_of = [distinct.setdefault(tuple(p), len(distinct)) if share else i for i, p in enumerate(prompts)]
     unique = [list(p) for p in distinct] if share else list(prompts)
     input_ids, mask = _left_pad(unique, pad_id, model.device)  # [U, T]
     positions = (mask.cumsum(-1) - 1).clamp(min=0)  # [U, T]
-    cache = DynamicCache(config=model.config)
+    cache = growing_cache(model.config)
     logits = model(input_ids=input_ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
                    use_cache=True, logits_to_keep=1).logits[:, -1, :]  # [U, V]
     if len(unique) < len(prompts):
