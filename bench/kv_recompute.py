@@ -38,28 +38,44 @@ from bench.common import report  # noqa: E402
 SHAPES = ((8, 150), (16, 250), (32, 250), (32, 350))
 
 
-def measure(model: Any, rows: int, width: int) -> dict[str, Any]:
+def distinct_prompts(rows: int, width: int) -> list[list[int]]:
+    return [[(i * 7 + j) % 5000 + 100 for j in range(width)] for i in range(rows)]
+
+
+def decode_seconds(model: Any, prefilled: tuple[Any, Any, Any, Any], steps: int, skip: int) -> float:
+    """Median seconds of a decode forward over ``steps`` steps from a prefill (the first ``skip`` left out)."""
     import torch
 
-    from rollstream.consumers.generator.backends.decode import prefill
-
-    prompts = [[(i * 7 + j) % 5000 + 100 for j in range(width)] for i in range(rows)]  # distinct rows
+    cache, logits, mask, pos = prefilled
+    rows, tokens, times = logits.shape[0], logits.argmax(-1), []
     with torch.inference_mode():
-        times = []
-        for _ in range(3):
-            started = time.perf_counter()
-            cache, logits, mask, pos = prefill(model, prompts, 0, share=False)
-            times.append(time.perf_counter() - started)
-        tokens, forwards = logits.argmax(-1), []
-        for _ in range(12):
+        for _ in range(steps):
             mask = torch.cat([mask, mask.new_ones((rows, 1))], 1)
             pos = pos + 1
             started = time.perf_counter()
             logits = model(input_ids=tokens[:, None], attention_mask=mask, position_ids=pos[:, None],
                            past_key_values=cache, use_cache=True).logits[:, -1, :]
-            forwards.append(time.perf_counter() - started)
+            times.append(time.perf_counter() - started)
             tokens = logits.argmax(-1)
-    recompute, forward = min(times), statistics.median(forwards)
+    return statistics.median(times[skip:])
+
+
+def prefilled(model: Any, prompts: list[list[int]], share: bool = False) -> tuple[Any, Any, Any, Any]:
+    import torch
+
+    from rollstream.consumers.generator.backends import decode
+
+    with torch.inference_mode():
+        return decode.prefill(model, prompts, 0, share=share)
+
+
+def measure(model: Any, rows: int, width: int) -> dict[str, Any]:
+    times = []
+    for _ in range(3):
+        started = time.perf_counter()
+        state = prefilled(model, distinct_prompts(rows, width))
+        times.append(time.perf_counter() - started)
+    recompute, forward = min(times), decode_seconds(model, state, 12, 0)
     return {"rows": rows, "prefix_tokens": width, "recompute_s": round(recompute, 3),
             "decode_forward_s": round(forward, 4), "forwards_equivalent": round(recompute / forward, 1)}
 
@@ -68,51 +84,26 @@ def forward_ms(model: Any, rows: int, threads: int, width: int = 110) -> float:
     """Median milliseconds of a decode forward of ``rows`` rows past a ``width``-token prompt."""
     import torch
 
-    from rollstream.consumers.generator.backends.decode import prefill
-
     torch.set_num_threads(threads)
     prompt = [(j * 13) % 5000 + 100 for j in range(width)]
-    with torch.inference_mode():
-        cache, logits, mask, pos = prefill(model, [prompt] * rows, 0)
-        tokens, times = logits.argmax(-1), []
-        for _ in range(40):
-            mask = torch.cat([mask, mask.new_ones((rows, 1))], 1)
-            pos = pos + 1
-            started = time.perf_counter()
-            logits = model(input_ids=tokens[:, None], attention_mask=mask, position_ids=pos[:, None],
-                           past_key_values=cache, use_cache=True).logits[:, -1, :]
-            times.append(time.perf_counter() - started)
-            tokens = logits.argmax(-1)
-    return round(statistics.median(times[5:]) * 1000, 1)
+    return round(decode_seconds(model, prefilled(model, [prompt] * rows, share=True), 40, 5) * 1000, 1)
 
 
 def cache_gain(model: Any, rows: int, width: int) -> dict[str, float]:
     """Median decode-forward ms with transformers' DynamicCache and with the loop's growing cache."""
-    import torch
     from transformers import DynamicCache
 
     from rollstream.consumers.generator.backends import decode
 
-    prompts = [[(i * 7 + j) % 5000 + 100 for j in range(width)] for i in range(rows)]
     out = {}
     original = decode.growing_cache
     for name, factory in (("dynamic", lambda config: DynamicCache(config=config)), ("growing", original)):
         decode.growing_cache = factory
         try:
-            with torch.inference_mode():
-                cache, logits, mask, pos = decode.prefill(model, prompts, 0, share=False)
-                tokens, times = logits.argmax(-1), []
-                for _ in range(25):
-                    mask = torch.cat([mask, mask.new_ones((rows, 1))], 1)
-                    pos = pos + 1
-                    started = time.perf_counter()
-                    logits = model(input_ids=tokens[:, None], attention_mask=mask, position_ids=pos[:, None],
-                                   past_key_values=cache, use_cache=True).logits[:, -1, :]
-                    times.append(time.perf_counter() - started)
-                    tokens = logits.argmax(-1)
+            out[f"{name}_ms"] = round(decode_seconds(model, prefilled(model, distinct_prompts(rows, width)), 25, 3)
+                                      * 1000, 1)
         finally:
             decode.growing_cache = original
-        out[f"{name}_ms"] = round(statistics.median(times[3:]) * 1000, 1)
     return out
 
 

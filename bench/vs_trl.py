@@ -472,24 +472,31 @@ PLACEMENTS: dict[str, dict[str, Any]] = {
 }
 
 
-def placement_study(rounds: int, steps: int, json_out: str | None) -> None:
-    """rollstream alone under each of ``PLACEMENTS``, alternating, an idle check before each run;
-    ``placement_speedup`` = the default's completions/s / the earlier unpinned 1+2's."""
-    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in PLACEMENTS}
+def rollstream_study(sides: dict[str, dict[str, Any]], rounds: int, steps: int) -> dict[str, Any]:
+    """rollstream alone under each side's ``run_rollstream`` arguments, alternating (A B A B), an idle
+    check before each run: the runs, checks and per-side summaries."""
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in sides}
     checks: list[dict[str, Any]] = []
     for _ in range(rounds):
-        for name, spec in PLACEMENTS.items():
+        for name, spec in sides.items():
             checks.append({"before": name, **probe.idle_check()})
             runs[name].append(run_rollstream(steps, **spec))
             summary = side_summary(runs[name][-1:])
-            print(f"{name}: {summary['s_per_step_median']} s/step {summary['breakdown_median_s']}", flush=True)
+            print(f"{name}: {summary['s_per_step_median']} s/step, {summary['completions_per_s']} completions/s "
+                  f"{summary['breakdown_median_s']}", flush=True)
     summaries = {name: side_summary(r) for name, r in runs.items()}
-    figures: dict[str, Any] = {
-        "settings": {**SETTINGS, "rounds": rounds, "timed_steps": steps}, "versions": probe.versions(),
-        "machine": probe.machine(), "idle_checks": checks, "runs": runs, "summaries": summaries,
-        "s_per_step_median": {name: s["s_per_step_median"] for name, s in summaries.items()},
-        "placement_speedup": ratio(summaries["pinned_1_1"], summaries["unpinned_1_2"]),
-        "rounds_loaded": sum(c["loaded"] for c in checks)}
+    return {"settings": {**SETTINGS, "rounds": rounds, "timed_steps": steps}, "versions": probe.versions(),
+            "machine": probe.machine(), "idle_checks": checks, "runs": runs, "summaries": summaries,
+            "s_per_step_median": {name: s["s_per_step_median"] for name, s in summaries.items()},
+            "rounds_loaded": sum(c["loaded"] for c in checks)}
+
+
+def placement_study(rounds: int, steps: int, json_out: str | None) -> None:
+    """rollstream alone under each of ``PLACEMENTS``; ``placement_speedup`` = the default's
+    completions/s / the earlier unpinned 1+2's."""
+    figures = rollstream_study(PLACEMENTS, rounds, steps)
+    summaries = figures["summaries"]
+    figures["placement_speedup"] = ratio(summaries["pinned_1_1"], summaries["unpinned_1_2"])
     if json_out:
         Path(json_out).write_text(json.dumps(figures, indent=2))
     report({k: figures[k] for k in ("s_per_step_median", "placement_speedup", "rounds_loaded")}, None)
@@ -497,27 +504,14 @@ def placement_study(rounds: int, steps: int, json_out: str | None) -> None:
 
 def continuous_study(rounds: int, steps: int, json_out: str | None) -> None:
     """rollstream on the headline's work with the continuous decode loop (the default) and with one
-    batch at a time (``generator.continuous=false``), alternating (off, on, off, on), an idle check
-    before each run; ``continuous_single_turn_ratio`` = on's completions/s / off's."""
-    sides = {"off": ("generator.continuous=false",), "on": ("generator.continuous=true",)}
-    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in sides}
-    checks: list[dict[str, Any]] = []
-    for _ in range(rounds):
-        for name, overrides in sides.items():
-            checks.append({"before": name, **probe.idle_check()})
-            runs[name].append(run_rollstream(steps, overrides=overrides))
-            summary = side_summary(runs[name][-1:])
-            print(f"continuous {name}: {summary['s_per_step_median']} s/step, {summary['completions_per_s']} "
-                  f"completions/s {summary['breakdown_median_s']}", flush=True)
-    summaries = {name: side_summary(r) for name, r in runs.items()}
-    figures: dict[str, Any] = {
-        "settings": {**SETTINGS, "rounds": rounds, "timed_steps": steps}, "versions": probe.versions(),
-        "machine": probe.machine(), "idle_checks": checks, "runs": runs, "summaries": summaries,
-        "s_per_step_median": {name: s["s_per_step_median"] for name, s in summaries.items()},
-        "continuous_single_turn_ratio": ratio(summaries["on"], summaries["off"]),
-        "continuous_single_turn_ratio_per_round": [ratio(side_summary([on]), side_summary([off]))
-                                                   for off, on in zip(runs["off"], runs["on"], strict=True)],
-        "rounds_loaded": sum(c["loaded"] for c in checks)}
+    batch at a time (``generator.continuous=false``), alternating (off, on, off, on);
+    ``continuous_single_turn_ratio`` = on's completions/s / off's."""
+    figures = rollstream_study({"off": {"overrides": ("generator.continuous=false",)},
+                                "on": {"overrides": ("generator.continuous=true",)}}, rounds, steps)
+    runs, summaries = figures["runs"], figures["summaries"]
+    figures["continuous_single_turn_ratio"] = ratio(summaries["on"], summaries["off"])
+    figures["continuous_single_turn_ratio_per_round"] = [ratio(side_summary([on]), side_summary([off]))
+                                                         for off, on in zip(runs["off"], runs["on"], strict=True)]
     if json_out:
         Path(json_out).write_text(json.dumps(figures, indent=2))
     report({k: figures[k] for k in ("s_per_step_median", "continuous_single_turn_ratio",

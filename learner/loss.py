@@ -49,6 +49,7 @@ from typing import Any, Literal
 import torch
 
 from rollstream.config import LossConfig
+from rollstream.registry import Registry
 
 LossAgg = Literal["token_mean", "sequence_mean"]
 
@@ -192,34 +193,23 @@ def policy_loss(
 PolicyLoss = Callable[..., tuple[torch.Tensor, dict[str, float]]]
 """A policy loss: :func:`policy_loss`'s arguments -> (scalar loss, statistics)."""
 ENTRY_POINTS = "rollstream.policy_losses"
-_REGISTERED: dict[str, PolicyLoss] = {"decoupled_ppo": policy_loss}
-_loaded_entry_points = False
+REGISTRY: Registry[PolicyLoss] = Registry("policy loss", ENTRY_POINTS, "register_policy_loss",
+                                          {"decoupled_ppo": policy_loss})
 
 
 def register_policy_loss(name: str, loss: PolicyLoss) -> PolicyLoss:
     """Register ``loss`` under ``name`` (replacing one of that name) and return it."""
-    _REGISTERED[name] = loss
-    return loss
+    return REGISTRY.register(name, loss)
 
 
 def load_entry_points(found: Iterable[metadata.EntryPoint] | None = None) -> None:
     """Register every loss of the ``rollstream.policy_losses`` entry-point group (once)."""
-    global _loaded_entry_points
-    if found is None and _loaded_entry_points:
-        return
-    for entry in metadata.entry_points(group=ENTRY_POINTS) if found is None else found:
-        register_policy_loss(entry.name, entry.load())
-    _loaded_entry_points = _loaded_entry_points or found is None
+    REGISTRY.load_entry_points(found)
 
 
 def get_policy_loss(name: str) -> PolicyLoss:
     """The loss registered as ``name``; ValueError naming the registered ones otherwise."""
-    load_entry_points()
-    loss = _REGISTERED.get(name)
-    if loss is None:
-        raise ValueError(f"unknown policy loss {name!r}; registered: {', '.join(sorted(_REGISTERED))} "
-                         f"(register more with register_policy_loss or the {ENTRY_POINTS} entry points)")
-    return loss
+    return REGISTRY.get(name)
 
 
 def aggregate(

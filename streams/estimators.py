@@ -46,7 +46,9 @@ import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from importlib import metadata
-from typing import Literal
+from typing import Any, Literal
+
+from rollstream.registry import Registry
 
 Normalize = Literal["group", "task", "family", "batch"]
 NORMALIZE: tuple[str, ...] = ("group", "task", "family", "batch")
@@ -149,48 +151,37 @@ def _rloo(rewards: Sequence[float], scale: float | None, std_eps: float) -> list
     return [r - (total - r) / (n - 1) for r in rewards]
 
 
-_REGISTERED: dict[str, AdvantageEstimator] = {
-    "grpo": AdvantageEstimator("grpo", _grpo, scaled=True),
-    "dr_grpo": AdvantageEstimator("dr_grpo", _dr_grpo),
-    "rloo": AdvantageEstimator("rloo", _rloo),
-}
-ESTIMATORS: tuple[str, ...] = tuple(_REGISTERED)  # the built-in ones
+def _as_estimator(name: str, obj: Any) -> AdvantageEstimator:
+    return obj if isinstance(obj, AdvantageEstimator) else AdvantageEstimator(name, obj)
+
+
 ENTRY_POINTS = "rollstream.estimators"
-_loaded_entry_points = False
+ESTIMATORS: tuple[str, ...] = ("grpo", "dr_grpo", "rloo")  # the built-in ones
+REGISTRY: Registry[AdvantageEstimator] = Registry(
+    "advantage estimator", ENTRY_POINTS, "register_estimator",
+    {"grpo": AdvantageEstimator("grpo", _grpo, scaled=True), "dr_grpo": AdvantageEstimator("dr_grpo", _dr_grpo),
+     "rloo": AdvantageEstimator("rloo", _rloo)}, _as_estimator)
 
 
 def register_estimator(name: str, advantages: Callable[[Sequence[float], float | None, float], list[float]]
                        | AdvantageEstimator, *, scaled: bool = False) -> AdvantageEstimator:
     """Register an estimator under ``name`` (replacing one of that name) and return it."""
-    estimator = (advantages if isinstance(advantages, AdvantageEstimator)
-                 else AdvantageEstimator(name, advantages, scaled=scaled))
-    _REGISTERED[name] = estimator
-    return estimator
+    return REGISTRY.register(name, advantages if isinstance(advantages, AdvantageEstimator)
+                             else AdvantageEstimator(name, advantages, scaled=scaled))
 
 
 def load_entry_points(found: Iterable[metadata.EntryPoint] | None = None) -> None:
     """Register every estimator of the ``rollstream.estimators`` entry-point group (once)."""
-    global _loaded_entry_points
-    if found is None and _loaded_entry_points:
-        return
-    for entry in metadata.entry_points(group=ENTRY_POINTS) if found is None else found:
-        register_estimator(entry.name, entry.load())
-    _loaded_entry_points = _loaded_entry_points or found is None
+    REGISTRY.load_entry_points(found)
 
 
 def estimator_names() -> list[str]:
-    load_entry_points()
-    return sorted(_REGISTERED)
+    return REGISTRY.names()
 
 
 def get_estimator(name: str) -> AdvantageEstimator:
     """The estimator registered as ``name``; ValueError naming the registered ones otherwise."""
-    load_entry_points()
-    estimator = _REGISTERED.get(name)
-    if estimator is None:
-        raise ValueError(f"unknown advantage estimator {name!r}; registered: {', '.join(sorted(_REGISTERED))} "
-                         f"(register more with register_estimator or the {ENTRY_POINTS} entry points)")
-    return estimator
+    return REGISTRY.get(name)
 
 
 def group_advantages(
