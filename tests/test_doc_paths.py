@@ -94,7 +94,7 @@ def broken_references(path: Path, roots: set[str]) -> list[str]:
     broken = []
     for match in PATH.finditer(text):
         ref = match.group(1)
-        if ref.split("/")[0] not in roots or PATTERN.search(text[match.start(): match.end() + 1]) \
+        if ref.split("/")[0] not in roots or PATTERN.search(text[match.start(): match.end() + 2]) \
                 or OUTPUT.search(text[max(0, match.start() - 16): match.start()]):
             continue
         if not _exists(ref):
