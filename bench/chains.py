@@ -30,9 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +38,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench.common import report  # noqa: E402
-from bench.recipe import pooled, ratio, run_recipe  # noqa: E402
+from bench.recipe import alternate, pooled, ratio, run_recipe  # noqa: E402
 
 
 def run_side(name: str, steps: int, single_turn: bool, work: Path, extra: list[str]) -> dict[str, Any]:
@@ -113,18 +111,12 @@ def main() -> None:
     args = parser.parse_args()
     steps = 3 if args.quick else args.steps
     rounds = 1 if args.quick else args.rounds
-    results: dict[str, list[dict[str, Any]]] = {"chains": [], "single": []}
-    for i in range(rounds):
-        for side in ("chains", "single"):
-            work = Path(tempfile.mkdtemp(prefix=f"rollstream-chains-{side}-"))
-            try:
-                record = run_side(f"{side}-{i + 1}", steps, side == "single", work, args.extra)
-            finally:
-                shutil.rmtree(work, ignore_errors=True)
-            results[side].append(record)
-            print(f"[{record['name']}] {record['steps']} steps, {record['ms_per_token']} ms a trained token "
-                  f"(first/last third {record['ms_per_token_first_third']}/{record['ms_per_token_last_third']}), "
-                  f"waiting {record['waiting']}, by turn {record['rollouts_by_turn']}", flush=True)
+    results = alternate(
+        ("chains", "single"), rounds,
+        lambda side, name, work: run_side(name, steps, side == "single", work, args.extra),
+        lambda r: (f"{r['steps']} steps, {r['ms_per_token']} ms a trained token (first/last third "
+                   f"{r['ms_per_token_first_third']}/{r['ms_per_token_last_third']}), waiting {r['waiting']}, "
+                   f"by turn {r['rollouts_by_turn']}, groups {r['groups']}"))
     chains = results["chains"]
     growth = [r["ms_per_token_last_third"] / r["ms_per_token_first_third"] for r in chains
               if r["ms_per_token_first_third"] and r["ms_per_token_last_third"]]

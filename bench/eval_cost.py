@@ -26,9 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +34,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench.common import report  # noqa: E402
-from bench.recipe import pooled, ratio, run_recipe  # noqa: E402
+from bench.recipe import alternate, pooled, ratio, run_recipe  # noqa: E402
 
 
 def evaluations(run_dir: Path) -> dict[str, Any]:
@@ -74,18 +72,11 @@ def main() -> None:
     args = parser.parse_args()
     steps = 4 if args.quick else args.steps
     rounds = 1 if args.quick else args.rounds
-    results: dict[str, list[dict[str, Any]]] = {"off": [], "on": []}
-    for i in range(rounds):
-        for side in ("off", "on"):
-            work = Path(tempfile.mkdtemp(prefix=f"rollstream-evalcost-{side}-"))
-            try:
-                record = run_side(f"{side}-{i + 1}", steps, args.every if side == "on" else 0, work, args.extra)
-            finally:
-                shutil.rmtree(work, ignore_errors=True)
-            results[side].append(record)
-            print(f"[{record['name']}] {record['steps']} steps, {record['s_per_step']} s a step, "
-                  f"{record['ms_per_token']} ms a trained token, steps {record['step_s']}"
-                  + (f", evals {record['evals']}" if "evals" in record else ""), flush=True)
+    results = alternate(
+        ("off", "on"), rounds,
+        lambda side, name, work: run_side(name, steps, args.every if side == "on" else 0, work, args.extra),
+        lambda r: (f"{r['steps']} steps, {r['s_per_step']} s a step, {r['ms_per_token']} ms a trained token, "
+                   f"steps {r['step_s']}" + (f", evals {r['evals']}" if "evals" in r else "")))
     on, off = results["on"], results["off"]
     eval_s = [s for r in on for s in r["evals"]["eval_s"]]
     figures = {

@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -74,3 +77,20 @@ def pooled(runs: list[dict[str, Any]], per: str) -> float | None:
 
 def ratio(a: float | None, b: float | None) -> float | None:
     return round(a / b, 3) if a and b else None
+
+
+def alternate(sides: tuple[str, ...], rounds: int, run: Callable[[str, str, Path], dict[str, Any]],
+              describe: Callable[[dict[str, Any]], str]) -> dict[str, list[dict[str, Any]]]:
+    """``run(side, name, work)`` for each side in turn (A B A B), ``rounds`` times, each in a work
+    directory of its own (deleted after); prints ``describe(record)`` after each run."""
+    results: dict[str, list[dict[str, Any]]] = {side: [] for side in sides}
+    for i in range(rounds):
+        for side in sides:
+            work = Path(tempfile.mkdtemp(prefix=f"rollstream-bench-{side}-"))
+            try:
+                record = run(side, f"{side}-{i + 1}", work)
+            finally:
+                shutil.rmtree(work, ignore_errors=True)
+            results[side].append(record)
+            print(f"[{record['name']}] {describe(record)}", flush=True)
+    return results
