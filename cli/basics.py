@@ -42,11 +42,12 @@ def register(name: str, parser: argparse.ArgumentParser) -> Any:
 
 
 def show_config(args: argparse.Namespace, config: Config) -> int:
+    from rollstream.cli.records import run_paths
     from rollstream.cli.run import CONFIG_FILE
     from rollstream.config_load import to_toml
 
     if args.run:
-        run = Path(args.run) if Path(args.run).is_dir() else Path(config.infra.state_dir) / "runs" / args.run
+        run, _ = run_paths(config, args.run)
         if not (run / CONFIG_FILE).is_file():
             raise ConfigError(f"--run {args.run}: no {run / CONFIG_FILE} (a run directory of `rollstream run`; runs "
                               "before this file was written have only run.json)")

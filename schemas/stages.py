@@ -22,7 +22,6 @@ class StageSpec:
     produces: tuple[str, ...] = ()  # topics it writes (besides the .dlq of what it consumes)
     group: str | None = None  # its consumer group, under infra.topic_prefix (None: it consumes nothing)
     commits: str = ""  # what it has done before it commits an input offset
-    reader: str = ""  # how the topic table names it as a reader (default: its name)
 
 
 STAGES: tuple[StageSpec, ...] = (
@@ -32,15 +31,14 @@ STAGES: tuple[StageSpec, ...] = (
     StageSpec("generator", "rollstream.consumers.generator.stage",
               "turn prompts into G completions each (transformers or SGLang)", "generator",
               consumes=("prompts",), produces=("actions",), group="generators",
-              commits="a prompt once every completion it asked for was acknowledged", reader="generators"),
+              commits="a prompt once every completion it asked for was acknowledged"),
     StageSpec("executor", "rollstream.consumers.executor.stage", "run completions in Docker sandboxes and score them",
               "executor", consumes=("actions",), produces=("rewards", "audit", "prompts"), group="executors",
-              commits="an action once its reward (or next turn) and audit were acknowledged", reader="executors"),
+              commits="an action once its reward (or next turn) and audit were acknowledged"),
     StageSpec("stream", "rollstream.streams.advantages",
               "gather each group's rewards and compute advantages (Faust)", "stream",
               consumes=("rewards",), produces=("advantages",), group="stream",
-              commits="a reward once it is in its open group in Redis (a group is emitted exactly once)",
-              reader="advantage stream"),
+              commits="a reward once it is in its open group in Redis (a group is emitted exactly once)"),
     StageSpec("learner", "rollstream.learner.train", "train the policy on advantages and broadcast weights", "learner",
               consumes=("advantages",), produces=("policy", "fates"), group="learner",
               commits="the groups of a step in the checkpoint that follows it (offsets restored on resume)"),

@@ -156,11 +156,11 @@ def _as_estimator(name: str, obj: Any) -> AdvantageEstimator:
 
 
 ENTRY_POINTS = "rollstream.estimators"
-ESTIMATORS: tuple[str, ...] = ("grpo", "dr_grpo", "rloo")  # the built-in ones
-REGISTRY: Registry[AdvantageEstimator] = Registry(
-    "advantage estimator", ENTRY_POINTS, "register_estimator",
-    {"grpo": AdvantageEstimator("grpo", _grpo, scaled=True), "dr_grpo": AdvantageEstimator("dr_grpo", _dr_grpo),
-     "rloo": AdvantageEstimator("rloo", _rloo)}, _as_estimator)
+_BUILT_IN = (AdvantageEstimator("grpo", _grpo, scaled=True), AdvantageEstimator("dr_grpo", _dr_grpo),
+             AdvantageEstimator("rloo", _rloo))
+ESTIMATORS: tuple[str, ...] = tuple(e.name for e in _BUILT_IN)
+REGISTRY: Registry[AdvantageEstimator] = Registry("advantage estimator", ENTRY_POINTS, "register_estimator",
+                                                  {e.name: e for e in _BUILT_IN}, _as_estimator)
 
 
 def register_estimator(name: str, advantages: Callable[[Sequence[float], float | None, float], list[float]]

@@ -170,7 +170,7 @@ def growing_cache(config: Any) -> Any:
     cache = DynamicCache(config=config)
     if _GROWING is not None:
         for layer in getattr(cache, "layers", []):
-            if type(layer) is _GROWING.__mro__[1]:  # exactly DynamicLayer (sliding-window layers keep theirs)
+            if type(layer) is _GROWING.__base__:  # exactly DynamicLayer (sliding-window layers keep theirs)
                 layer.__class__ = _GROWING
     return cache
 
