@@ -208,6 +208,14 @@ class GeneratorConfig(Section):
     """Bound on the decode loop's KV cache: rows x the widest row's prompt plus token limit (each row's
     width is reserved when it joins). Memory is this x 2 x layers x KV heads x head size x dtype
     bytes: 46 KB a token for SmolLM2 in float32, 3 GB at the default."""
+    max_lanes: Annotated[int, Meta(ge=1, le=64)] = 4
+    """Most lanes of the transformers backend's decode loop: rows whose prompts are far apart in
+    width decode in separate lanes (one forward each), so short rows are not padded to the longest
+    multi-turn prompt. 1: one padded loop. docs/generator.md "Lanes"."""
+    lane_split_tokens: PositiveInt = 10000
+    """A forward's fixed cost counted in padded cache entries (rows x columns): a group opens a lane
+    of its own when joining the cheapest lane would add more padding than this (measured on a
+    2-core CPU with SmolLM2 by bench/decode_loop.py: split_tokens_fit)."""
     update: Literal["in_flight", "between_batches"] = "in_flight"
     """When the transformers backend swaps in new weights: between two forwards, rows in progress
     continuing under them ("in_flight"), or once the rows in its decode loop have finished, admitting

@@ -1,21 +1,33 @@
 """The continuous decode loop of the transformers backend: rows join and leave between forwards.
 
-One :class:`DecodeLoop` holds the rows being sampled, their KV cache, attention mask, positions
-and the logits of their next token. An iteration (:meth:`DecodeLoop.step`) samples one token for
-every row, lets the finished rows leave, and runs one forward over the rest. Between two
-iterations :meth:`DecodeLoop.admit` prefills new requests (once per distinct prompt, as the
-batch path does) and merges their cache into the running one: both caches are left-padded to
-the same width and concatenated along the batch; every row keeps its own position ids and its
-padding stays masked, so a row computes what it would alone, up to float rounding (the batch
-shape changes the matmuls). Columns that every remaining row masks are trimmed after rows
-leave, so the cache is as wide as the longest live row, not as the loop's whole history.
+One :class:`DecodeLoop` holds the rows being sampled in one or more **lanes** (:class:`_Lane`):
+each lane has its rows' KV cache, attention mask, positions and the logits of their next token,
+and runs one forward per iteration. An iteration (:meth:`DecodeLoop.step`) samples one token for
+every row, lets the finished rows leave, and runs one forward per lane over the rest. Between two
+iterations :meth:`DecodeLoop.admit` prefills new requests (once per distinct prompt, as the batch
+path does) and merges their cache into a lane: both are left-padded to the same width and the new
+rows written below the old ones; every row keeps its own position ids and its padding stays
+masked, so a row computes what it would alone, up to float rounding (the batch shape changes the
+matmuls). Columns that every remaining row masks are dropped after rows leave, so a lane is as
+wide as its longest live row, not as its whole history.
 
-The cache grows in place: each layer's keys and values live in a buffer with room to spare
-(:class:`_GrowingLayer`), so a decode step writes one column instead of copying the whole cache
-into a new tensor, as transformers' ``DynamicLayer`` does (on CPU that copy, a fresh allocation of
-the cache's size per layer and step, cost more than the forward once long multi-turn prompts
-widened the loop: the kernel's page faults kept a core at 100 % system time). A buffer is
-reallocated, 1.5 times larger, only when the loop outgrows it or rows join, leave or are trimmed.
+**Why lanes.** Every row of a lane is left-padded to the lane's width, and each step's attention
+reads the padding too. A chain's later turns carry prompts of 1-2.5k tokens while fresh groups
+have 200-300: one loop for both makes every short row pay for the longest prompt at every step.
+So a group of rows (one prompt's samples) joins the lane where it adds the least padded cache
+(rows x width), unless a lane of its own would cost less: a forward's fixed cost (reading the
+weights) is counted as ``split_tokens`` padded cache entries, measured on this machine (see
+docs/generator.md). At most ``max_lanes`` lanes; ``max_lanes = 1`` is one padded loop.
+
+**The cache is worked in place.** Each layer's keys and values live in a buffer with room to spare
+(:class:`_GrowingLayer`, rows x columns): a decode step writes one column; rows that join are
+written into spare rows and a wider prompt widens the lane into spare columns on the left; rows
+that leave are replaced by the lane's last rows (a swap, so a leave copies the leavers' share, not
+the whole cache); a trim moves the start column. transformers' ``DynamicLayer`` instead copies
+the whole cache into a new tensor per layer and step, and concatenation on every join or leave
+copies it again: on CPU, once long multi-turn prompts widened the loop, those copies (fresh
+allocations of the cache's size, i.e. page faults) cost more than the forwards. A buffer is
+reallocated, 1.5 times larger, only when a lane outgrows it.
 
 Bounds: at most ``max_rows`` rows, and ``rows x width <= max_kv_tokens``, where a row's width is
 reserved up front (its prompt plus its token limit) so that a row admitted never has to be
@@ -38,6 +50,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from transformers.cache_utils import DynamicLayer
 
 from rollstream.consumers.generator.backends.base import Completion, GenerationRequest
 from rollstream.consumers.generator.backends.sampling import (
@@ -48,6 +61,9 @@ from rollstream.consumers.generator.backends.sampling import (
     tempered_logprobs,
     truncates,
 )
+
+SPLIT_TOKENS = 10000  # padded cache entries (rows x columns) a forward's fixed cost is worth: bench/decode_loop.py
+MAX_LANES = 4
 
 
 @dataclass
@@ -121,57 +137,143 @@ def _left_pad(prompts: Sequence[list[int]], pad_id: int, device: Any) -> tuple[t
     return input_ids.to(device), mask.to(device)
 
 
-def _growing_layer_class() -> type | None:
-    """transformers' ``DynamicLayer`` whose ``update`` writes into a buffer with room to spare (None
-    where the cache has no layer objects: transformers < 4.56 keeps two lists)."""
-    try:
-        from transformers.cache_utils import DynamicLayer
-    except ImportError:
-        return None
-
-    class _GrowingLayer(DynamicLayer):  # type: ignore[misc, valid-type]
-        _kbuf: torch.Tensor | None = None
-        _vbuf: torch.Tensor | None = None
-
-        def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
-                   ) -> tuple[torch.Tensor, torch.Tensor]:
-            if not self.is_initialized:
-                self.lazy_initialization(key_states, value_states)
-            if self.keys.numel() == 0:
-                used, kept = 0, None
-            else:
-                used, kept = self.keys.shape[-2], (self.keys, self.values)
-            need = used + key_states.shape[-2]
-            buf = self._kbuf
-            if (buf is None or kept is None or buf.shape[0] != key_states.shape[0] or need > buf.shape[-2]
-                    or self.keys.data_ptr() != buf.data_ptr() or self.keys.stride() != buf.stride()):
-                # the cache was replaced (rows joined, left or were trimmed) or is full: a new buffer
-                shape = (*key_states.shape[:-2], need + max(16, need // 2), key_states.shape[-1])
-                self._kbuf, self._vbuf = key_states.new_empty(shape), value_states.new_empty(shape)
-                if kept is not None:
-                    self._kbuf[..., :used, :] = kept[0]
-                    self._vbuf[..., :used, :] = kept[1]
-            assert self._kbuf is not None and self._vbuf is not None
-            self._kbuf[..., used:need, :] = key_states
-            self._vbuf[..., used:need, :] = value_states
-            self.keys, self.values = self._kbuf[..., :need, :], self._vbuf[..., :need, :]
-            return self.keys, self.values
-
-    return _GrowingLayer
+def _pad_left(tensor: torch.Tensor, width: int, dim: int) -> torch.Tensor:
+    missing = width - tensor.shape[dim]
+    if missing <= 0:
+        return tensor
+    shape = list(tensor.shape)
+    shape[dim] = missing
+    return torch.cat([tensor.new_zeros(shape), tensor], dim=dim)
 
 
-_GROWING = _growing_layer_class()
+class _GrowingLayer(DynamicLayer):  # type: ignore[misc]
+    """A ``DynamicLayer`` whose keys and values are views ``[:rows, :, start:end]`` of buffers with
+    spare rows and columns, worked in place: ``update`` writes the new columns, ``join`` writes
+    new rows (widening to the left), ``keep`` moves rows, ``trim`` moves the start column. Keys
+    replaced from outside (``reorder_cache``) are copied into a new buffer at the next use."""
+
+    _kbuf: torch.Tensor | None = None  # [row capacity, H, column capacity, D]
+    _vbuf: torch.Tensor | None = None
+    _view: torch.Tensor | None = None  # the keys this layer last handed out
+    _rows = _start = _end = 0  # the live rows and columns
+
+    def _publish(self) -> None:
+        assert self._kbuf is not None and self._vbuf is not None
+        self.keys = self._view = self._kbuf[: self._rows, :, self._start : self._end]
+        self.values = self._vbuf[: self._rows, :, self._start : self._end]
+
+    def _reserve(self, rows: int, left: int, right: int) -> None:
+        """Make room for ``rows`` rows, ``left`` free columns before the live ones and ``right``
+        after them; reallocates (1.5x what is needed) only when the buffer is too small or the
+        keys were set from outside."""
+        buf = self._kbuf
+        if (buf is not None and self.keys is self._view and rows <= buf.shape[0] and left <= self._start
+                and self._end + right <= buf.shape[2]):
+            return
+        keys, values = self.keys, self.values  # [N, H, T, D]
+        used = keys.shape[2]
+        shape = (rows + rows // 2, keys.shape[1], left + used + right + max(16, (left + used + right) // 2),
+                 keys.shape[3])
+        self._kbuf, self._vbuf = keys.new_empty(shape), values.new_empty(shape)
+        self._kbuf[: keys.shape[0], :, left : left + used] = keys
+        self._vbuf[: values.shape[0], :, left : left + used] = values
+        self._rows, self._start, self._end = keys.shape[0], left, left + used
+        self._publish()
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        if self.keys.dim() != 4:  # nothing written yet
+            self.keys, self.values = key_states[..., :0, :], value_states[..., :0, :]
+        new = key_states.shape[-2]
+        self._reserve(self.keys.shape[0], 0, new)
+        assert self._kbuf is not None and self._vbuf is not None
+        self._kbuf[: self._rows, :, self._end : self._end + new] = key_states
+        self._vbuf[: self._rows, :, self._end : self._end + new] = value_states
+        self._end += new
+        self._publish()
+        return self.keys, self.values
+
+    def join(self, keys: torch.Tensor, values: torch.Tensor) -> None:
+        """Write rows ``[N, H, w, D]`` below the live ones, right-aligned; the narrower side's
+        columns on the left are zeros (masked, but must not be NaN)."""
+        rows, added = self.keys.shape[0], keys.shape[0]
+        widen = max(0, keys.shape[2] - self.keys.shape[2])
+        self._reserve(rows + added, widen, 0)
+        assert self._kbuf is not None and self._vbuf is not None
+        if widen:
+            self._kbuf[:rows, :, self._start - widen : self._start] = 0
+            self._vbuf[:rows, :, self._start - widen : self._start] = 0
+            self._start -= widen
+        first = self._end - keys.shape[2]
+        for buf, new in ((self._kbuf, keys), (self._vbuf, values)):
+            buf[rows : rows + added, :, self._start : first] = 0
+            buf[rows : rows + added, :, first : self._end] = new
+        self._rows = rows + added
+        self._publish()
+
+    def keep(self, order: Sequence[int]) -> None:
+        """Rows ``order`` (old indices) become rows 0..len-1; only the rows that move are copied."""
+        self._reserve(self.keys.shape[0], 0, 0)
+        assert self._kbuf is not None and self._vbuf is not None
+        moves = [(new, old) for new, old in enumerate(order) if new != old]
+        if moves:
+            dst = torch.tensor([new for new, _ in moves], device=self._kbuf.device)
+            src = torch.tensor([old for _, old in moves], device=self._kbuf.device)
+            for buf in (self._kbuf, self._vbuf):
+                live = buf[:, :, self._start : self._end]
+                live[dst] = live[src]
+        self._rows = len(order)
+        self._publish()
+
+    def trim(self, first: int) -> None:
+        """Drop the first ``first`` live columns."""
+        self._reserve(self.keys.shape[0], 0, 0)
+        self._start += first
+        self._publish()
+
+
+GQA_SDPA = "rollstream_gqa_sdpa"
+
+
+def _gqa_sdpa(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+              attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
+              is_causal: bool | None = None, **kwargs: Any) -> tuple[torch.Tensor, None]:
+    """transformers' sdpa attention, except that grouped-query heads read their shared keys and
+    values (``enable_gqa``) also under a padding mask: transformers' copies them once per head of
+    the group whenever a mask is given (``repeat_kv``), which for a padded loop of SmolLM2 (3 heads
+    per KV head) copied ~5 GB a decode step at 18 rows x 2000 columns and took 2 s of its 2.3."""
+    causal = getattr(module, "is_causal", True) if is_causal is None else is_causal
+    causal = bool(query.shape[2] > 1 and attention_mask is None and causal)
+    out = torch.nn.functional.scaled_dot_product_attention(
+        query, key, value, attn_mask=attention_mask, dropout_p=dropout, scale=scaling, is_causal=causal,
+        enable_gqa=query.shape[1] != key.shape[1])
+    return out.transpose(1, 2).contiguous(), None
+
+
+def gqa_attention(model: Any) -> None:
+    """Switch a model that uses transformers' sdpa attention to :func:`_gqa_sdpa` (the same
+    attention, computed without copying the keys and values per query head); others keep theirs."""
+    if getattr(model.config, "_attn_implementation", None) != "sdpa":
+        return
+    from transformers import AttentionInterface
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
+
+    AttentionInterface.register(GQA_SDPA, _gqa_sdpa)
+    ALL_MASK_ATTENTION_FUNCTIONS.register(GQA_SDPA, sdpa_mask)  # the masks sdpa gets
+    model.set_attn_implementation(GQA_SDPA)
 
 
 def growing_cache(config: Any) -> Any:
-    """A DynamicCache for ``config`` whose full-attention layers grow in place (:class:`_GrowingLayer`)."""
+    """A DynamicCache for ``config`` whose full-attention layers are :class:`_GrowingLayer`s
+    (sliding-window layers keep theirs: the loop treats them by concatenation, see :class:`_Lane`)."""
     from transformers import DynamicCache
 
     cache = DynamicCache(config=config)
-    if _GROWING is not None:
-        for layer in getattr(cache, "layers", []):
-            if type(layer) is _GROWING.__base__:  # exactly DynamicLayer (sliding-window layers keep theirs)
-                layer.__class__ = _GROWING
+    for layer in cache.layers:
+        if type(layer) is DynamicLayer:
+            layer.__class__ = _GrowingLayer
     return cache
 
 
@@ -199,115 +301,85 @@ def prefill(model: Any, prompts: Sequence[list[int]], pad_id: int, *, share: boo
     return cache, logits, mask, positions[:, -1]
 
 
-class _Layers:
-    """The keys and values of every layer of a DynamicCache, read and written in place
-    (transformers >= 4.56 keeps them in ``cache.layers``, earlier versions in two lists)."""
+class _Lane:
+    """Rows decoded by one forward per iteration: their cache, mask, positions, next-token logits
+    and sampling settings, all in batch order."""
 
-    def __init__(self, cache: Any) -> None:
+    def __init__(self, rows: list[Row], cache: Any, logits: torch.Tensor, mask: torch.Tensor,
+                 position: torch.Tensor, version: int) -> None:
+        device = logits.device
+        self.rows = rows
         self.cache = cache
+        self.logits = logits  # [A, V]: of each row's next token
+        self.mask = mask  # [A, T]
+        self.position = position  # [A]: position of each row's last fed token
+        self.versions = [version] * len(rows)  # [A]: the weights that computed each row's logits
+        self.temperature = torch.tensor([r.request.sampling.temperature for r in rows], device=device)
+        self.top_p = torch.tensor([r.request.sampling.top_p for r in rows], device=device)
+        self.top_k = torch.tensor([r.request.sampling.top_k for r in rows], device=device)
 
-    def get(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        if hasattr(self.cache, "layers"):
-            return [(layer.keys, layer.values) for layer in self.cache.layers]
-        return list(zip(self.cache.key_cache, self.cache.value_cache, strict=True))
+    @property
+    def width(self) -> int:
+        return int(self.mask.shape[1])
 
-    def set(self, kv: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> None:
-        if hasattr(self.cache, "layers"):
-            for layer, (keys, values) in zip(self.cache.layers, kv, strict=True):
-                layer.keys, layer.values = keys, values
-        else:
-            self.cache.key_cache[:] = [k for k, _ in kv]
-            self.cache.value_cache[:] = [v for _, v in kv]
+    @property
+    def reserved(self) -> int:
+        return max(r.reserved for r in self.rows)
 
+    def join(self, other: _Lane) -> None:
+        """Take ``other``'s rows (freshly prefilled) below this lane's."""
+        width = max(self.width, other.width)
+        for mine, theirs in zip(self.cache.layers, other.cache.layers, strict=True):
+            if isinstance(mine, _GrowingLayer):
+                mine.join(theirs.keys, theirs.values)
+            else:  # a layer of another kind (sliding window): by concatenation
+                mine.keys = torch.cat([_pad_left(mine.keys, width, 2), _pad_left(theirs.keys, width, 2)])
+                mine.values = torch.cat([_pad_left(mine.values, width, 2), _pad_left(theirs.values, width, 2)])
+        self.mask = torch.cat([_pad_left(self.mask, width, 1), _pad_left(other.mask, width, 1)])
+        self.logits = torch.cat([self.logits, other.logits.to(self.logits.dtype)])
+        self.position = torch.cat([self.position, other.position])
+        self.temperature = torch.cat([self.temperature, other.temperature])
+        self.top_p = torch.cat([self.top_p, other.top_p])
+        self.top_k = torch.cat([self.top_k, other.top_k])
+        self.rows = self.rows + other.rows
+        self.versions = self.versions + other.versions
 
-def _pad_left(tensor: torch.Tensor, width: int, dim: int) -> torch.Tensor:
-    missing = width - tensor.shape[dim]
-    if missing <= 0:
-        return tensor
-    shape = list(tensor.shape)
-    shape[dim] = missing
-    return torch.cat([tensor.new_zeros(shape), tensor], dim=dim)
+    def keep(self, kept: list[int]) -> torch.Tensor:
+        """Keep the rows ``kept`` (ascending indices): the last kept rows fill the gaps the others
+        leave, so only they are copied. Returns the new order (old index of each row)."""
+        count, kept_set = len(kept), set(kept)
+        order = list(range(count))
+        holes = (j for j in range(count) if j not in kept_set)
+        for hole, source in zip(holes, [j for j in kept if j >= count], strict=True):
+            order[hole] = source
+        index = torch.tensor(order, device=self.mask.device)
+        for layer in self.cache.layers:
+            if isinstance(layer, _GrowingLayer):
+                layer.keep(order)
+            else:
+                layer.keys, layer.values = layer.keys[index], layer.values[index]
+        self.mask, self.position, self.logits = self.mask[index], self.position[index], self.logits[index]
+        self.temperature, self.top_p, self.top_k = self.temperature[index], self.top_p[index], self.top_k[index]
+        self.rows = [self.rows[j] for j in order]
+        self.versions = [self.versions[j] for j in order]
+        self._trim()
+        return index
 
+    def _trim(self) -> None:
+        """Drop the leading columns that every live row masks (they were the rows that left)."""
+        used = self.mask.any(dim=0).nonzero()
+        first = int(used[0, 0]) if len(used) else 0
+        if first > 0:
+            self.mask = self.mask[:, first:]
+            for layer in self.cache.layers:
+                if isinstance(layer, _GrowingLayer):
+                    layer.trim(first)
+                else:
+                    layer.keys, layer.values = layer.keys[:, :, first:], layer.values[:, :, first:]
 
-class DecodeLoop:
-    """See the module docstring. Not thread-safe: one thread calls everything."""
-
-    def __init__(self, model: Any, tokenizer: Any, *, eos: set[int], context: int, max_rows: int = 64,
-                 max_kv_tokens: int = 1 << 20, share_prefill: bool = True) -> None:
-        self.model = model
-        self.tokenizer = tokenizer
-        self.eos = eos
-        self.context = context
-        self.max_rows = max_rows
-        self.max_kv_tokens = max_kv_tokens
-        self.share_prefill = share_prefill
-        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-        self.forwards = 0  # decode forwards run (prefills not counted)
-        self._reset()
-
-    def _reset(self) -> None:
-        self.rows: list[Row] = []  # batch order
-        self.cache: Any = None
-        self.mask: torch.Tensor | None = None  # [A, T]
-        self.position: torch.Tensor | None = None  # [A]: position of each row's last fed token
-        self.logits: torch.Tensor | None = None  # [A, V]: of each row's next token
-        self.versions: list[int] = []  # [A]: the weights that computed each row's logits
-        self.temperature = self.top_p = self.top_k = None  # [A] each
-
-    def __len__(self) -> int:
-        return len(self.rows)
-
-    def fits(self, rows: Sequence[Row]) -> bool:
-        """Whether ``rows`` can join now within max_rows and max_kv_tokens (one row always fits an
-        empty loop)."""
-        live = self.rows + list(rows)
-        if len(live) <= 1:
-            return True
-        return len(live) <= self.max_rows and len(live) * max(r.reserved for r in live) <= self.max_kv_tokens
-
-    def abandon(self) -> list[Row]:
-        """Drop every row (after a failure, or to stop); returns them."""
-        rows = self.rows
-        self._reset()
-        return rows
-
-    @torch.inference_mode()
-    def admit(self, rows: Sequence[Row], version: int) -> None:
-        """Prefill ``rows`` with the loaded weights (``version``) and merge them into the loop."""
-        if not rows:
-            return
-        cache, logits, mask, position = prefill(self.model, [r.request.prompt_token_ids for r in rows],
-                                                self.pad_id, share=self.share_prefill)
-        device = self.model.device
-        temperature = torch.tensor([r.request.sampling.temperature for r in rows], device=device)
-        top_p = torch.tensor([r.request.sampling.top_p for r in rows], device=device)
-        top_k = torch.tensor([r.request.sampling.top_k for r in rows], device=device)
-        if not self.rows:
-            self.cache, self.logits, self.mask, self.position = cache, logits, mask, position
-            self.temperature, self.top_p, self.top_k = temperature, top_p, top_k
-        else:
-            assert self.mask is not None and self.logits is not None and self.position is not None
-            width = max(self.mask.shape[1], mask.shape[1])
-            old, new = _Layers(self.cache), _Layers(cache)
-            old.set([(torch.cat([_pad_left(k0, width, 2), _pad_left(k1, width, 2)]),
-                      torch.cat([_pad_left(v0, width, 2), _pad_left(v1, width, 2)]))
-                     for (k0, v0), (k1, v1) in zip(old.get(), new.get(), strict=True)])
-            self.mask = torch.cat([_pad_left(self.mask, width, 1), _pad_left(mask, width, 1)])
-            self.logits = torch.cat([self.logits, logits.to(self.logits.dtype)])
-            self.position = torch.cat([self.position, position])
-            self.temperature = torch.cat([self.temperature, temperature])
-            self.top_p = torch.cat([self.top_p, top_p])
-            self.top_k = torch.cat([self.top_k, top_k])
-        self.rows = self.rows + list(rows)
-        self.versions = self.versions + [version] * len(rows)
-
-    @torch.inference_mode()
-    def step(self, version: int) -> list[Row]:
+    def step(self, model: Any, version: int, eos: set[int], tokenizer: Any) -> list[Row]:
         """Sample one token per row, let finished (and abandoned) rows leave, run one forward over
-        the rest with the loaded weights (``version``). Returns the rows that left."""
-        if not self.rows:
-            return []
-        assert self.logits is not None and self.mask is not None and self.position is not None
+        the rest. Returns the rows that left."""
         logprobs = processed_logprobs(self.logits, self.temperature, self.top_p, self.top_k)  # [A, V]
         # what is recorded: the tempered, untruncated distribution (the same as when nothing is cut)
         recorded = (tempered_logprobs(self.logits, self.temperature)
@@ -315,41 +387,121 @@ class DecodeLoop:
         tokens, chosen = sample_tokens(logprobs, [float(t) <= 0 for t in self.temperature],
                                        [r.generator for r in self.rows], recorded)
         token_list, chosen_list = tokens.tolist(), chosen.tolist()
-        keep, left = [], []
+        kept, left = [], []
         for j, row in enumerate(self.rows):
-            if row.abandoned or row.push(token_list[j], chosen_list[j], self.eos, self.tokenizer, self.versions[j]):
+            if row.abandoned or row.push(token_list[j], chosen_list[j], eos, tokenizer, self.versions[j]):
                 left.append(row)
             else:
-                keep.append(j)
-        if not keep:
-            self._reset()
+                kept.append(j)
+        if not kept:
+            self.rows = []
             return left
-        if len(keep) < len(self.rows):
-            index = torch.tensor(keep, device=self.model.device)
-            self.cache.batch_select_indices(index)
-            self.mask, tokens, self.position = self.mask[index], tokens[index], self.position[index]
-            self.temperature, self.top_p, self.top_k = self.temperature[index], self.top_p[index], self.top_k[index]
-            self.rows = [self.rows[j] for j in keep]
-            self._trim()
+        if len(kept) < len(self.rows):
+            tokens = tokens[self.keep(kept)]
         self.mask = torch.cat([self.mask, self.mask.new_ones((len(self.rows), 1))], dim=1)  # [A, T+1]
         self.position = self.position + 1
-        self.logits = self.model(input_ids=tokens[:, None], attention_mask=self.mask,
-                                 position_ids=self.position[:, None], past_key_values=self.cache,
-                                 use_cache=True).logits[:, -1, :]  # [A, V]
+        self.logits = model(input_ids=tokens[:, None], attention_mask=self.mask, position_ids=self.position[:, None],
+                            past_key_values=self.cache, use_cache=True).logits[:, -1, :]  # [A, V]
         self.versions = [version] * len(self.rows)
-        self.forwards += 1
         return left
 
-    def _trim(self) -> None:
-        """Drop the leading columns that every live row masks (they were the rows that left)."""
-        assert self.mask is not None
-        used = self.mask.any(dim=0).nonzero()
-        first = int(used[0, 0]) if len(used) else 0
-        if first > 0:
-            self.mask = self.mask[:, first:]
-            layers = _Layers(self.cache)
-            layers.set([(k[:, :, first:], v[:, :, first:]) for k, v in layers.get()])
+
+class DecodeLoop:
+    """See the module docstring. Not thread-safe: one thread calls everything."""
+
+    def __init__(self, model: Any, tokenizer: Any, *, eos: set[int], context: int, max_rows: int = 64,
+                 max_kv_tokens: int = 1 << 20, share_prefill: bool = True, max_lanes: int = MAX_LANES,
+                 split_tokens: int = SPLIT_TOKENS) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.eos = eos
+        self.context = context
+        self.max_rows = max_rows
+        self.max_kv_tokens = max_kv_tokens
+        self.share_prefill = share_prefill
+        self.max_lanes = max_lanes
+        self.split_tokens = split_tokens
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+        self.forwards = 0  # decode forwards run (prefills not counted)
+        self.lanes: list[_Lane] = []
+        gqa_attention(model)
+
+    def __len__(self) -> int:
+        return sum(len(lane.rows) for lane in self.lanes)
+
+    @property
+    def rows(self) -> list[Row]:
+        return [row for lane in self.lanes for row in lane.rows]
 
     @property
     def width(self) -> int:
-        return 0 if self.mask is None else int(self.mask.shape[1])
+        """The widest lane's columns."""
+        return max((lane.width for lane in self.lanes), default=0)
+
+    def _plan(self, rows: Sequence[Row]) -> list[tuple[int, int, list[Row]]]:
+        """Where ``rows`` would join: per lane (the existing ones, then new ones), its rows and
+        reserved width after the join, and the rows joining it. A group (rows of one prompt) joins
+        the lane it adds the least padded cache to (rows x width: its own rows padded to the lane,
+        or the lane's padded to them), unless a lane of its own costs less, a new lane's forward
+        counted as ``split_tokens``."""
+        lanes = [[len(lane.rows), lane.width, lane.reserved, []] for lane in self.lanes]
+        groups: dict[tuple[int, ...], list[Row]] = {}
+        for row in rows:
+            groups.setdefault(tuple(row.request.prompt_token_ids), []).append(row)
+        for prompt, group in groups.items():
+            count, width = len(group), len(prompt)
+            best, cost = None, (self.split_tokens + count * width if len(lanes) < self.max_lanes else float("inf"))
+            for i, (live, lane_width, _, _) in enumerate(lanes):
+                added = (live + count) * max(lane_width, width) - live * lane_width
+                if added <= cost:
+                    best, cost = i, added
+            if best is None:
+                lanes.append([count, width, max(r.reserved for r in group), list(group)])
+            else:
+                lane = lanes[best]
+                lane[0], lane[1] = lane[0] + count, max(lane[1], width)
+                lane[2] = max(lane[2], *(r.reserved for r in group))
+                lane[3].extend(group)
+        return [(live, reserved, joining) for live, _, reserved, joining in lanes]
+
+    def fits(self, rows: Sequence[Row]) -> bool:
+        """Whether ``rows`` can join now: at most max_rows rows, and the lanes' rows x their widest
+        reserved row within max_kv_tokens (one row always fits an empty loop)."""
+        live = len(self) + len(rows)
+        if live <= 1:
+            return True
+        if live > self.max_rows:
+            return False
+        return sum(count * reserved for count, reserved, _ in self._plan(rows)) <= self.max_kv_tokens
+
+    def abandon(self) -> list[Row]:
+        """Drop every row (after a failure, or to stop); returns them."""
+        rows = self.rows
+        self.lanes = []
+        return rows
+
+    @torch.inference_mode()
+    def admit(self, rows: Sequence[Row], version: int) -> None:
+        """Prefill ``rows`` with the loaded weights (``version``) and merge them into the lanes
+        :meth:`_plan` chooses (one prefill forward per lane joined)."""
+        for i, (_, _, joining) in enumerate(self._plan(rows)):
+            if not joining:
+                continue
+            cache, logits, mask, position = prefill(self.model, [r.request.prompt_token_ids for r in joining],
+                                                    self.pad_id, share=self.share_prefill)
+            lane = _Lane(joining, cache, logits, mask, position, version)
+            if i < len(self.lanes):
+                self.lanes[i].join(lane)
+            else:
+                self.lanes.append(lane)
+
+    @torch.inference_mode()
+    def step(self, version: int) -> list[Row]:
+        """Sample one token per row, let finished (and abandoned) rows leave, run one forward per
+        lane over the rest with the loaded weights (``version``). Returns the rows that left."""
+        left: list[Row] = []
+        for lane in self.lanes:
+            left.extend(lane.step(self.model, version, self.eos, self.tokenizer))
+            self.forwards += bool(lane.rows)
+        self.lanes = [lane for lane in self.lanes if lane.rows]
+        return left

@@ -187,6 +187,68 @@ def test_rows_joining_a_running_loop_sample_what_they_would_alone(tiny_model_dir
 
 
 @pytest.mark.unit
+def test_rows_of_far_apart_widths_decode_in_lanes_of_their_own(tiny_model_dir: Path) -> None:
+    """A group with a much longer prompt than the running rows opens a lane of its own (one forward
+    each per iteration) instead of padding every short row to its width; every row still samples
+    what it samples alone, and a lane closes when its last row leaves. With max_lanes = 1 the same
+    rows share one padded lane."""
+    backend = TransformersBackend.load(str(tiny_model_dir))
+    tokenizer, context = backend.tokenizer, backend.max_context
+    short, wide = _prompt(tokenizer, "hi"), _prompt(tokenizer, "reverse a string in Python please " * 4)
+    shorts = [GenerationRequest(f"s/{i}", short, Sampling(temperature=1.0, max_new_tokens=12), seed=i)
+              for i in range(3)]
+    wides = [GenerationRequest(f"w/{i}", wide, Sampling(temperature=0.9, max_new_tokens=6), seed=20 + i)
+             for i in range(2)]
+    late = GenerationRequest("l/0", short, Sampling(temperature=0.0, max_new_tokens=4), seed=7)
+    for lanes, expected in ((4, 2), (1, 1)):
+        loop = DecodeLoop(backend.model, tokenizer, eos=set(), context=context, max_lanes=lanes,
+                          split_tokens=4 * len(short))
+        rows = {r.request_id: new_row(r, context, backend.model.device) for r in [*shorts, *wides, late]}
+        loop.admit([rows[r.request_id] for r in shorts], 0)
+        loop.step(0)
+        loop.admit([rows[r.request_id] for r in wides], 0)
+        assert len(loop.lanes) == expected
+        if expected == 2:  # the short rows were not padded to the wide prompt
+            assert sorted(lane.width for lane in loop.lanes) == [len(short) + 1, len(wide)]
+        loop.admit([rows["l/0"]], 0)  # a short row joins the short lane, not a third one
+        assert len(loop.lanes) == expected and len(loop) == 6
+        forwards = loop.forwards
+        loop.step(0)
+        assert loop.forwards - forwards == expected  # one forward per lane
+        while len(loop):
+            loop.step(0)
+        assert not loop.lanes
+        for request in [*shorts, *wides, late]:
+            got, alone = rows[request.request_id], _alone(backend, request)
+            assert got.tokens == alone.token_ids, (lanes, request.request_id)
+            assert max(abs(a - b) for a, b in zip(got.logprobs, alone.logprobs, strict=True)) < SHARED_TOLERANCE
+
+
+@pytest.mark.unit
+def test_grouped_query_attention_without_copies_computes_what_sdpa_does(tiny_model_dir: Path) -> None:
+    """The decode loop switches the model to an sdpa attention that reads grouped keys and values
+    in place (decode.gqa_attention): on a padded batch, prefill and a decode step give transformers'
+    sdpa logits (the tiny model has 2 query heads per KV head)."""
+    from rollstream.consumers.generator.backends import decode
+
+    plain, tokenizer = load_policy(str(tiny_model_dir))
+    switched, _ = load_policy(str(tiny_model_dir))
+    decode.gqa_attention(switched)
+    assert switched.config._attn_implementation == decode.GQA_SDPA
+    assert plain.config.num_attention_heads != plain.config.num_key_value_heads
+    prompts = [_prompt(tokenizer, "reverse a string in Python please"), _prompt(tokenizer, "hi")]
+    out = []
+    for model in (plain, switched):
+        with torch.no_grad():
+            cache, logits, mask, position = decode.prefill(model, prompts, 0, share=False)
+            mask = torch.cat([mask, mask.new_ones((2, 1))], 1)
+            step = model(input_ids=logits.argmax(-1)[:, None], attention_mask=mask, position_ids=position[:, None] + 1,
+                         past_key_values=cache, use_cache=True).logits[:, -1]
+        out.append((logits, step))
+    assert torch.allclose(out[0][0], out[1][0], atol=1e-5) and torch.allclose(out[0][1], out[1][1], atol=1e-5)
+
+
+@pytest.mark.unit
 def test_admission_is_bounded_by_rows_and_kv_tokens(tiny_model_dir: Path) -> None:
     backend = TransformersBackend.load(str(tiny_model_dir))
     prompt = _prompt(backend.tokenizer, "hi")
