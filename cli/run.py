@@ -152,6 +152,10 @@ def run_pipeline(config: Config, args: argparse.Namespace) -> int:
         return code
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the stop below is bounded (SIGKILL after 30 s)
+        # A reader gone (the terminal or the bench that read this output killed: EPIPE) must not cut
+        # the cleanup short: the broker and the run's Redis keys would be left behind.
+        streams = sys.stdout, sys.stderr
+        sys.stdout, sys.stderr = ReaderMayBeGone(sys.stdout), ReaderMayBeGone(sys.stderr)
         try:
             _stop_all(children)
             if resolved.archive.enabled:
@@ -162,6 +166,7 @@ def run_pipeline(config: Config, args: argparse.Namespace) -> int:
                 infra.down(resolved.infra)
         finally:
             signal.signal(signal.SIGTERM, previous)
+            sys.stdout, sys.stderr = streams
 
 
 CONFIG_FILE = "config.toml"  # the resolved config of a run, in its run directory
@@ -211,6 +216,32 @@ def evaluator_overrides(config: Config, run_id: str) -> list[str]:
     owner = f"{config.executor.owner}-evaluator-{run_id}"
     return ["eval.threads=1" if not config.eval.threads else f"eval.threads={config.eval.threads}",
             f"executor.owner={owner}", "executor.pool_size=1"]
+
+
+class ReaderMayBeGone:
+    """A text stream whose writes stop, silently, once its reader has gone (a broken pipe)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.gone = False
+
+    def write(self, text: str) -> int:
+        if not self.gone:
+            try:
+                self.inner.write(text)
+            except (BrokenPipeError, ValueError):  # ValueError: the stream was closed
+                self.gone = True
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.gone:
+            try:
+                self.inner.flush()
+            except (BrokenPipeError, ValueError):
+                self.gone = True
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
 
 
 def _interrupt(signum: int, frame: Any) -> None:

@@ -216,6 +216,10 @@ class GeneratorConfig(Section):
     """A forward's fixed cost counted in padded cache entries (rows x columns): a group opens a lane
     of its own when joining the cheapest lane would add more padding than this (measured on a
     2-core CPU with SmolLM2 by bench/decode_loop.py: split_tokens_fit)."""
+    prefix_cache_tokens: NonNegInt = 32768
+    """Cache columns of finished rows the transformers backend keeps for their episode's next turn,
+    which then runs only its observation through the model, not the whole conversation (0: off).
+    Memory: this x 46 KB for SmolLM2 in float32 (1.5 GB at the default). docs/generator.md."""
     update: Literal["in_flight", "between_batches"] = "in_flight"
     """When the transformers backend swaps in new weights: between two forwards, rows in progress
     continuing under them ("in_flight"), or once the rows in its decode loop have finished, admitting

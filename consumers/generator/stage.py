@@ -225,7 +225,8 @@ def build_backend(config: Config) -> GenerationBackend:
             torch.set_num_threads(gen.torch_threads)  # oversubscribed OpenMP threads spin and crawl
         return TransformersBackend.load(gen.model, device=gen.device, dtype=gen.dtype, max_rows=gen.max_rows,
                                         max_kv_tokens=gen.max_kv_tokens, max_lanes=gen.max_lanes,
-                                        lane_split_tokens=gen.lane_split_tokens, update=gen.update)
+                                        lane_split_tokens=gen.lane_split_tokens,
+                                        prefix_cache_tokens=gen.prefix_cache_tokens, update=gen.update)
     from rollstream.consumers.generator.backends.sglang import SGLangBackend
     from rollstream.consumers.generator.chat import max_context
     from rollstream.models import load_model_config, load_tokenizer, resolve_model

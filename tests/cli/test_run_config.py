@@ -39,3 +39,26 @@ def test_config_show_run_prints_what_the_run_used(tmp_path: Path, capsys: pytest
     assert "group_size = 5" in capsys.readouterr().out
     assert main(["config", "show", "--set", f"infra.state_dir={tmp_path}", "--run", "nope"]) == 2
     assert "no " in capsys.readouterr().err
+
+
+@pytest.mark.unit
+def test_a_run_cleans_up_after_the_reader_of_its_output_is_gone(tmp_path: Path) -> None:
+    """`rollstream run` stops its children, deletes its Redis keys and stops the broker in a
+    ``finally`` that prints: with its reader killed (EPIPE) every print raised and cut that
+    cleanup short. Its streams there drop output once the reader is gone."""
+    import subprocess
+    import sys
+
+    marker = tmp_path / "cleaned"
+    code = ("import sys, time\n"
+            "from rollstream.cli.run import ReaderMayBeGone\n"
+            "time.sleep(0.5)\n"
+            "sys.stdout = ReaderMayBeGone(sys.stdout)\n"
+            "for _ in range(200):\n"
+            "    print('x' * 1000, flush=True)\n"
+            "open(sys.argv[1], 'w').write('cleaned')\n")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(marker)], stdout=subprocess.PIPE)
+    assert proc.stdout is not None
+    proc.stdout.close()  # the reader goes away before the first print
+    assert proc.wait(timeout=60) == 0
+    assert marker.read_text() == "cleaned"

@@ -301,6 +301,81 @@ def prefill(model: Any, prompts: Sequence[list[int]], pad_id: int, *, share: boo
     return cache, logits, mask, positions[:, -1]
 
 
+def prefill_after(model: Any, prefix: Sequence[tuple[torch.Tensor, torch.Tensor]], suffix: Sequence[int],
+                  ) -> tuple[Any, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`prefill` of one row whose prompt starts with a prefix already computed (its keys and
+    values per layer, ``[1, H, P, D]``): only ``suffix`` is run through the model."""
+    cache = growing_cache(model.config)
+    for layer, (keys, values) in zip(cache.layers, prefix, strict=True):
+        layer.update(keys, values)
+    done = prefix[0][0].shape[2]
+    mask = torch.ones((1, done + len(suffix)), dtype=torch.long, device=model.device)
+    positions = torch.arange(done, done + len(suffix), device=model.device)[None]
+    logits = model(input_ids=torch.tensor([list(suffix)], device=model.device), attention_mask=mask,
+                   position_ids=positions, past_key_values=cache, use_cache=True, logits_to_keep=1).logits[:, -1, :]
+    return cache, logits, mask, positions[:, -1]
+
+
+@dataclass
+class _Prefix:
+    tokens: tuple[int, ...]  # what the keys and values were computed over
+    kv: list[tuple[torch.Tensor, torch.Tensor]]  # per layer, [1, H, len(tokens), D]
+    version: int
+
+
+class PrefixCache:
+    """The cache of rows that finished, kept for their episode's next turn.
+
+    A multi-turn episode's next turn is prompted with the previous prompt, the tokens the model
+    generated and the sandbox's observation, token for token (consumers/generator/turns.py
+    ``continued``), so the previous row's keys and values are the new prompt's prefix: the
+    continuation runs only the observation through the model instead of the whole conversation
+    (1-2.5k tokens in the learning recipe's chains). Kept only when every column came from one
+    version of the weights, and used only under that version, so a row's log-probs are those of
+    the weights it records. Each entry is used once (the next turn keeps the longer one); the
+    oldest go first beyond ``max_tokens`` columns (0: off).
+    """
+
+    def __init__(self, max_tokens: int) -> None:
+        self.max_tokens = max_tokens
+        self.entries: dict[int, _Prefix] = {}  # insertion order: oldest first
+        self.tokens = 0
+        self.hits = self.misses = 0
+
+    def keep(self, row: Row, kv: list[tuple[torch.Tensor, torch.Tensor]], columns: int) -> None:
+        """Keep a finished ``row``'s last ``columns`` columns of ``kv`` (its rows of every layer)."""
+        tokens = (*row.request.prompt_token_ids, *row.tokens[:-1])  # the last token was never fed
+        if (row.version_first != row.version_last or len(tokens) != columns or not tokens
+                or columns > self.max_tokens):
+            return
+        entry = _Prefix(tokens, [(k[:, :, -columns:].clone(), v[:, :, -columns:].clone()) for k, v in kv],
+                        row.version_last if row.version_last is not None else 0)
+        self.entries[id(entry)] = entry
+        self.tokens += columns
+        while self.tokens > self.max_tokens:
+            self._drop(next(iter(self.entries)))
+
+    def take(self, prompt: Sequence[int], version: int) -> _Prefix | None:
+        """The longest kept prefix of ``prompt`` computed by weights ``version`` (removed), if any;
+        entries of other versions are dropped."""
+        best = None
+        for key, entry in list(self.entries.items()):
+            if entry.version != version:
+                self._drop(key)
+            elif (len(entry.tokens) < len(prompt) and (best is None or len(entry.tokens) > len(best.tokens))
+                  and tuple(prompt[: len(entry.tokens)]) == entry.tokens):
+                best = entry
+        if best is None:
+            self.misses += 1
+            return None
+        self.hits += 1
+        self._drop(id(best))
+        return best
+
+    def _drop(self, key: int) -> None:
+        self.tokens -= len(self.entries.pop(key).tokens)
+
+
 class _Lane:
     """Rows decoded by one forward per iteration: their cache, mask, positions, next-token logits
     and sampling settings, all in batch order."""
@@ -377,9 +452,10 @@ class _Lane:
                 else:
                     layer.keys, layer.values = layer.keys[:, :, first:], layer.values[:, :, first:]
 
-    def step(self, model: Any, version: int, eos: set[int], tokenizer: Any) -> list[Row]:
-        """Sample one token per row, let finished (and abandoned) rows leave, run one forward over
-        the rest. Returns the rows that left."""
+    def step(self, model: Any, version: int, eos: set[int], tokenizer: Any,
+             store: PrefixCache | None = None) -> list[Row]:
+        """Sample one token per row, let finished (and abandoned) rows leave (the finished ones'
+        cache kept in ``store``), run one forward over the rest. Returns the rows that left."""
         logprobs = processed_logprobs(self.logits, self.temperature, self.top_p, self.top_k)  # [A, V]
         # what is recorded: the tempered, untruncated distribution (the same as when nothing is cut)
         recorded = (tempered_logprobs(self.logits, self.temperature)
@@ -393,6 +469,11 @@ class _Lane:
                 left.append(row)
             else:
                 kept.append(j)
+        if store is not None:
+            for j, row in enumerate(self.rows):
+                if row.finish and not row.abandoned:
+                    store.keep(row, [(layer.keys[j : j + 1], layer.values[j : j + 1]) for layer in self.cache.layers],
+                               int(self.mask[j].sum()))
         if not kept:
             self.rows = []
             return left
@@ -411,7 +492,7 @@ class DecodeLoop:
 
     def __init__(self, model: Any, tokenizer: Any, *, eos: set[int], context: int, max_rows: int = 64,
                  max_kv_tokens: int = 1 << 20, share_prefill: bool = True, max_lanes: int = MAX_LANES,
-                 split_tokens: int = SPLIT_TOKENS) -> None:
+                 split_tokens: int = SPLIT_TOKENS, prefix_cache_tokens: int = 0) -> None:
         self.model = model
         self.tokenizer = tokenizer
         self.eos = eos
@@ -424,6 +505,8 @@ class DecodeLoop:
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         self.forwards = 0  # decode forwards run (prefills not counted)
         self.lanes: list[_Lane] = []
+        self.prefixes = PrefixCache(prefix_cache_tokens)
+        self.prefilled_tokens = 0  # prompt tokens run through the model at admission (prefix hits skip theirs)
         gqa_attention(model)
 
     def __len__(self) -> int:
@@ -485,23 +568,35 @@ class DecodeLoop:
         """Prefill ``rows`` with the loaded weights (``version``) and merge them into the lanes
         :meth:`_plan` chooses (one prefill forward per lane joined)."""
         for i, (_, _, joining) in enumerate(self._plan(rows)):
-            if not joining:
-                continue
-            cache, logits, mask, position = prefill(self.model, [r.request.prompt_token_ids for r in joining],
-                                                    self.pad_id, share=self.share_prefill)
-            lane = _Lane(joining, cache, logits, mask, position, version)
-            if i < len(self.lanes):
-                self.lanes[i].join(lane)
-            else:
-                self.lanes.append(lane)
+            parts: list[_Lane] = []
+            fresh = []
+            for row in joining:
+                hit = self.prefixes.take(row.request.prompt_token_ids, version)
+                if hit is None:
+                    fresh.append(row)
+                    continue
+                prompt = row.request.prompt_token_ids
+                self.prefilled_tokens += len(prompt) - len(hit.tokens)
+                parts.append(_Lane([row], *prefill_after(self.model, hit.kv, prompt[len(hit.tokens):]), version))
+            if fresh:
+                prompts = [r.request.prompt_token_ids for r in fresh]
+                self.prefilled_tokens += len({tuple(p) for p in prompts}) * max(len(p) for p in prompts)
+                parts.append(_Lane(fresh, *prefill(self.model, prompts, self.pad_id, share=self.share_prefill),
+                                   version))
+            for lane in parts:
+                if i < len(self.lanes):
+                    self.lanes[i].join(lane)
+                else:
+                    self.lanes.append(lane)
 
     @torch.inference_mode()
     def step(self, version: int) -> list[Row]:
         """Sample one token per row, let finished (and abandoned) rows leave, run one forward per
         lane over the rest with the loaded weights (``version``). Returns the rows that left."""
         left: list[Row] = []
+        store = self.prefixes if self.prefixes.max_tokens else None
         for lane in self.lanes:
-            left.extend(lane.step(self.model, version, self.eos, self.tokenizer))
+            left.extend(lane.step(self.model, version, self.eos, self.tokenizer, store))
             self.forwards += bool(lane.rows)
         self.lanes = [lane for lane in self.lanes if lane.rows]
         return left

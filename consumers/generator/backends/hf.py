@@ -73,7 +73,7 @@ class TransformersBackend(ContinuousBackend):
 
     def __init__(self, model: Any, tokenizer: Any, *, policy_version: int = 0, context: int | None = None,
                  share_prefill: bool = True, max_rows: int = 64, max_kv_tokens: int = 1 << 20,
-                 max_lanes: int = MAX_LANES, lane_split_tokens: int = SPLIT_TOKENS,
+                 max_lanes: int = MAX_LANES, lane_split_tokens: int = SPLIT_TOKENS, prefix_cache_tokens: int = 0,
                  update: UpdateMode = "in_flight") -> None:
         super().__init__(policy_version=policy_version, update=update)
         self.model = model  # its dtype is the generator's: learner weights are cast to it (prepare_weights)
@@ -81,7 +81,8 @@ class TransformersBackend(ContinuousBackend):
         self.max_context = context or max_context(model.config)
         self.loop = DecodeLoop(model, tokenizer, eos=eos_token_ids(model, tokenizer), context=self.max_context,
                                max_rows=max_rows, max_kv_tokens=max_kv_tokens, share_prefill=share_prefill,
-                               max_lanes=max_lanes, split_tokens=lane_split_tokens)
+                               max_lanes=max_lanes, split_tokens=lane_split_tokens,
+                               prefix_cache_tokens=prefix_cache_tokens)
 
     @property
     def share_prefill(self) -> bool:
@@ -90,7 +91,8 @@ class TransformersBackend(ContinuousBackend):
     @classmethod
     def load(cls, model: str, device: str = "cpu", dtype: Any = None, **options: Any) -> TransformersBackend:
         """``dtype``: a torch dtype or its name ("float32", "bfloat16"; default float32);
-        ``options``: the constructor's (max_rows, max_kv_tokens, max_lanes, lane_split_tokens, update)."""
+        ``options``: the constructor's (max_rows, max_kv_tokens, max_lanes, lane_split_tokens,
+        prefix_cache_tokens, update)."""
         if isinstance(dtype, str):
             dtype = getattr(torch, dtype)
         loaded, tokenizer = load_policy(model, device=device, dtype=dtype)
