@@ -382,7 +382,6 @@ async def measure_continuous(model: str, rounds: int, groups: int | None, max_ne
     import statistics
 
     from bench.arrivals import OneCallAtATime, replay, same_tokens
-
     from rollstream.config import GeneratorConfig
     from rollstream.consumers.generator.backends.decode import PrefixCache
 
