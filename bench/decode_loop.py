@@ -111,6 +111,8 @@ def churn_ms(model: Any, tokenizer: Any, rows: int, width: int, iterations: int,
 def mixed_ms(model: Any, tokenizer: Any, max_lanes: int, steps: int = 8, copies: bool = False) -> tuple[float, int]:
     """Median ms of an iteration of 16 rows of 250-token prompts and 2 of 2000; and the lanes used.
     ``copies``: with transformers' sdpa attention (keys and values copied per query head)."""
+    from rollstream.consumers.generator.backends import decode
+
     loop = new_loop(model, tokenizer, max_lanes=max_lanes)
     if copies:
         model.set_attn_implementation("sdpa")
@@ -123,7 +125,7 @@ def mixed_ms(model: Any, tokenizer: Any, max_lanes: int, steps: int = 8, copies:
         started = time.perf_counter()
         loop.step(0)
         times.append(time.perf_counter() - started)
-    new_loop(model, tokenizer)  # the loop's attention back
+    decode.gqa_attention(model)  # the loop's attention back
     return statistics.median(times[2:]) * 1000, len(loop.lanes)
 
 

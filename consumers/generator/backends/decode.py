@@ -52,6 +52,7 @@ from typing import Any
 import torch
 from transformers.cache_utils import DynamicLayer
 
+from rollstream.config import GeneratorConfig
 from rollstream.consumers.generator.backends.base import Completion, GenerationRequest
 from rollstream.consumers.generator.backends.sampling import (
     find_stop,
@@ -62,8 +63,9 @@ from rollstream.consumers.generator.backends.sampling import (
     truncates,
 )
 
-SPLIT_TOKENS = 10000  # padded cache entries (rows x columns) a forward's fixed cost is worth: bench/decode_loop.py
-MAX_LANES = 4
+_DEFAULTS = GeneratorConfig()
+SPLIT_TOKENS = _DEFAULTS.lane_split_tokens  # padded cache entries a forward's fixed cost is worth
+MAX_LANES = _DEFAULTS.max_lanes
 
 
 @dataclass
@@ -580,7 +582,8 @@ class DecodeLoop:
                 parts.append(_Lane([row], *prefill_after(self.model, hit.kv, prompt[len(hit.tokens):]), version))
             if fresh:
                 prompts = [r.request.prompt_token_ids for r in fresh]
-                self.prefilled_tokens += len({tuple(p) for p in prompts}) * max(len(p) for p in prompts)
+                prefills = len({tuple(p) for p in prompts}) if self.share_prefill else len(prompts)
+                self.prefilled_tokens += prefills * max(len(p) for p in prompts)
                 parts.append(_Lane(fresh, *prefill(self.model, prompts, self.pad_id, share=self.share_prefill),
                                    version))
             for lane in parts:
