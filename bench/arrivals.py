@@ -94,15 +94,18 @@ async def replay(trace: dict[str, Any], tokenizer: Any, sampling: Sampling,
             observed = observation_ids(tokenizer, turn["observation"], generated)
             context = context + generated + observed
             seed = derive_seed(0, f"{group['group_id']}#{turn['turn']}", index)
-            [done] = await generate([GenerationRequest(f"{group['group_id']}/{index}", context, sampling, seed)])
+            [done] = await generate([GenerationRequest(f"{group['group_id']}/{index}", context, sampling, seed,
+                                                       turn=turn["turn"], more_turns=True)])
             result.completions[f"{group['group_id']}/{index}#{turn['turn']}"] = done
             generated = list(done.token_ids)
 
     async def play(group: dict[str, Any]) -> None:
         await asyncio.sleep(group["t"] * first_turn_scale)
         prompt = chat_prompt_ids(tokenizer, group["messages"])
-        requests = [GenerationRequest(f"{group['group_id']}/{i}", prompt, sampling, derive_seed(0, group["group_id"], i))
-                    for i in range(group["group_size"])]
+        # every group of a trace is a chain's: a turn may follow each (the trace does not say which is
+        # an episode's last, so every finished row is kept, as the run's first turns were)
+        requests = [GenerationRequest(f"{group['group_id']}/{i}", prompt, sampling, derive_seed(0, group["group_id"], i),
+                                      more_turns=True) for i in range(group["group_size"])]
         firsts = await generate(requests)
         for i, done in enumerate(firsts):
             result.completions[f"{group['group_id']}/{i}#1"] = done

@@ -31,10 +31,15 @@ episode ends with reward ``progress`` = (steps passed + the failing step's fract
 passed) / steps, less the per-turn penalty.
 
 State between turns: the code passed is carried; files a turn wrote in the sandbox are not.
+
+An episode that the learner can no longer train (its oldest weights already more than
+``rl.max_staleness`` versions behind the learner's: ``stale_lag``) ends after the turn being
+scored, instead of generating turns that would be thrown away.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -68,6 +73,7 @@ class Turn:
     subtask_index: int = 0  # a chain's step
     carried_code: str = ""  # a chain's code of the steps passed
     generated: bool = True  # False: nothing could be generated for it (an infrastructure failure)
+    trainable: bool = True  # False: the learner will drop it as stale whatever follows (see ``stale_lag``)
 
 
 @dataclass(frozen=True)
@@ -91,8 +97,8 @@ def decide(spec: RewardSpec, state: Turn, completion_text: str, reward: float, e
     steps = len(spec.subtasks)
     passed = execution.passed
     last_step = state.subtask_index + 1 >= steps
-    ends = (state.turn >= state.max_turns or not state.generated or execution.error_kind in ("tamper", "infra")
-            or (passed and (not steps or last_step)))
+    ends = (state.turn >= state.max_turns or not state.generated or not state.trainable
+            or execution.error_kind in ("tamper", "infra") or (passed and (not steps or last_step)))
     if ends:
         if execution.error_kind == "infra":  # the machinery lost the turn: the episode is no reward
             return TurnOutcome(True, False, 0.0, None)
@@ -177,13 +183,27 @@ def _progress(steps: int, subtask_index: int, execution: ExecutionRecord) -> flo
     return (subtask_index + partial) / steps
 
 
+def stale_lag(action: ActionGenerated, learner_version: int, max_staleness: int) -> int | None:
+    """How many versions past ``max_staleness`` the episode's oldest weights already are behind the
+    learner's (None: within it). The learner's version only grows and it drops a rollout whose
+    oldest version lags more than ``rl.max_staleness`` (learner/batch.py), so such an episode can
+    never be trained: its next turns would be generated, executed and thrown away, holding one of
+    the sampler's slots meanwhile. The executor ends it instead (as if its turns were spent)."""
+    oldest = min([*action.policy_versions, action.rollout.policy_version_first])
+    over = learner_version - oldest - max_staleness
+    return over if over > 0 else None
+
+
 def after_turn(action: ActionGenerated, scored: RewardScored, events: Sequence[dict[str, Any]] = (),
-               *, now: float | None = None, workspace: Sequence[tuple[str, bytes]] = ()) -> tuple[str, Any]:
+               *, now: float | None = None, workspace: Sequence[tuple[str, bytes]] = (),
+               trainable: bool = True) -> tuple[str, Any]:
     """What the executor sends after scoring a turn: ``("rewards", the episode's RewardScored)`` when
     the episode ends, else ``("prompts", the continuation for its next turn)``, which carries the
-    files the turn left (``workspace``: its sandbox's /work after it ran, size-capped)."""
+    files the turn left (``workspace``: its sandbox's /work after it ran, size-capped).
+    ``trainable=False`` (``stale_lag``) ends the episode after this turn."""
     files = [WorkspaceFile(path=path, data=data) for path, data in workspace]
-    outcome = decide(action.reward, turn_of(action), action.completion_text, scored.reward, scored.execution, events)
+    state = dataclasses.replace(turn_of(action), trainable=trainable)
+    outcome = decide(action.reward, state, action.completion_text, scored.reward, scored.execution, events)
     if outcome.ends:
         if outcome.progress is not None:
             scored = msgspec.structs.replace(scored, reward=outcome.reward, components={"progress": outcome.progress})

@@ -46,16 +46,20 @@ acknowledged). The last turn's ``RewardScored`` carries the whole trajectory.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import socket
 import time
 from collections import Counter as Tally
+from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
+
+from redis.exceptions import RedisError
 
 from rollstream.attest import code_digest, load_signer, spec_digest
 from rollstream.config import Config
-from rollstream.consumers.executor.episodes import after_turn, subtask_turn, turn_code
+from rollstream.consumers.executor.episodes import after_turn, stale_lag, subtask_turn, turn_code
 from rollstream.consumers.executor.reference import ReferenceCheck, ReferenceChecks, log_check
 from rollstream.consumers.executor.rewards import RewardRegistry, default_registry
 from rollstream.consumers.executor.sandbox import (
@@ -119,6 +123,9 @@ class ExecutorMetrics:
         )
         self.continued = metrics.counter("episodes_continued", "Turns that did not end their episode: a "
                                          "continuation was sent back to the generators")
+        self.ended_stale = metrics.counter(
+            "episodes_ended_stale", "Episodes ended before their turns ran out because the learner would drop "
+            "them as stale (their oldest weights more than rl.max_staleness versions behind the learner's)")
         self.reference_checks = metrics.counter(
             "reference_checks", "Tasks whose reference was checked (once per task and executor), by outcome",
             ("outcome",))
@@ -193,9 +200,11 @@ class Executor:
         registry: RewardRegistry,
         metrics: StageMetrics,
         guard: IntakeGuard | None = None,
+        learner_version: Callable[[], Awaitable[int]] | None = None,
     ) -> None:
         self.config = config
         self.guard = guard
+        self.learner_version = learner_version  # None: every episode plays its turns out
         self.stopping = False
         self.consumer = consumer
         self.producer = producer
@@ -285,7 +294,8 @@ class Executor:
         reward, audits = await self.scrubber.outgoing(reward, audits, action.reward)
         # the episode's reward for its whole trajectory, or the next turn of this one sample
         outcome: tuple[str, Event] = after_turn(action, reward, result.events if result is not None else [],
-                                                workspace=result.files if result is not None else ())
+                                                workspace=result.files if result is not None else (),
+                                                trainable=await self.trainable(action))
         if outcome[0] == "prompts":
             self.own.continued.inc()
             outcome = ("prompts", await self.scrubber.outgoing_prompt(outcome[1], action.reward))
@@ -310,6 +320,24 @@ class Executor:
             reward.reward,
             reward.execution.error_kind,
         )
+
+    async def trainable(self, action: ActionGenerated) -> bool:
+        """False when the episode would go on but the learner can no longer train it (logged, counted)."""
+        if self.learner_version is None or action.turn >= action.max_turns:
+            return True
+        try:
+            learner = await self.learner_version()
+        except (OSError, RedisError) as exc:  # unknown: play on (the learner decides)
+            log.debug("learner version unavailable: %s", exc)
+            return True
+        over = stale_lag(action, learner, self.config.rl.max_staleness)
+        if over is None:
+            return True
+        self.own.ended_stale.inc()
+        log.info("episode %s ends at turn %d of %d: its oldest weights are %d versions past rl.max_staleness (%d) "
+                 "behind the learner's v%d, so the learner would drop it", action.rollout.rollout_id, action.turn,
+                 action.max_turns, over, self.config.rl.max_staleness, learner)
+        return False
 
     def signed(self, action: ActionGenerated, outcome: tuple[str, Event], audits: list[Event]
                ) -> tuple[tuple[str, Event], list[Event]]:
@@ -393,7 +421,7 @@ async def run(
             EventProducer(infra, client_id=executor_id(), metrics=metrics, stage=STAGE)
         )
         from rollstream.infra import resolve_endpoints
-        from rollstream.redis import connect
+        from rollstream.redis import connect, get_policy_version
 
         redis = connect(resolve_endpoints(config).redis_url)
         stack.push_async_callback(redis.aclose)
@@ -412,5 +440,6 @@ async def run(
                 max_poll_records=4 * config.executor.concurrency,
             )
         )
-        await Executor(config, consumer, producer, backend, registry, metrics, guard).run(stop)
+        await Executor(config, consumer, producer, backend, registry, metrics, guard,
+                       learner_version=functools.partial(get_policy_version, redis, infra)).run(stop)
     log.info("executor stopped")

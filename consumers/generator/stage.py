@@ -83,6 +83,7 @@ from rollstream.schemas.events import ActionGenerated, PromptIssued, Rollout, Sa
 from rollstream.schemas.stages import consumer_group
 
 log = logging.getLogger(__name__)
+PREFIX_LOG_S = 60.0  # the prefix cache's counts are logged at most this often
 STAGE = "generator"
 MIN_LOGPROB = -1e4  # the schema's floor
 PROMPT_CACHE_ENTRIES = 4096  # templated prompts kept (least recently used dropped first)
@@ -127,7 +128,8 @@ def group_requests(event: PromptIssued, prompt_ids: list[int], defaults: Generat
         return [GenerationRequest(request_id=f"{event.group_id}/{c.sample_index}", prompt_token_ids=prompt_ids,
                                   sampling=sampling, seed=derive_seed(seed, f"{event.group_id}#{c.turn}",
                                                                        c.sample_index),
-                                  task_id=event.task_id, turn=c.turn, subtask=c.subtask_index)]
+                                  task_id=event.task_id, turn=c.turn, subtask=c.subtask_index,
+                                  more_turns=c.turn < event.max_turns)]
     return [
         GenerationRequest(
             request_id=f"{event.group_id}/{index}",
@@ -135,6 +137,7 @@ def group_requests(event: PromptIssued, prompt_ids: list[int], defaults: Generat
             sampling=sampling,
             seed=derive_seed(seed, event.group_id, index),
             task_id=event.task_id,
+            more_turns=event.max_turns > 1,
         )
         for index in range(event.group_size)
     ]
@@ -263,6 +266,24 @@ class GeneratorStage:
                                              "starting while none ran to the last one ending (their sum counts "
                                              "overlapping calls once)"))
         self._commit_lock = asyncio.Lock()  # batches finish concurrently: one commit at a time
+        self._prefix_lookups = metrics.counter(
+            "generator_prefix_cache_lookups", "Later turns of an episode that found the cache of its previous "
+            "turn kept (hit: only the observation is prefilled) or not (miss)", ("result",))
+        self._prefix_seen = (0, 0)
+        self._prefix_logged = 0.0
+
+    def prefix_lookups(self) -> tuple[int, int]:
+        """(hits, misses) of the backend's prefix cache so far, exported to the metric; (0, 0) for a
+        backend without one."""
+        seen = getattr(self.backend, "prefix_lookups", None) or (0, 0)
+        for result, now, before in zip(("hit", "miss"), seen, self._prefix_seen, strict=True):
+            if now > before:
+                self._prefix_lookups.labels(result).inc(now - before)
+        if seen != self._prefix_seen and time.monotonic() - self._prefix_logged > PREFIX_LOG_S:
+            self._prefix_logged = time.monotonic()
+            log.info("later turns so far: %d found their previous turn's cache kept, %d did not", *seen)
+        self._prefix_seen = seen
+        return seen
 
     async def intake(self, stop: asyncio.Event) -> None:
         """Poll ``prompts``, validate, tokenize, queue (bounded: backpressure on the poll)."""
@@ -441,6 +462,7 @@ class GeneratorStage:
                                       generate_s=time.time() - started, observation_tokens=item.observation_tokens)
         finally:
             self._busy.stop()
+            self.prefix_lookups()
         self.batch_seconds.observe(time.time() - started)
 
     async def _complete(self, requests: list[GenerationRequest], attempts: int = 3

@@ -37,6 +37,7 @@ class GenerationRequest:
     task_id: str = ""  # the task the prompt came from (the scripted backend answers by it)
     turn: int = 1  # a multi-turn episode's turn (the scripted backend answers by it too)
     subtask: int = 0  # a subtask chain's step (and by this)
+    more_turns: bool = False  # a next turn of this sample may follow (turn < the episode's max_turns)
 
 
 @dataclass(frozen=True, slots=True)

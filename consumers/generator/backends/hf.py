@@ -82,7 +82,12 @@ class TransformersBackend(ContinuousBackend):
         self.loop = DecodeLoop(model, tokenizer, eos=eos_token_ids(model, tokenizer), context=self.max_context,
                                max_rows=max_rows, max_kv_tokens=max_kv_tokens, share_prefill=share_prefill,
                                max_lanes=max_lanes, split_tokens=lane_split_tokens,
-                               prefix_cache_tokens=prefix_cache_tokens)
+                               prefix_cache_tokens=prefix_cache_tokens, mixed_prefixes=update == "in_flight")
+
+    @property
+    def prefix_lookups(self) -> tuple[int, int]:
+        """Later turns that found their previous turn's cache kept, and that did not."""
+        return self.loop.prefixes.hits, self.loop.prefixes.misses
 
     @property
     def share_prefill(self) -> bool:

@@ -145,3 +145,22 @@ def make_reward_of(action, scored):
 
     return RewardScored(rollout=action.rollout, reward=scored.reward, components=scored.components,
                         execution=scored.execution, executor_id="e", scored_at=1.0)
+
+
+def test_an_episode_the_learner_would_drop_as_stale_ends_instead_of_playing_on() -> None:
+    """Its oldest weights already more than rl.max_staleness versions behind the learner's (which
+    only grows): the learner will drop it whatever follows, so the executor ends it after the turn
+    being scored, rewarded as if its turns had run out; within the bound it plays on."""
+    from rollstream.consumers.executor.episodes import after_turn, stale_lag
+    from rollstream.schemas.events import RewardScored
+
+    action = episode(2)
+    rollout = msgspec.structs.replace(action.rollout, policy_version_first=5, policy_version_last=7)
+    action = msgspec.structs.replace(action, rollout=rollout, policy_versions=[3, 5, 7])  # turn 1 was v3
+    assert stale_lag(action, learner_version=4, max_staleness=1) is None  # 4 - 3 = 1: still trainable
+    assert stale_lag(action, learner_version=6, max_staleness=1) == 2  # 6 - 3 > 1, by 2
+    assert stale_lag(action, learner_version=6, max_staleness=3) is None
+    scored = RewardScored(rollout=rollout, reward=1 / 3, components={}, execution=FAIL, executor_id="e", scored_at=0.0)
+    assert after_turn(action, scored, now=1.0)[0] == "prompts"
+    topic, final = after_turn(action, scored, now=1.0, trainable=False)
+    assert topic == "rewards" and abs(final.reward - final_reward(SPEC, 1 / 3, 2)) < 1e-9

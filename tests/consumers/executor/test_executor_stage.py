@@ -231,3 +231,30 @@ async def test_a_stage_with_a_key_signs_every_verdict_and_audit_record(config: C
     [one] = [r for r in rewards if r.rollout.rollout_id == "s1/0"]
     assert one.attestation.image.startswith("sha256:") and "+runner:" in one.attestation.runtime
     assert one.reward == 1.0 and one.outcome == "passed"
+
+
+async def test_an_episode_the_learner_can_no_longer_train_ends_instead_of_continuing(
+    config: Config, sandbox_image: str, owner: str
+):
+    """With the learner's version in Redis 5 and rl.max_staleness 1, a failing turn whose episode
+    began at v0 ends (its reward is sent, no continuation), while one that began at v4 goes on."""
+    from rollstream.redis import connect, set_policy_version
+
+    config = stage_config(config, sandbox_image, owner)
+    config = msgspec.structs.replace(config, rl=msgspec.structs.replace(config.rl, max_staleness=1))
+    await ensure_topics(config.infra, ["actions", "rewards", "audit", "prompts"])
+    redis = connect(config.infra.redis_url)
+    try:
+        await set_policy_version(redis, config.infra, 5)
+    finally:
+        await redis.aclose()
+    wrong = "def add(a, b):\n    return a - b"
+    old, fresh = (msgspec.structs.replace(action("st", i, wrong), max_turns=3,
+                                          rollout=msgspec.structs.replace(make_rollout("st", i), policy_version_first=v,
+                                                                          policy_version_last=v))
+                  for i, v in ((0, 0), (1, 4)))
+    async with EventProducer(config.infra, client_id="test") as producer:
+        await producer.send_many([("actions", old), ("actions", fresh)])
+    rewards, prompts = await while_staged(config, ("rewards", RewardScored, 1), ("prompts", PromptIssued, 1))
+    assert [r.rollout.sample_index for r in rewards] == [0] and rewards[0].execution.tests_total == 2
+    assert [p.continuation.sample_index for p in prompts] == [1]

@@ -249,36 +249,44 @@ def test_grouped_query_attention_without_copies_computes_what_sdpa_does(tiny_mod
 
 
 @pytest.mark.unit
-def test_a_next_turn_runs_only_its_observation_through_the_model(tiny_model_dir: Path) -> None:
-    """With the prefix cache, a row finishing keeps its keys and values; its episode's next turn
-    (prompt + the tokens generated + an observation, turns.continued) prefills only the
-    observation and samples what it samples with the whole conversation prefilled. Under other
-    weights the kept prefix is not used."""
+@pytest.mark.parametrize(("mixed", "version", "hit"), [(False, 0, True), (False, 1, False), (True, 1, True)])
+def test_a_next_turn_runs_only_its_observation_through_the_model(tiny_model_dir: Path, mixed: bool, version: int,
+                                                                  hit: bool) -> None:
+    """With the prefix cache, a row of an episode that may go on keeps its keys and values when it
+    finishes (a last turn's row does not); its next turn (prompt + the tokens generated + an
+    observation, turns.continued) prefills only the observation and samples what it samples with
+    the whole conversation prefilled. Under newer weights the kept prefix is used only with
+    in-flight updates (``mixed``), and the row then records the prefix's version as its first."""
     backend = TransformersBackend.load(str(tiny_model_dir))
     tokenizer, context = backend.tokenizer, backend.max_context
     prompt = _prompt(tokenizer, "reverse a string in Python please")
-    first = GenerationRequest("g/0", prompt, Sampling(temperature=1.0, max_new_tokens=10), seed=4)
-    other = GenerationRequest("h/0", _prompt(tokenizer, "hi"), Sampling(temperature=1.0, max_new_tokens=20), seed=5)
+    first = GenerationRequest("g/0", prompt, Sampling(temperature=1.0, max_new_tokens=10), seed=4, more_turns=True)
+    last = GenerationRequest("k/0", _prompt(tokenizer, "sum a list"), Sampling(temperature=1.0, max_new_tokens=10),
+                             seed=3, turn=2)  # an episode's last turn: nothing to keep it for
+    other = GenerationRequest("h/0", _prompt(tokenizer, "hi"), Sampling(temperature=1.0, max_new_tokens=20), seed=5,
+                              more_turns=True)
     observation = tokenizer.encode(" error: tests failed", add_special_tokens=False)
-    for version, hit in ((0, True), (1, False)):
-        loop = DecodeLoop(backend.model, tokenizer, eos=set(), context=context, prefix_cache_tokens=4096)
-        rows = [new_row(r, context, backend.model.device) for r in (first, other)]
-        loop.admit(rows, 0)
-        while len(rows[0].tokens) < 10:
-            loop.step(0)
-        assert len(loop.prefixes.entries) == 1  # g/0 finished and was kept, h/0 still decoding
-        nxt = GenerationRequest("g/0", prompt + rows[0].tokens + observation,
-                                Sampling(temperature=0.9, max_new_tokens=8), seed=6)
-        row = new_row(nxt, context, backend.model.device)
-        before, misses = loop.prefilled_tokens, loop.prefixes.misses
-        loop.admit([row], version)
-        assert loop.prefilled_tokens - before == (len(observation) + 1 if hit else len(nxt.prompt_token_ids))
-        assert (loop.prefixes.hits, loop.prefixes.misses - misses) == ((1, 0) if hit else (0, 1))
-        while len(loop):
-            loop.step(version)
-        alone = _alone(backend, nxt)
-        assert row.tokens == alone.token_ids
-        assert max(abs(a - b) for a, b in zip(row.logprobs, alone.logprobs, strict=True)) < SHARED_TOLERANCE
+    loop = DecodeLoop(backend.model, tokenizer, eos=set(), context=context, prefix_cache_tokens=4096,
+                      mixed_prefixes=mixed)
+    rows = [new_row(r, context, backend.model.device) for r in (first, last, other)]
+    loop.admit(rows, 0)
+    while len(rows[0].tokens) < 10:
+        loop.step(0)
+    assert [e.tokens[: len(prompt)] for e in loop.prefixes.entries.values()] == [tuple(prompt)]  # g/0 only
+    nxt = GenerationRequest("g/0", prompt + rows[0].tokens + observation, Sampling(temperature=0.9, max_new_tokens=8),
+                            seed=6, turn=2, more_turns=True)
+    row = new_row(nxt, context, backend.model.device)
+    assert (loop.prefixes.hits, loop.prefixes.misses) == (0, 1)  # k/0, a later turn, found nothing kept
+    before = loop.prefilled_tokens
+    loop.admit([row], version)
+    assert loop.prefilled_tokens - before == (len(observation) + 1 if hit else len(nxt.prompt_token_ids))
+    assert (loop.prefixes.hits, loop.prefixes.misses) == ((1, 1) if hit else (0, 2))
+    while len(loop):
+        loop.step(version)
+    assert (row.version_first, row.version_last) == ((0 if hit else version), version)
+    alone = _alone(backend, nxt)  # the same weights under either label: the same tokens
+    assert row.tokens == alone.token_ids
+    assert max(abs(a - b) for a, b in zip(row.logprobs, alone.logprobs, strict=True)) < SHARED_TOLERANCE
 
 
 @pytest.mark.unit

@@ -10,10 +10,11 @@ from typing import Any
 import msgspec
 import pytest
 
+from rollstream.config import GeneratorConfig
 from rollstream.consumers.executor.episodes import continuation_of
 from rollstream.consumers.generator.backends.base import Completion
 from rollstream.consumers.generator.chat import chat_prompt_ids
-from rollstream.consumers.generator.stage import action_from
+from rollstream.consumers.generator.stage import action_from, group_requests
 from rollstream.consumers.generator.turns import continued, invalid_continuation, observation_ids
 from rollstream.models import load_tokenizer
 from rollstream.schemas import PromptIssued, codec
@@ -45,6 +46,9 @@ def test_three_turns_concatenate_generated_and_observation_tokens_without_retoke
     action = action_from(first, 1, prompt_ids, _completion(turns[0], tokenizer, 3), generator_id="t", queued_s=0,
                          generate_s=0)
     action = msgspec.structs.replace(action, max_turns=3)
+    assert all(r.more_turns for r in group_requests(msgspec.structs.replace(first, max_turns=3), prompt_ids,
+                                                     GeneratorConfig(), 0))
+    assert not any(r.more_turns for r in group_requests(first, prompt_ids, GeneratorConfig(), 0))  # one turn
     observations, observed_ids = ["1 of 3 tests passed: f(1) should be 2.", "2 of 3 tests passed."], []
     for turn, text in ((2, observations[0]), (3, observations[1])):
         event = continuation_of(action, text, now=0.0)
@@ -53,6 +57,8 @@ def test_three_turns_concatenate_generated_and_observation_tokens_without_retoke
         observed = observation_ids(tokenizer, text, event.continuation.completion_token_ids)
         observed_ids.append(observed)
         context = continued(event, observed)  # what the model is sampled from for this turn
+        [request] = group_requests(event, context, GeneratorConfig(), 0)
+        assert (request.turn, request.more_turns) == (turn, turn < 3)  # the last turn's cache is not kept
         completion = _completion(turns[turn - 1], tokenizer, 3 + turn)
         action = action_from(event, 1, context, completion, generator_id="t", queued_s=0, generate_s=0,
                              observation_tokens=observed)
