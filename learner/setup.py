@@ -4,7 +4,9 @@ Blocking: the stage runs it in a thread."""
 
 from __future__ import annotations
 
+import contextlib
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -88,7 +90,8 @@ def build_trainer(config: Config, resume_from: str | Path | None,
     # Saved with every checkpoint: the checkpoint's own copy first; None when neither has one (test models).
     tokenizer = None
     if location is not None:
-        tokenizer = load_tokenizer(_local_copy(location, "model"), missing_ok=True)
+        with _local_copy(location, "model") as files:  # (a temporary copy is deleted once loaded)
+            tokenizer = load_tokenizer(files, missing_ok=True)
     if tokenizer is None:
         tokenizer = load_tokenizer(c.model, missing_ok=True)
     pad_id = pad_id_of(model, tokenizer)
@@ -114,18 +117,20 @@ def build_trainer(config: Config, resume_from: str | Path | None,
     return trainer, tokenizer, lineage, offsets
 
 
-def _local_copy(location: str, name: str) -> str:
-    """``location/name`` on this filesystem (a checkpoint on object storage: its small files
-    copied to a temporary directory; for the tokenizer)."""
+@contextlib.contextmanager
+def _local_copy(location: str, name: str) -> Iterator[str]:
+    """``location/name`` on this filesystem while the block runs (a checkpoint on object storage:
+    its small files copied to a temporary directory, deleted after; for the tokenizer)."""
     if not sharded_ckpt.is_url(location):
-        return str(Path(location) / name)
+        yield str(Path(location) / name)
+        return
     import tempfile
 
     from rollstream.weight_files import filesystem
 
     fs, path = filesystem(location)
-    local = tempfile.mkdtemp(prefix="rollstream-ckpt-")
-    for remote in fs.ls(f"{path}/{name}", detail=False):
-        if not remote.endswith(".safetensors"):
-            fs.get_file(remote, f"{local}/{remote.rsplit('/', 1)[-1]}")
-    return local
+    with tempfile.TemporaryDirectory(prefix="rollstream-ckpt-") as local:
+        for remote in fs.ls(f"{path}/{name}", detail=False):
+            if not remote.endswith(".safetensors"):
+                fs.get_file(remote, f"{local}/{remote.rsplit('/', 1)[-1]}")
+        yield local
