@@ -398,7 +398,7 @@ async def measure_continuous(model: str, rounds: int, groups: int | None, max_ne
         for mode in modes:
             # a fresh prefix cache each replay (the replays repeat the same tokens)
             backend.loop.prefixes = PrefixCache(0 if mode == "continuous_no_prefix_cache" else gen.prefix_cache_tokens,
-                                                mixed=gen.update == "in_flight")
+                                                mixed=backend.loop.prefixes.mixed)
             batcher = OneCallAtATime(backend) if mode == "one_call_at_a_time" else None
             done = await replay(trace, backend.tokenizer, sampling,
                                 batcher.generate if batcher else backend.generate, groups=groups)

@@ -488,15 +488,15 @@ class _Lane:
         token_list, chosen_list = tokens.tolist(), chosen.tolist()
         kept, left = [], []
         for j, row in enumerate(self.rows):
-            if row.abandoned or row.push(token_list[j], chosen_list[j], eos, tokenizer, self.versions[j]):
+            if row.abandoned:
                 left.append(row)
-            else:
-                kept.append(j)
-        if store is not None:
-            for j, row in enumerate(self.rows):
-                if row.finish and not row.abandoned:
+            elif row.push(token_list[j], chosen_list[j], eos, tokenizer, self.versions[j]):
+                left.append(row)
+                if store is not None:  # finished: its cache kept for its episode's next turn
                     store.keep(row, [(layer.keys[j : j + 1], layer.values[j : j + 1]) for layer in self.cache.layers],
                                int(self.mask[j].sum()))
+            else:
+                kept.append(j)
         if not kept:
             self.rows = []
             return left
