@@ -288,7 +288,7 @@ def _summarise(watcher: Any, run_dir: Path) -> None:
     from rollstream.cli.watch import PLOT_FILE, plot, summary
 
     print(summary(watcher.records, watcher.evals))
-    if watcher.records:
+    if watcher.records and Path(watcher.out).exists():  # (a stop can come before the first line is written)
         print(f"metrics: {watcher.out}; plot: {plot([run_dir], run_dir / PLOT_FILE)}")
 
 
