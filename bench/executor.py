@@ -29,6 +29,14 @@ checkout also signs each execution's verdict and audit record, as an executor wi
 rounds, ``executions_per_s_ratio`` = their ratio (target >= 0.9 against 2ebca11), the per-round figures
 and ratios, ``against`` (the full hash), ``all_passed`` (every execution passed its 3 asserts on both
 sides) and the machine's load average at the start. The last line printed holds the figures.
+
+``--runtime runsc`` measures the warm pool under runc and under gVisor's runsc in one run
+(``python bench/executor.py --quick --runtime runsc --json OUT``; runsc registered with dockerd:
+`rollstream sandbox doctor`): the same fast path (same code, 3 asserts, executions, pool size,
+concurrency), sides alternating ``--rounds`` times, each side a warm pool (no container per
+execution). Reported: ``executions_per_s`` (runc) and ``executions_per_s_runsc``, each the median
+over the rounds, ``runsc_ratio``, and ``container_ready_s`` (one container created, started and its
+runner ready) per runtime.
 """
 
 from __future__ import annotations
@@ -50,6 +58,8 @@ from typing import Any
 
 if __name__ == "__main__":  # run as a script: this checkout's code; --against's children import this
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # file, their side's tree on their path
+
+import msgspec
 
 from rollstream.config import ExecutorConfig
 from rollstream.consumers.executor.sandbox import OWNER_LABEL, DockerSandboxPool, Job
@@ -354,6 +364,45 @@ async def compare(args: argparse.Namespace) -> None:
     print(json.dumps(figures))
 
 
+async def runtimes(args: argparse.Namespace) -> None:
+    """``--runtime R``: the warm pool under runc and under R, the same work, alternating sides."""
+    n = 300 if args.quick else 2000
+    owner = f"bench-{uuid.uuid4().hex[:8]}"
+    sides = ("runc", args.runtime)
+    rates: dict[str, list[float]] = {side: [] for side in sides}
+    starts: dict[str, list[float]] = {side: [] for side in sides}
+    load = [round(x, 2) for x in os.getloadavg()]
+    try:
+        for index in range(args.rounds):
+            for side in sides if index % 2 == 0 else tuple(reversed(sides)):
+                config = ExecutorConfig(image=args.image, owner=owner, pool_size=args.pool_size,
+                                        concurrency=args.concurrency, recycle_after=1_000_000, runtime=side)
+                started = time.perf_counter()
+                async with DockerSandboxPool(msgspec.structs.replace(config, pool_size=1)):
+                    starts[side].append(time.perf_counter() - started)  # one warm container, ready
+                rate, ok = await fast_path(config, n, args.concurrency)
+                if ok != n:
+                    raise SystemExit(f"wrong results under {side}: {ok}/{n} executions passed their 3 asserts")
+                rates[side].append(rate)
+                print(f"round {index + 1}/{args.rounds} {side}: {rate:.1f} executions/s, "
+                      f"a container ready in {starts[side][-1]:.2f} s", flush=True)
+    finally:
+        await cleanup(owner)
+    runc, other = (statistics.median(rates[side]) for side in sides)
+    figures = {
+        "executions_per_s": round(runc, 1),
+        f"executions_per_s_{args.runtime}": round(other, 1),
+        f"{args.runtime}_ratio": round(other / runc, 3),
+        "container_ready_s": {side: round(statistics.median(starts[side]), 2) for side in sides},
+        "executions_per_s_rounds": {side: [round(r, 1) for r in rates[side]] for side in sides},
+        "executions": n, "rounds": args.rounds, "pool_size": args.pool_size, "concurrency": args.concurrency,
+        "load_average_before": load,
+    }
+    if args.json:
+        Path(args.json).write_text(json.dumps(figures, indent=2) + "\n")
+    print(json.dumps(figures))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="small run (< 2 min; with --against < 5 min)")
@@ -366,10 +415,17 @@ def main() -> None:
     parser.add_argument("--sign", action="store_true",
                         help="--against: this checkout signs each execution's verdict and audit record, as an "
                              "executor with a key does (docs/executor.md)")
+    parser.add_argument("--runtime", choices=["runsc"],
+                        help="the warm pool under runc and under this runtime, the same work, sides alternating "
+                             "(executions_per_s, executions_per_s_RUNTIME)")
     args = parser.parse_args()
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
-    if args.against:
+    if args.against and args.runtime:
+        parser.error("--against and --runtime are separate runs")
+    if args.runtime:
+        asyncio.run(runtimes(args))
+    elif args.against:
         against(args)
     else:
         asyncio.run(compare(args))

@@ -29,10 +29,12 @@ def register(name: str, parser: argparse.ArgumentParser) -> Any:
         parser.add_argument("--output", "-o", default="-", help="where to write one JSON verdict per line (default stdout)")
         return score
     if name == "sandbox":
-        parser.add_argument("action", choices=["build"])
-        parser.add_argument("--offline", action="store_true", help="debootstrap + docker import (no registry needed)")
-        parser.add_argument("--tag", default=None, help="image tag (default: executor.image)")
-        return build_sandbox
+        parser.add_argument("action", choices=["build", "doctor"],
+                            help="build: the sandbox image; doctor: which runtimes (runc, runsc) run it here, and why not")
+        parser.add_argument("--offline", action="store_true", help="build: debootstrap + docker import (no registry needed)")
+        parser.add_argument("--tag", default=None, help="build: image tag (default: executor.image)")
+        parser.add_argument("--json", action="store_true", help="doctor: one JSON object instead of the table")
+        return sandbox
     if name == "plot":
         parser.add_argument("runs", nargs="+", metavar="RUN", help="a run directory, or a run id under infra.state_dir/runs")
         parser.add_argument("--output", "-o", help="the PNG to write (default: the run's reward.png; runs.png for several)")
@@ -93,7 +95,13 @@ def score(args: argparse.Namespace, config: Config) -> int:
     return asyncio.run(score_main(config, args.inputs, args.output))
 
 
-def build_sandbox(args: argparse.Namespace, config: Config) -> int:
+def sandbox(args: argparse.Namespace, config: Config) -> int:
+    if args.action == "doctor":
+        from rollstream.consumers.executor.doctor import doctor, report
+
+        text, status = report(asyncio.run(doctor(config.executor)), config.executor.runtime, args.json)
+        print(text)
+        return status
     from rollstream.consumers.executor.image import build_image
 
     tag = args.tag or config.executor.image

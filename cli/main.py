@@ -36,7 +36,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "score": ("rollstream.cli.basics", "score completions offline through the real sandbox (no Kafka)"),
     "tasks": ("rollstream.cli.intake", "task intake: check tasks (reference and wrong solutions, mutants, "
                                        "duplicates, contamination, personal data) and write the report the sampler reads"),
-    "sandbox": ("rollstream.cli.basics", "build the sandbox image"),
+    "sandbox": ("rollstream.cli.basics", "build the sandbox image; doctor: which runtimes (runc, runsc) run it here"),
     "image": ("rollstream.cli.compose_images", "the images of the compose deployment: base [--offline], build [--offline]"),
     "plot": ("rollstream.cli.basics", "draw reward and pass rate per learner step of one run or several"),
     "compare": ("rollstream.cli.evaluate", "pass@1 before and after (two eval completion files), with a bootstrap CI"),

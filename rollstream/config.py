@@ -267,6 +267,11 @@ class ExecutorConfig(Section):
     """Warm containers per executor process."""
     recycle_after: PositiveInt = 500
     """Replace a container after this many executions (always after a violation)."""
+    runtime: Literal["runc", "runsc"] = "runc"
+    """The OCI runtime sandboxes run under: "runc" (the host's kernel, namespaces and cgroups) or
+    "runsc" (gVisor: a kernel of its own in user space, a second wall; slower to start and per
+    system call). The runtime must be registered with dockerd (`rollstream sandbox doctor` says
+    which work here; docs/executor.md, "Runtimes")."""
     memory_mb: Annotated[int, Meta(ge=16)] = 256
     """Memory limit per container."""
     pids: Annotated[int, Meta(ge=8)] = 64

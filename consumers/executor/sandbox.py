@@ -56,6 +56,20 @@ HOST_LABEL = "rollstream.sandbox.host"
 PROCESS_LABEL = "rollstream.sandbox.process"
 SANDBOX_USER = "65534:65534"
 RUNNER_OVERHEAD_MB = 128  # the runner, its zygotes, the judge and the forked interpreters' own pages
+# Under runsc the container's cgroups hold gVisor itself: its pids cgroup counts gVisor's host
+# threads and, on the ptrace platform, a stub per address space (~60 at start, thousands under a
+# fork bomb), not the sandbox's processes, so it gets a bound of its own; the sandbox's processes
+# are bounded inside gVisor's kernel by RLIMIT_NPROC, which the runner sets to ``executor.pids``
+# (under runc that limit would count every process of uid 65534 on the host). Its memory cgroup
+# holds gVisor's kernel too: RUNSC_OVERHEAD_MB more.
+RUNSC_HOST_TASKS = 4096
+RUNSC_OVERHEAD_MB = 256
+# Under runsc PID 1 starts as root with these capabilities only (gVisor's root, not the host's) and
+# each job's process drops to a uid of its role's (runtime/zygotes.py ROLE_IDS): gVisor's kernel
+# lets a same-uid process open a non-dumpable one's descriptors and signal its namespace's init,
+# which runc's does not. SETUID/SETGID: the drop; KILL: ending the jobs' processes; DAC_OVERRIDE,
+# FOWNER: wiping what they left in /work; CHOWN: an episode's files restored as the candidate's.
+RUNSC_CAPS = ["SETUID", "SETGID", "KILL", "DAC_OVERRIDE", "FOWNER", "CHOWN"]
 TAIL_BYTES = 4000  # fits ExecutionRecord's ShortText tails
 WORKSPACE_BYTES = 256 << 10  # an episode's files carried between turns, at most
 SHM = "/dev/shm"
@@ -229,16 +243,23 @@ def limits_from_config(config: ExecutorConfig) -> SandboxLimits:
 
 
 def hardened_config(
-    image: str, limits: SandboxLimits, labels: dict[str, str], cmd: list[str], *, interactive: bool = True
+    image: str, limits: SandboxLimits, labels: dict[str, str], cmd: list[str], *, interactive: bool = True,
+    runtime: str = "runc",
 ) -> dict[str, Any]:
-    """The container create body shared by the warm pool and the one-shot baseline."""
-    memory = (limits.memory_mb + RUNNER_OVERHEAD_MB) << 20
+    """The container create body shared by the warm pool and the one-shot baseline; ``runtime``:
+    the OCI runtime dockerd starts it with (``runc``: the host's kernel; ``runsc``: gVisor's)."""
+    memory = (limits.memory_mb + RUNNER_OVERHEAD_MB + (RUNSC_OVERHEAD_MB if runtime == "runsc" else 0)) << 20
+    env = ["PATH=/usr/local/bin:/usr/bin:/bin", "LANG=C.UTF-8", "HOME=/work", "TMPDIR=/work"]
+    separated = runtime == "runsc"
+    if separated:
+        env.append(f"ROLLSTREAM_NPROC={limits.pids}")
+    work_mode = "0770" if separated else "0700"  # separated: the judge reads /work by group
     return {
         "Image": image,
         "Cmd": cmd,
-        "User": SANDBOX_USER,
+        "User": "0:0" if separated else SANDBOX_USER,
         "WorkingDir": "/work",
-        "Env": ["PATH=/usr/local/bin:/usr/bin:/bin", "LANG=C.UTF-8", "HOME=/work", "TMPDIR=/work"],
+        "Env": env,
         "Hostname": "sandbox",
         "Labels": labels,
         "NetworkDisabled": True,
@@ -249,19 +270,24 @@ def hardened_config(
         "StdinOnce": interactive,  # the runner sees EOF (and exits) when its executor goes away
         "Tty": False,
         "HostConfig": {
+            "Runtime": runtime,
             "NetworkMode": "none",
             "ReadonlyRootfs": True,
             "Tmpfs": {
-                "/work": f"rw,nosuid,nodev,noexec,size={limits.tmpfs_mb}m,nr_inodes=8192,mode=0700,"
+                "/work": f"rw,nosuid,nodev,noexec,size={limits.tmpfs_mb}m,nr_inodes=8192,mode={work_mode},"
                 "uid=65534,gid=65534",
                 # multiprocessing's locks and queues need POSIX semaphores, which live here; wiped
                 # after every job like /work (the IPC namespace itself stays private and empty)
                 SHM: f"rw,nosuid,nodev,noexec,size={SHM_MB}m,nr_inodes=1024,mode=0700,uid=65534,gid=65534",
+                # gVisor mounts a writable tmpfs of its own at /tmp unless told otherwise: one that
+                # would outlive a job; here it is an empty, read-only one (runc: the read-only root)
+                **({"/tmp": "ro,nosuid,nodev,noexec,size=64k,mode=0555"} if separated else {}),
             },
             "CapDrop": ["ALL"],
+            "CapAdd": RUNSC_CAPS if separated else [],
             "SecurityOpt": ["no-new-privileges"],
             "Privileged": False,
-            "PidsLimit": limits.pids,
+            "PidsLimit": max(limits.pids, RUNSC_HOST_TASKS) if runtime == "runsc" else limits.pids,
             "Memory": memory,
             "MemorySwap": memory,  # no swap
             "NanoCpus": int(limits.cpus * 1e9),
@@ -428,7 +454,14 @@ class DockerSandboxPool:
                 ) from exc
             raise SandboxError(f"cannot use the Docker daemon: {exc}") from exc
         self.image_id = str(image.get("Id") or self.config.image)
-        self.runtime = runtime_identity(str(info.get("DefaultRuntime") or "runc"))
+        registered = sorted(info.get("Runtimes") or {"runc": {}})
+        if self.config.runtime not in registered:
+            await self._docker.close()
+            raise SandboxError(
+                f"executor.runtime = {self.config.runtime!r} is not registered with the Docker engine (it has: "
+                f"{', '.join(registered)}); `.ci/install` registers runsc, `rollstream sandbox doctor` says which "
+                "runtimes work here (docs/executor.md, \"Runtimes\")")
+        self.runtime = runtime_identity(self.config.runtime)
         try:
             await remove_orphans(self._docker, self.owner)
             warm = await asyncio.gather(*(self._spawn() for _ in range(self.config.pool_size)))
@@ -465,7 +498,7 @@ class DockerSandboxPool:
         """Create, attach, start a container and wait for its runner to say it is ready."""
         name = f"rollstream-sbx-{self._run_id}-{next(self._names)}-{secrets.token_hex(2)}"
         cmd = ["python3", "-I", "-S", "-c", BOOTSTRAP] + (["--test-hooks"] if self.test_hooks else [])
-        body = hardened_config(self.config.image, self._limits, self.labels(), cmd)
+        body = hardened_config(self.config.image, self._limits, self.labels(), cmd, runtime=self.config.runtime)
         container = await self._docker.containers.create(body, name=name)
         stream = container.attach(stdin=True, stdout=True, stderr=True)
         try:
@@ -487,6 +520,13 @@ class DockerSandboxPool:
             detail = bytes(warm.runner_stderr).decode(errors="replace")
             await self._remove(warm)
             raise SandboxError(f"sandbox {name} did not start: {ready!r} {detail}")
+        if ready.get("channels_guarded") is not True:
+            await self._remove(warm)
+            raise SandboxError(
+                f"the {self.config.runtime} runtime here lets the code under test open the runner's descriptors "
+                "(/proc/1/fd of a non-dumpable process): a completion could read its tests from the judge's part and "
+                "write on the runner's channels, so no verdict from it could be trusted (Debian 12's gVisor, runsc "
+                "2022-12-19, does); use executor.runtime = \"runc\" (docs/executor.md, \"Runtimes\")")
         warm.ready = ready
         return warm
 
@@ -619,9 +659,10 @@ class DockerSandboxPool:
 
     async def _why_lost(self, warm: _Warm) -> str | None:
         """Why a runner stopped answering mid-job: a cause when the machinery failed (SandboxLost),
-        None when the container's memory limit killed it (the job's doing: an ``oom`` verdict). PID 1 is the namespace's init and cannot be signalled from inside, so a
-        container still there, not OOM-killed, whose runner is gone was stopped from outside or
-        failed by itself."""
+        None when the container's memory limit killed it (the job's doing: an ``oom`` verdict).
+        PID 1 cannot be signalled from inside (under runc it is the namespace's init; under runsc
+        another uid than the job's), so a container still there, not OOM-killed, whose runner is
+        gone was stopped from outside or failed by itself."""
         import aiodocker
 
         try:

@@ -7,7 +7,7 @@ their names); standard library only, it must not import rollstream.
 Protocol (over the container's attach stream, one JSON object per line):
 
 * runner -> host, once at start: ``{"ready": true, "python", "clean", "sysv_ipc_objects",
-  "tasks_counted"}``
+  "tasks_counted", "channels_guarded"}``
 * host -> runner: a job ``{"id", "nonce", "setup", "code", "tests", "names", "modules",
   "entry_point", "program", "trust", "rules", "timeout_s", "memory_mb",
   "output_bytes", "tail_bytes", "file_bytes"}``, and for a turn of a multi-turn episode
@@ -56,7 +56,12 @@ import sys
 import time
 
 if __name__ != "__main__":  # on the host (linters, readers): what the sandbox gets from the files above
-    from rollstream.consumers.executor.runtime.cleanup import _kill_all, cleanup, sysv_ipc_objects
+    from rollstream.consumers.executor.runtime.cleanup import (
+        _kill_all,
+        cleanup,
+        install_seccomp,
+        sysv_ipc_objects,
+    )
     from rollstream.consumers.executor.runtime.warmup import warm_up
     from rollstream.consumers.executor.runtime.workspace import (
         WORK,
@@ -69,6 +74,7 @@ if __name__ != "__main__":  # on the host (linters, readers): what the sandbox g
         ZYGOTE_GRACE_S,
         _high,
         _write_part,
+        drop_to,
         prefork,
         start_zygotes,
     )
@@ -124,6 +130,8 @@ class Host:
         # child after the fork and closed before any job code runs.
         self.judge_part = os.memfd_create("judge")
         self.candidate_part = os.memfd_create("candidate")
+        for part in (self.judge_part, self.candidate_part):  # a memfd is born 0777, and gVisor lets any
+            os.fchmod(part, 0o600)  # uid open another process's through /proc/<pid>/fd by its mode
         # The job's pipes (PID 1 reads the output and the report; the judge and the candidate
         # talk over req/resp), the zygote's commands, the job's pids and statuses.
         self.out_r, self.out_w = os.pipe()  # the candidate's stdout
@@ -149,11 +157,13 @@ class Host:
         self.poller = select.poll()
         for fd in (self.out_r, self.err_r, self.jout_r, self.jerr_r, self.status_r):
             self.poller.register(fd, select.POLLIN)
-        self.zygotes = {}  # pid -> pidfd of each live zygote
+        self.zygotes = {}  # pid -> the read end of each live zygote's pipe (hangs up when it exits)
+        self.alive_w = None  # in a zygote: the write end of its own pipe (closed in each child)
         self.own = None  # in a zygote and its children: the zygote's command socket
         self.ahead = {}  # role -> pid of its zygote's child forked ahead, waiting for its job
         self.zygotes_started = False
         self.test_hooks = False
+        self.separated = os.getuid() == 0  # jobs under uids of their own (runtime/zygotes.py ROLE_IDS)
 
     def vsz(self):
         """The runner's address-space size (refreshed now and then: it barely changes)."""
@@ -531,6 +541,25 @@ def _reply(obj):
         view = view[os.write(1, view) :]
 
 
+def channels_guarded(host):
+    """Whether the candidate is kept out of PID 1's descriptors: a child with the candidate's uid
+    tries to open the judge's part of the job (its tests) through ``/proc/1/fd``. Linux refuses
+    (PID 1 is non-dumpable); gVisor's kernel of 2022-12-19 lets one uid open another process's
+    descriptors (a same-uid one's all, another uid's by the file's mode), so there the jobs run
+    under uids of their own and the parts are 0600. A container that fails this is refused by the
+    host (consumers/executor/sandbox.py)."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            drop_to(host, b"C")
+            os.open(f"/proc/1/fd/{host.judge_part}", os.O_RDONLY)  # the judge's part: the tests
+        except OSError:
+            os._exit(0)
+        os._exit(1)
+    _, status = os.waitpid(pid, 0)
+    return os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+
+
 def main():
     # Python installs a SIGINT handler; with one installed, code in the container could
     # deliver SIGINT to PID 1. Default dispositions make init immune to in-namespace signals.
@@ -541,18 +570,24 @@ def main():
     host = Host()
     host.test_hooks = "--test-hooks" in sys.argv
     host.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+    nproc = os.environ.get("ROLLSTREAM_NPROC")  # runsc: the process limit, inside gVisor's kernel
+    if nproc:
+        resource.setrlimit(resource.RLIMIT_NPROC, (int(nproc), int(nproc)))
     os.environ.clear()  # children inherit exactly this environment
     os.environ.update(CHILD_ENV)
     os.chdir(WORK)
-    os.umask(0o077)
+    os.umask(0o027 if host.separated else 0o077)  # separated: the judge reads /work by group
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # inherited by every job (the container's too)
     _, problems = cleanup(host)
     if host.tasks() != 1:  # not alone after cleanup (threads?): never trust the count
         host.tasks_fd = None
     warm_up()
+    install_seccomp(host)  # before the zygotes fork: every job's process inherits it
+    guarded = channels_guarded(host)
     start_zygotes(host)
     _reply({"ready": True, "python": sys.version.split()[0], "clean": not problems,
-            "sysv_ipc_objects": sysv_ipc_objects(), "tasks_counted": host.tasks_fd is not None})
+            "sysv_ipc_objects": sysv_ipc_objects(host.libc), "tasks_counted": host.tasks_fd is not None,
+            "channels_guarded": guarded})
     stdin = sys.stdin.buffer
     while True:
         line = stdin.readline()

@@ -30,6 +30,22 @@ MAX_TESTS = 1000  # RewardSpec's own limit on tests per task
 ZYGOTE_GRACE_S = 2.0  # how long the zygote may take to report after its job was killed
 PR_SET_DUMPABLE = 4
 FIRST_HOST_FD = 10  # the runner's descriptors sit at or above this; a job's process uses 0-5
+# Separated uids (a runner started as root: the runsc sandbox, see consumers/executor/sandbox.py):
+# PID 1 and the zygotes stay root, each job's process drops to its role's uid before it runs, so
+# the code under test can neither signal nor open the descriptors of PID 1, the zygotes or the
+# judge, whatever the kernel does about non-dumpable processes. The judge shares the candidate's
+# group, to read what the candidate wrote in /work (mode 0770, umask 027).
+ROLE_IDS = {b"C": (65534, 65534), b"J": (65533, 65534)}  # role -> (uid, gid)
+
+
+def drop_to(host, role):
+    """In a separated runner, this process becomes ``role``'s uid and gid for good (root's
+    capabilities go with the uid change; no_new_privs keeps them gone)."""
+    if host.separated:
+        uid, gid = ROLE_IDS[role]
+        os.setgroups([])
+        os.setresgid(gid, gid, gid)
+        os.setresuid(uid, uid, uid)
 
 
 def _high(fd):
@@ -45,13 +61,23 @@ def start_zygotes(host):
     if host.zygotes_started:
         raise RuntimeError("a zygote is gone; this container must be replaced")
     host.zygotes_started = True
+    # Each zygote holds the only write end of a pipe of its own: its exit (or kill) closes it and
+    # PID 1's poll sees the read end hang up. A pidfd would say the same, but gVisor has no
+    # pidfd_open (ENOSYS), and one mechanism serves both runtimes.
+    pipes = {role: tuple(_high(fd) for fd in os.pipe()) for role in (b"C", b"J")}
     for role in (b"C", b"J"):
         pid = os.fork()
         if pid == 0:
+            for other, (r, w) in pipes.items():
+                os.close(r)
+                if other != role:
+                    os.close(w)
+            host.alive_w = pipes[role][1]
             zygote_main(host, role)
-        fd = os.pidfd_open(pid)
-        host.zygotes[pid] = fd
-        host.poller.register(fd, select.POLLIN)
+        host.zygotes[pid] = pipes[role][0]
+        host.poller.register(pipes[role][0], select.POLLIN)
+    for _, w in pipes.values():
+        os.close(w)
     prefork(host, (b"C", b"J"))
 
 
@@ -130,7 +156,9 @@ def zygote_main(host, role):
 def _job_process(host, role, command, fds):
     """A zygote's child: its own process group; forked ahead of its job ("p"), it waits for the
     job's command on the zygote's socket; it reports its pid and runs the job. Never returns."""
+    os.close(host.alive_w)  # the zygote's alone: its pipe hangs up when the zygote ends
     os.setpgid(0, 0)  # its own process group (killed as one)
+    drop_to(host, role)
     if command == b"p":
         _touch()
         command, fds, _, _ = socket.recv_fds(host.own, 1, 2)

@@ -29,11 +29,16 @@ ROOMY_S = 5.0  # for attacks that should end by themselves (the machine may be l
 ROOMY = RewardSpec(tests=SPEC.tests, timeout_s=ROOMY_S)
 
 PROBE = """
-import os
+import ctypes, os
+def ipc_objects():  # the kernel's own counts (SHM_INFO, MSG_INFO, SEM_INFO): gVisor has no /proc/sysvipc
+    libc, info = ctypes.CDLL(None, use_errno=True), ctypes.create_string_buffer(256)
+    ints = ctypes.cast(info, ctypes.POINTER(ctypes.c_int))
+    return [ints[0] if libc.shmctl(0, 14, info) >= 0 else -1, ints[0] if libc.msgctl(0, 12, info) >= 0 else -1,
+            ints[7] if libc.semctl(0, 0, 19, info) >= 0 else -1]
 def state():
     procs = sorted(int(p) for p in os.listdir("/proc") if p.isdigit())
     parents = {p: int(open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()[1]) for p in procs if p != 1}
-    ipc = [len(open(f"/proc/sysvipc/{k}").read().splitlines()) - 1 for k in ("shm", "msg", "sem")]
+    ipc = ipc_objects()
     vfs = os.statvfs("/work")
     return {"procs": procs, "parents": parents, "me": os.getpid(), "zygote": os.getppid(),
             "work": os.listdir("/work"), "ipc": ipc, "cwd": os.getcwd(), "free": vfs.f_bavail / vfs.f_blocks,
@@ -366,7 +371,7 @@ async def test_host_environment_and_files_are_invisible(pool, registry, tmp_path
     await assert_clean(pool, registry, evaluation)
 
 
-async def test_proc_tricks_fail(pool, registry):
+async def test_proc_tricks_fail(pool, registry, sandbox_runtime):
     code = (
         "import ctypes, os\n"
         "libc = ctypes.CDLL(None, use_errno=True)\n"
@@ -401,8 +406,59 @@ async def test_proc_tricks_fail(pool, registry):
         "if libc.unshare(0x10000000) == 0: worked.append('unshare user ns')\n"
         "if libc.mount(b'none', b'/work', b'tmpfs', 0, None) == 0: worked.append('mount')\n"
     )
+    # gVisor's kernel lists the numbers of PID 1's descriptors (none can be opened: another uid's)
+    # and keeps an oom_score_adj of its own that no host OOM killer reads
+    harmless = ["runner fds", "oom protect"] if sandbox_runtime == "runsc" else []
     evaluation, _ = await attack(
-        pool, registry, code, RewardSpec(tests=["assert worked == [], worked"], timeout_s=ROOMY_S)
+        pool, registry, code,
+        RewardSpec(tests=[f"assert set(worked) <= set({harmless!r}), worked"], timeout_s=ROOMY_S),
+    )
+    expect(evaluation, "none", 1.0)
+    await assert_clean(pool, registry, evaluation)
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="x32 is an x86_64 ABI")
+async def test_a_call_through_another_abi_kills_its_process(pool, registry):
+    # The runner's own seccomp filter (runtime/cleanup.py seccomp_program): the 32-bit entry
+    # points reach the same IPC objects under other numbers, so a call through one ends the process
+    code = ("import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+            "libc.syscall(0x40000000 | 29, 0, 4096, 0o1600)  # shmget, the x32 way\n"
+            "def f(x):\n    return x + 1\n")
+    evaluation, _ = await attack(pool, registry, code, ROOMY)
+    expect(evaluation, "crash", ROOMY.crash_reward)
+    assert "signal 31" in evaluation.scored.execution.error_message  # SIGSYS
+    await assert_clean(pool, registry, evaluation)
+
+
+async def test_no_other_process_descriptor_opens_through_proc(pool, registry):
+    """The judge's part of the job (its tests) sits in PID 1's in-memory file, the verdicts on
+    pipes of PID 1's and the judge's: through /proc/<pid>/fd the code opens none of them (runc:
+    they are non-dumpable; runsc: another uid's, and the parts 0600)."""
+    code = (
+        "import os\n"
+        "opened = []\n"
+        "for pid in (p for p in os.listdir('/proc') if p.isdigit() and int(p) != os.getpid()):\n"
+        "    try:\n"
+        "        fds = os.listdir(f'/proc/{pid}/fd')\n"
+        "    except OSError:\n"
+        "        continue\n"
+        "    for fd in fds:\n"
+        "        path = f'/proc/{pid}/fd/{fd}'\n"
+        "        for mode in (os.O_RDONLY, os.O_WRONLY):\n"
+        "            try:\n"
+        "                os.close(os.open(path, mode))\n"
+        "            except OSError:\n"
+        "                continue\n"
+        "            try:\n"
+        "                target = os.readlink(path)\n"
+        "            except OSError:\n"
+        "                target = '?'\n"
+        "            if target != '/dev/null':\n"
+        "                opened.append((pid, fd, target))\n"
+        "def f(x):\n    return x + 1\n"
+    )
+    evaluation, _ = await attack(
+        pool, registry, code, RewardSpec(tests=["assert opened == [], opened", "assert f(1) == 2"], timeout_s=ROOMY_S)
     )
     expect(evaluation, "none", 1.0)
     await assert_clean(pool, registry, evaluation)
@@ -419,7 +475,8 @@ async def test_signals_to_the_runner_are_ignored(pool, registry):
         "def f(x):\n    return x + 1\n"
     )
     evaluation, audit = await attack(pool, registry, code, ROOMY)
-    # PID 1 ignores in-namespace signals it has no handler for
+    # runc: PID 1 ignores in-namespace signals it has no handler for; runsc (whose kernel does not
+    # protect init): PID 1 is another uid's than the job's, the signals are refused
     expect(evaluation, "none", 1.0)
     assert not audit.recycled  # the runner survived, verified itself clean, and keeps serving
     await assert_clean(pool, registry, evaluation)
@@ -434,12 +491,17 @@ async def test_signals_to_the_runner_are_ignored(pool, registry):
     ],
     ids=["kill-zygote", "kill-everyone", "stop-zygote"],
 )
-async def test_killing_the_process_that_forked_the_job(pool, registry, code):
-    """The job's parent is the runner's zygote, which the code can signal: that is a violation,
-    the runner kills everything itself and the container is replaced."""
+async def test_killing_the_process_that_forked_the_job(pool, registry, code, sandbox_runtime):
+    """The job's parent is the runner's zygote, which the code can signal under runc: that is a
+    violation, the runner kills everything itself and the container is replaced. Under runsc the
+    zygote is another uid's: the signal is refused (kill(-1) reaches only the job's own processes)."""
     evaluation, audit = await attack(pool, registry, code, RewardSpec(tests=SPEC.tests, timeout_s=2.0))
-    expect(evaluation, "violation", SPEC.crash_reward)
-    assert any(v.startswith("runner_zygote") for v in audit.violations) and audit.recycled
+    if sandbox_runtime == "runsc":
+        assert evaluation.scored.reward <= 0 and not evaluation.scored.execution.passed
+        assert not any(v.startswith("runner_zygote") for v in audit.violations) and not audit.recycled
+    else:
+        expect(evaluation, "violation", SPEC.crash_reward)
+        assert any(v.startswith("runner_zygote") for v in audit.violations) and audit.recycled
     await assert_clean(pool, registry, evaluation)
 
 

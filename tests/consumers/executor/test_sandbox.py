@@ -22,6 +22,8 @@ from rollstream.consumers.executor.sandbox import (
     LABEL,
     OWNER_LABEL,
     PROCESS_LABEL,
+    RUNSC_CAPS,
+    RUNSC_HOST_TASKS,
     DockerSandboxPool,
     Job,
     remove_orphans,
@@ -43,17 +45,26 @@ async def inspect(container_id: str) -> dict:
         return await docker.containers.container(container_id).show()
 
 
-async def test_containers_are_hardened(pool: DockerSandboxPool, owner: str):
+async def test_containers_are_hardened(pool: DockerSandboxPool, owner: str, sandbox_runtime: str):
     (warm,) = list(pool._all)
     info = await inspect(warm.container.id)
     host = info["HostConfig"]
     assert host["NetworkMode"] == "none" and info["Config"]["NetworkDisabled"]
     assert host["ReadonlyRootfs"] is True
-    assert host["CapDrop"] == ["ALL"] and not host.get("CapAdd")
     assert "no-new-privileges" in host["SecurityOpt"] and host["Privileged"] is False
-    assert info["Config"]["User"] == "65534:65534"
-    assert host["PidsLimit"] == pool.config.pids
+    assert host["Runtime"] == pool.config.runtime == sandbox_runtime
+    if sandbox_runtime == "runsc":  # PID 1 is gVisor's root with the capabilities to drop each job's uid
+        assert host["CapDrop"] == ["ALL"] and host["CapAdd"] == RUNSC_CAPS
+        assert info["Config"]["User"] == "0:0" and host["PidsLimit"] == RUNSC_HOST_TASKS
+        assert f"ROLLSTREAM_NPROC={pool.config.pids}" in info["Config"]["Env"]
+    else:
+        assert host["CapDrop"] == ["ALL"] and not host.get("CapAdd")
+        assert info["Config"]["User"] == "65534:65534"
+        assert host["PidsLimit"] == pool.config.pids
     assert host["Memory"] == host["MemorySwap"] > 0
+    # the runner proved the job's uid cannot open its descriptors (/proc/1/fd), and that no SysV
+    # IPC object exists (the kernel's own counts)
+    assert warm.ready["channels_guarded"] is True and warm.ready["sysv_ipc_objects"] == 0
     assert host["NanoCpus"] == int(pool.config.cpus * 1e9)
     assert "size=16m" in host["Tmpfs"]["/work"] and "noexec" in host["Tmpfs"]["/work"]
     assert not host.get("Binds") and not info.get("Mounts")  # nothing of the host, no docker socket
@@ -122,7 +133,7 @@ async def test_executions_in_one_container_do_not_see_each_other(pool: DockerSan
     assert [e.get("ok") for e in second.events if e.get("e") == "test"] == [True]
 
 
-async def test_many_reports_and_the_cheap_cleanup_check(pool: DockerSandboxPool):
+async def test_many_reports_and_the_cheap_cleanup_check(pool: DockerSandboxPool, sandbox_runtime: str):
     # The runner does not wake up per report: a job whose reports overflow the pipe (64 KiB)
     # waits for the periodic drain, and still every report arrives.
     tests = [f"assert x == {i} - {i} + 1" for i in range(3000)]
@@ -130,8 +141,9 @@ async def test_many_reports_and_the_cheap_cleanup_check(pool: DockerSandboxPool)
     passed = [e["i"] for e in result.events if e.get("e") == "test" and e.get("ok")]
     assert passed == list(range(3000)) and result.events[-1] == {"e": "done"}
     assert not result.violations and not result.recycled
-    # The container's pids cgroup is readable, so a clean job is proved clean without /proc scans.
-    assert all(warm.ready.get("tasks_counted") for warm in pool._all)
+    # The container's pids cgroup is readable, so a clean job is proved clean without /proc scans
+    # (gVisor has none inside: a scan of /proc there)
+    assert all(warm.ready.get("tasks_counted") == (sandbox_runtime == "runc") for warm in pool._all)
 
 
 async def test_recycled_after_n_executions(sandbox_image: str, owner: str):
@@ -304,3 +316,44 @@ async def test_container_dying_while_idle_is_not_blamed_on_the_next_code(
     evaluation = await evaluate(pool, registry, spec, "def f():\n    return 1", "idle/0")
     assert (evaluation.scored.execution.error_kind, evaluation.scored.reward) == ("none", 1.0)
     assert evaluation.result.sandbox_id != warm.sandbox_id
+
+
+async def test_runtimes_the_engine_lacks_or_that_let_code_into_the_runner_are_refused(
+        sandbox_image: str, owner: str, monkeypatch: pytest.MonkeyPatch):
+    """An executor refuses a runtime dockerd has not registered, naming those it has. Under
+    gVisor (registered by .ci/install) the jobs run under uids of their own; the same sandbox
+    with everything under one uid (as under runc) is refused, because this gVisor lets a process
+    open a non-dumpable same-uid process's descriptors: the runner's probe catches it. And
+    `rollstream sandbox doctor` reports each runtime."""
+    import aiodocker
+
+    from rollstream.consumers.executor import sandbox
+    from rollstream.consumers.executor.doctor import doctor, report
+
+    async with aiodocker.Docker() as docker:
+        registered = set((await docker.system.info()).get("Runtimes") or {})
+    config = ExecutorConfig(image=sandbox_image, owner=owner, pool_size=1, runtime="runsc")
+    checks = {c.runtime: c for c in await doctor(ExecutorConfig(image=sandbox_image, owner=owner))}
+    assert checks["runc"].works and checks["runc"].execution_ms is not None and checks["runc"].kernel
+    text, status = report(list(checks.values()), "runc", as_json=False)
+    assert status == 0 and "runc *" in text
+    if "runsc" not in registered:
+        assert not checks["runsc"].works and "not registered" in checks["runsc"].problem
+        with pytest.raises(SandboxError, match="not registered with the Docker engine"):
+            async with DockerSandboxPool(config):
+                pass
+        return
+    assert checks["runsc"].works, checks["runsc"].problem
+    assert checks["runsc"].kernel.startswith("4.4.0")  # what gVisor's kernel says it is
+    hardened = sandbox.hardened_config
+
+    def one_uid(*args: object, **kwargs: object) -> dict:
+        body = hardened(*args, **kwargs)
+        body["User"], body["HostConfig"]["CapAdd"] = sandbox.SANDBOX_USER, []
+        return body
+
+    monkeypatch.setattr(sandbox, "hardened_config", one_uid)
+    with pytest.raises(SandboxError, match=r"open the runner's descriptors \(/proc/1/fd"):
+        async with DockerSandboxPool(config):
+            pass
+    assert await containers_of(owner) == []

@@ -169,10 +169,12 @@ async def score(pool: DockerSandboxPool, registry: RewardRegistry, code: str, sp
 @pytest.mark.parametrize(
     "code, verdict, tamper, spec", [a[1:5] for a in ATTACKS], ids=[a[0] for a in ATTACKS]
 )
-async def test_the_judge_is_not_fooled(pool, registry, code, verdict, tamper, spec):
+async def test_the_judge_is_not_fooled(pool, registry, code, verdict, tamper, spec, sandbox_runtime):
     evaluation = await score(pool, registry, code, spec)
     record = evaluation.scored.execution
     assert evaluation.scored.reward < 1.0, record
+    if sandbox_runtime == "runsc" and "os.kill(os.getppid(), 9)\n" in code:
+        verdict = "runtime"  # the zygote is another uid's there: the kill raises PermissionError
     assert (record.error_kind, record.tamper, record.trust) == (verdict, tamper, "judge"), record
     assert record.tests_passed < record.tests_total
     if verdict == "tamper":
