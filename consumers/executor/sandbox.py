@@ -253,7 +253,6 @@ def hardened_config(
     separated = runtime == "runsc"
     if separated:
         env.append(f"ROLLSTREAM_NPROC={limits.pids}")
-    work_mode = "0770" if separated else "0700"  # separated: the judge reads /work by group
     return {
         "Image": image,
         "Cmd": cmd,
@@ -274,7 +273,7 @@ def hardened_config(
             "NetworkMode": "none",
             "ReadonlyRootfs": True,
             "Tmpfs": {
-                "/work": f"rw,nosuid,nodev,noexec,size={limits.tmpfs_mb}m,nr_inodes=8192,mode={work_mode},"
+                "/work": f"rw,nosuid,nodev,noexec,size={limits.tmpfs_mb}m,nr_inodes=8192,mode=0700,"
                 "uid=65534,gid=65534",
                 # multiprocessing's locks and queues need POSIX semaphores, which live here; wiped
                 # after every job like /work (the IPC namespace itself stays private and empty)

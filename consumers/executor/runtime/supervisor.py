@@ -576,7 +576,7 @@ def main():
     os.environ.clear()  # children inherit exactly this environment
     os.environ.update(CHILD_ENV)
     os.chdir(WORK)
-    os.umask(0o027 if host.separated else 0o077)  # separated: the judge reads /work by group
+    os.umask(0o077)
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # inherited by every job (the container's too)
     _, problems = cleanup(host)
     if host.tasks() != 1:  # not alone after cleanup (threads?): never trust the count

@@ -31,11 +31,12 @@ ZYGOTE_GRACE_S = 2.0  # how long the zygote may take to report after its job was
 PR_SET_DUMPABLE = 4
 FIRST_HOST_FD = 10  # the runner's descriptors sit at or above this; a job's process uses 0-5
 # Separated uids (a runner started as root: the runsc sandbox, see consumers/executor/sandbox.py):
-# PID 1 and the zygotes stay root, each job's process drops to its role's uid before it runs, so
-# the code under test can neither signal nor open the descriptors of PID 1, the zygotes or the
-# judge, whatever the kernel does about non-dumpable processes. The judge shares the candidate's
-# group, to read what the candidate wrote in /work (mode 0770, umask 027).
-ROLE_IDS = {b"C": (65534, 65534), b"J": (65533, 65534)}  # role -> (uid, gid)
+# PID 1 and the zygotes stay root and each job's process drops to 65534 before it runs, so the
+# code under test can neither signal PID 1 or a zygote nor open their descriptors, whatever the
+# kernel does about non-dumpable processes; every channel and job part is made by PID 1 (root,
+# 0600), so a judge's are closed to it too. The judge keeps the candidate's uid, as under runc:
+# the files either makes in /work (tempfile's 0700 directories included) are the other's.
+ROLE_IDS = {b"C": (65534, 65534), b"J": (65534, 65534)}  # role -> (uid, gid)
 
 
 def drop_to(host, role):

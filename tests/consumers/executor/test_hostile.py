@@ -494,11 +494,12 @@ async def test_signals_to_the_runner_are_ignored(pool, registry):
 async def test_killing_the_process_that_forked_the_job(pool, registry, code, sandbox_runtime):
     """The job's parent is the runner's zygote, which the code can signal under runc: that is a
     violation, the runner kills everything itself and the container is replaced. Under runsc the
-    zygote is another uid's: the signal is refused (kill(-1) reaches only the job's own processes)."""
+    zygote is root's: the signal is refused (kill(-1) reaches only the uid's processes: the job's
+    own and its judge, a violation as under runc)."""
     evaluation, audit = await attack(pool, registry, code, RewardSpec(tests=SPEC.tests, timeout_s=2.0))
     if sandbox_runtime == "runsc":
         assert evaluation.scored.reward <= 0 and not evaluation.scored.execution.passed
-        assert not any(v.startswith("runner_zygote") for v in audit.violations) and not audit.recycled
+        assert not any(v.startswith("runner_zygote") for v in audit.violations)
     else:
         expect(evaluation, "violation", SPEC.crash_reward)
         assert any(v.startswith("runner_zygote") for v in audit.violations) and audit.recycled
