@@ -418,15 +418,18 @@ async def test_proc_tricks_fail(pool, registry, sandbox_runtime):
 
 
 @pytest.mark.skipif(os.uname().machine != "x86_64", reason="x32 is an x86_64 ABI")
-async def test_a_call_through_another_abi_kills_its_process(pool, registry):
+async def test_a_call_through_another_abi_kills_its_process(pool, registry, sandbox_runtime):
     # The runner's own seccomp filter (runtime/cleanup.py seccomp_program): the 32-bit entry
     # points reach the same IPC objects under other numbers, so a call through one ends the process
     code = ("import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
             "libc.syscall(0x40000000 | 29, 0, 4096, 0o1600)  # shmget, the x32 way\n"
             "def f(x):\n    return x + 1\n")
     evaluation, _ = await attack(pool, registry, code, ROOMY)
-    expect(evaluation, "crash", ROOMY.crash_reward)
-    assert "signal 31" in evaluation.scored.execution.error_message  # SIGSYS
+    if sandbox_runtime == "runsc":  # gVisor has no x32 entry points of its own: the call fails either way
+        assert evaluation.scored.reward <= 0 and not evaluation.scored.execution.passed
+    else:
+        expect(evaluation, "crash", ROOMY.crash_reward)
+        assert "signal 31" in evaluation.scored.execution.error_message  # SIGSYS
     await assert_clean(pool, registry, evaluation)
 
 
