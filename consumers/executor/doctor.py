@@ -35,7 +35,7 @@ HOW_TO_REGISTER = {
              '"runtimes": {"runsc": {"path": "/usr/bin/runsc", "runtimeArgs": ["--network=none"]}}, then '
              "`kill -HUP $(pidof dockerd)`; .ci/install does both",
 }
-PROBE = """import ctypes, os
+PROBE = """import os
 print("kernel", os.uname().release)
 def add(a, b):
     return a + b

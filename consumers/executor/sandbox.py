@@ -65,7 +65,7 @@ RUNNER_OVERHEAD_MB = 128  # the runner, its zygotes, the judge and the forked in
 RUNSC_HOST_TASKS = 4096
 RUNSC_OVERHEAD_MB = 256
 # Under runsc PID 1 starts as root with these capabilities only (gVisor's root, not the host's) and
-# each job's process drops to a uid of its role's (runtime/zygotes.py ROLE_IDS): gVisor's kernel
+# each job's process drops to 65534 (runtime/zygotes.py JOB_IDS): gVisor's kernel
 # lets a same-uid process open a non-dumpable one's descriptors and signal its namespace's init,
 # which runc's does not. SETUID/SETGID: the drop; KILL: ending the jobs' processes; DAC_OVERRIDE,
 # FOWNER: wiping what they left in /work; CHOWN: an episode's files restored as the candidate's.

@@ -163,7 +163,7 @@ class Host:
         self.ahead = {}  # role -> pid of its zygote's child forked ahead, waiting for its job
         self.zygotes_started = False
         self.test_hooks = False
-        self.separated = os.getuid() == 0  # jobs under uids of their own (runtime/zygotes.py ROLE_IDS)
+        self.separated = os.getuid() == 0  # jobs under uids of their own (runtime/zygotes.py JOB_IDS)
 
     def vsz(self):
         """The runner's address-space size (refreshed now and then: it barely changes)."""
@@ -551,7 +551,7 @@ def channels_guarded(host):
     pid = os.fork()
     if pid == 0:
         try:
-            drop_to(host, b"C")
+            drop_to(host)
             os.open(f"/proc/1/fd/{host.judge_part}", os.O_RDONLY)  # the judge's part: the tests
         except OSError:
             os._exit(0)

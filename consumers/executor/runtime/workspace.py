@@ -11,7 +11,7 @@ import binascii
 import os
 
 if __name__ != "__main__":  # on the host (linters, readers): what the sandbox gets from the files above
-    from rollstream.consumers.executor.runtime.zygotes import ROLE_IDS
+    from rollstream.consumers.executor.runtime.zygotes import JOB_IDS
 
 WORK = "/work"
 
@@ -44,16 +44,16 @@ def restore_workspace(files, budget):
             for part in parts[:-1]:
                 directory = os.path.join(directory, part)
                 try:
-                    os.mkdir(directory, 0o770)  # the umask makes it 0700 where the judge shares the uid
+                    os.mkdir(directory, 0o700)
                     if os.getuid() == 0:  # a separated runner: the candidate's, as if it made it
-                        os.chown(directory, *ROLE_IDS[b"C"], follow_symlinks=False)
+                        os.chown(directory, *JOB_IDS, follow_symlinks=False)
                 except FileExistsError:
                     if os.path.islink(directory) or not os.path.isdir(directory):
                         return "workspace: bad path"
-            fd = os.open(os.path.join(WORK, *parts), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o660)
+            fd = os.open(os.path.join(WORK, *parts), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
             try:
                 if os.getuid() == 0:  # a separated runner: the files are the candidate's, as it wrote them
-                    os.fchown(fd, *ROLE_IDS[b"C"])
+                    os.fchown(fd, *JOB_IDS)
                 view = memoryview(data)
                 while view:
                     view = view[os.write(fd, view):]

@@ -36,14 +36,14 @@ FIRST_HOST_FD = 10  # the runner's descriptors sit at or above this; a job's pro
 # kernel does about non-dumpable processes; every channel and job part is made by PID 1 (root,
 # 0600), so a judge's are closed to it too. The judge keeps the candidate's uid, as under runc:
 # the files either makes in /work (tempfile's 0700 directories included) are the other's.
-ROLE_IDS = {b"C": (65534, 65534), b"J": (65534, 65534)}  # role -> (uid, gid)
+JOB_IDS = (65534, 65534)  # (uid, gid) of every job's process
 
 
-def drop_to(host, role):
-    """In a separated runner, this process becomes ``role``'s uid and gid for good (root's
+def drop_to(host):
+    """In a separated runner, this process becomes the jobs' uid and gid for good (root's
     capabilities go with the uid change; no_new_privs keeps them gone)."""
     if host.separated:
-        uid, gid = ROLE_IDS[role]
+        uid, gid = JOB_IDS
         os.setgroups([])
         os.setresgid(gid, gid, gid)
         os.setresuid(uid, uid, uid)
@@ -159,7 +159,7 @@ def _job_process(host, role, command, fds):
     job's command on the zygote's socket; it reports its pid and runs the job. Never returns."""
     os.close(host.alive_w)  # the zygote's alone: its pipe hangs up when the zygote ends
     os.setpgid(0, 0)  # its own process group (killed as one)
-    drop_to(host, role)
+    drop_to(host)
     if command == b"p":
         _touch()
         command, fds, _, _ = socket.recv_fds(host.own, 1, 2)
