@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -29,8 +30,11 @@ def register(name: str, parser: argparse.ArgumentParser) -> Any:
         parser.add_argument("--output", "-o", default="-", help="where to write one JSON verdict per line (default stdout)")
         return score
     if name == "sandbox":
-        parser.add_argument("action", choices=["build", "doctor"],
-                            help="build: the sandbox image; doctor: which runtimes (runc, runsc) run it here, and why not")
+        parser.add_argument("action", choices=["build", "doctor", "asset-digest"],
+                            help="build: the sandbox image; doctor: which runtimes (runc, runsc) run it here, and why not; "
+                                 "asset-digest PATH: the digest a task's RewardSpec.assets entry pins for a local file or "
+                                 "directory")
+        parser.add_argument("path", nargs="?", help="asset-digest: the file or directory")
         parser.add_argument("--offline", action="store_true", help="build: debootstrap + docker import (no registry needed)")
         parser.add_argument("--tag", default=None, help="build: image tag (default: executor.image)")
         parser.add_argument("--json", action="store_true", help="doctor: one JSON object instead of the table")
@@ -96,6 +100,13 @@ def score(args: argparse.Namespace, config: Config) -> int:
 
 
 def sandbox(args: argparse.Namespace, config: Config) -> int:
+    if args.action == "asset-digest":
+        from rollstream.consumers.executor.assets import local_digest
+
+        if not args.path or not os.path.exists(args.path):
+            raise ConfigError(f"asset-digest needs an existing file or directory (got {args.path!r})")
+        print(local_digest(args.path))
+        return 0
     if args.action == "doctor":
         from rollstream.consumers.executor.doctor import doctor, report
 

@@ -41,6 +41,8 @@ def spec_digest(spec: RewardSpec) -> str:
     fields = [spec.kind, spec.entry_point, list(spec.tests), spec.setup, spec.program,
               [[s.instruction, list(s.tests)] for s in spec.subtasks], sorted(spec.weights.items()),
               spec.all_or_nothing]
+    if spec.assets:  # the files the tests read decide too (appended only then: older digests stay valid)
+        fields.append(sorted([a.path, a.digest] for a in spec.assets))
     return hashlib.sha256(msgspec.msgpack.encode(fields)).hexdigest()
 
 

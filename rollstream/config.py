@@ -87,7 +87,8 @@ class RLConfig(Section):
 
 class SamplerConfig(Section):
     sources: list[str] = msgspec.field(default_factory=lambda: ["builtin"])
-    """Where tasks come from: "builtin", "humaneval", "jsonl:PATH", "hf:PATH" (a local datasets dir/file)."""
+    """Where tasks come from: "builtin", "outside" (tasks that read assets under /assets), "humaneval",
+    "jsonl:PATH", "hf:PATH" (a local datasets dir/file)."""
     family_weights: dict[str, Annotated[float, Meta(ge=0.0)]] = {}
     """Relative weight per task family; families not named get weight 1."""
     family_temperature: Annotated[float, Meta(ge=0.0)] = 0.0
@@ -297,6 +298,20 @@ class ExecutorConfig(Section):
     docker_url: str = ""
     """The Docker engine's API (``unix:///var/run/docker.sock``, ``tcp://host:2375``); empty: the
     ``DOCKER_HOST`` environment variable, else the local socket."""
+    asset_sources: list[str] = msgspec.field(default_factory=list)
+    """URL prefixes a task's assets (``RewardSpec.assets``) may be fetched from (``s3://bucket/tasks/``,
+    ``file:///srv/assets/``); empty: only the assets that ship with rollstream. A task asking for
+    another is dead-lettered with the reason (docs/executor.md, "Assets")."""
+    asset_cache: str = ""
+    """Directory of the content-addressed asset cache; empty: ``$XDG_CACHE_HOME/rollstream/assets``
+    (``~/.cache/rollstream/assets``)."""
+    asset_cache_mb: PositiveInt = 2048
+    """Bound on the asset cache: past it, the assets used least recently are evicted."""
+    asset_pool_size: PositiveInt = 2
+    """Warm containers of each pool keyed by a set of assets (started when a task first asks for
+    that set, retired when idle)."""
+    asset_pool_idle_s: PositiveFloat = 120.0
+    """A keyed pool with no execution for this long is retired (its containers and its volume)."""
     attest: AttestConfig = AttestConfig()
     """Signing each verdict ([executor.attest])."""
     metrics_port: Port = 0

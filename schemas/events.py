@@ -152,6 +152,25 @@ class Subtask(msgspec.Struct, frozen=True, kw_only=True):
     reference: Text | None = None  # a solution of this step (suite checks, the scripted backend)
 
 
+# An asset's place under /assets: a relative POSIX path of plain names ("data/scores.json").
+AssetPath = Annotated[str, Meta(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_][A-Za-z0-9._-]*(/[A-Za-z0-9_][A-Za-z0-9._-]*)*$")]
+Sha256 = Annotated[str, Meta(pattern=r"^sha256:[0-9a-f]{64}$")]
+
+
+class Asset(msgspec.Struct, frozen=True, kw_only=True):
+    """A file or directory a task's sandboxes read at ``/assets/<path>``, read-only.
+
+    ``url`` is an fsspec URL (``s3://bucket/data.json``, ``file:///srv/assets/game``, a local
+    path); ``digest`` pins its content: a file's sha256, or for a directory the sha256 over its
+    files' relative paths and digests (consumers/executor/assets.py ``tree_digest``). The
+    executor fetches each once into a content-addressed cache and refuses content that does
+    not match (docs/executor.md, "Assets")."""
+
+    path: AssetPath
+    url: Annotated[str, Meta(min_length=1, max_length=2048)]
+    digest: Sha256
+
+
 class RewardSpec(msgspec.Struct, frozen=True, kw_only=True):
     """How to score a completion. ``kind`` names an entry of the reward registry.
 
@@ -189,6 +208,9 @@ class RewardSpec(msgspec.Struct, frozen=True, kw_only=True):
     # A task without a reference whose entry points return the completion's own objects (a class
     # whose methods return instances): without it, such a task's calls must give plain data.
     returns_objects: bool = False
+    # Read-only files the task's code and tests read under /assets (an executor older than this
+    # field runs the task without them: its tests fail, never pass, for want of the files).
+    assets: Annotated[list[Asset], Meta(max_length=32)] = []
 
 
 class WorkspaceFile(msgspec.Struct, frozen=True, kw_only=True):

@@ -266,6 +266,12 @@ async def remove_containers_of(owner: str) -> int:
                 await container.delete(force=True)
             except aiodocker.DockerError:
                 pass
+        volumes = await docker.volumes.list(filters={"label": [f"{LABEL}=1", f"{OWNER_LABEL}={owner}"]})
+        for volume in volumes.get("Volumes") or []:  # the asset volumes of pools keyed by a set
+            try:
+                await aiodocker.volumes.DockerVolume(docker, volume["Name"]).delete()
+            except aiodocker.DockerError:
+                pass
         return len(found)
 
 

@@ -90,7 +90,7 @@ class ReferenceCheck(msgspec.Struct, frozen=True, kw_only=True):
 def spec_digest(spec: RewardSpec) -> str:
     """What decides a reference check's outcome, hashed."""
     parts = (spec.kind, spec.setup, spec.tests, spec.entry_point, spec.program, spec.reference, spec.timeout_s,
-             spec.memory_mb)
+             spec.memory_mb, sorted([a.path, a.digest] for a in spec.assets))
     return hashlib.sha256(msgspec.json.encode(parts)).hexdigest()
 
 
@@ -118,7 +118,8 @@ def _outcomes(result: RunResult, total: int) -> tuple[list[int], str]:
 async def check_reference(backend: SandboxBackend, spec: RewardSpec, job_id: str) -> ReferenceCheck:
     """Run the reference under the judge (recording what crossed) and in process."""
     base = dict(code=spec.reference, setup=spec.setup, tests=list(spec.tests), timeout_s=spec.timeout_s,
-                memory_mb=spec.memory_mb, entry_point=spec.entry_point, program=spec.program)
+                memory_mb=spec.memory_mb, entry_point=spec.entry_point, program=spec.program,
+                assets=list(spec.assets))
     judged, in_process = await asyncio.gather(
         backend.execute(Job(job_id=f"{job_id}/reference-judged", trust="judge", rules={"mode": "record"}, **base)),
         backend.execute(Job(job_id=f"{job_id}/reference-in-process", trust="in_process", **base)),

@@ -206,6 +206,7 @@ class PythonTests:
             entry_point=spec.entry_point,
             program=spec.program,
             trust="judge" if spec.trust == "mixed" else spec.trust,
+            assets=list(spec.assets),
         )
 
     def score(self, spec: RewardSpec, completion: str, result: RunResult) -> Scored:

@@ -19,6 +19,10 @@ happened, with the violations seen). Guarantees:
   the executor's host and process; at start the pool removes containers of its owner whose
   executor process is gone (a crashed executor). Containers also stop by themselves when their
   executor disconnects (``StdinOnce``) and are then auto-removed.
+* A job with assets (``RewardSpec.assets``, consumers/executor/assets.py) runs in a pool keyed by its
+  set of assets: started when a task first asks for the set, its containers mount the set's volume
+  read-only at ``/assets``, retired with its volume after ``executor.asset_pool_idle_s`` idle. Jobs
+  without assets never wait on it: they take the warm pool as before.
 """
 
 from __future__ import annotations
@@ -44,9 +48,10 @@ from typing import Any, Literal, Protocol
 import msgspec
 
 from rollstream.config import ExecutorConfig
+from rollstream.consumers.executor.assets import AssetCache, archive, set_key
 from rollstream.errors import SandboxError, SandboxLost
 from rollstream.retry import retry
-from rollstream.schemas.events import SandboxLimits
+from rollstream.schemas.events import Asset, SandboxLimits
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +76,7 @@ RUNSC_OVERHEAD_MB = 256
 # FOWNER: wiping what they left in /work; CHOWN: an episode's files restored as the candidate's.
 RUNSC_CAPS = ["SETUID", "SETGID", "KILL", "DAC_OVERRIDE", "FOWNER", "CHOWN"]
 TAIL_BYTES = 4000  # fits ExecutionRecord's ShortText tails
+ASSETS = "/assets"  # where a keyed pool's set of assets is mounted, read-only
 WORKSPACE_BYTES = 256 << 10  # an episode's files carried between turns, at most
 SHM = "/dev/shm"
 SHM_MB = 16  # multiprocessing's semaphores and queues (a tmpfs of its own, wiped after every job)
@@ -105,6 +111,7 @@ class Job(msgspec.Struct, frozen=True, kw_only=True):
     rules: dict[str, Any] = {}
     files: list[tuple[str, bytes]] = []  # an episode's workspace, written into /work before the code runs
     collect_files: bool = False  # return the files the job left in /work (the next turn's workspace)
+    assets: list[Asset] = []  # read-only under /assets: the job runs in the pool keyed by this set
     test_hook: str | None = None  # tests only (a pool started with test_hooks): code run in the judge first
     # tests only (a pool started with test_hooks): make the runner fail on purpose, one of
     # RUNNER_HOOKS (runtime/supervisor.py)
@@ -345,6 +352,12 @@ async def remove_orphans(docker: Any, owner: str) -> int:
             removed += 1
     if removed:
         log.warning("removed %d orphaned sandbox containers of owner %s", removed, owner)
+    volumes = (await docker.volumes.list(filters={"label": [f"{LABEL}=1", f"{OWNER_LABEL}={owner}"]}))
+    for volume in volumes.get("Volumes") or []:  # asset volumes of pools keyed by a set (their fill helpers: above)
+        if (volume.get("Labels") or {}).get(OWNER_LABEL) == owner and not _owner_alive(volume.get("Labels") or {}):
+            with contextlib.suppress(aiodocker.DockerError):
+                await aiodocker.volumes.DockerVolume(docker, volume["Name"]).delete()
+                log.warning("removed orphaned asset volume %s of owner %s", volume["Name"], owner)
     return removed
 
 
@@ -411,12 +424,22 @@ def _workspace(reply: dict[str, Any]) -> tuple[list[tuple[str, bytes]], bool]:
     return files, truncated
 
 
+class _Keyed:
+    """A pool keyed by a set of assets, with its volume."""
+
+    def __init__(self, pool: DockerSandboxPool, volume: str) -> None:
+        self.pool, self.volume = pool, volume
+        self.in_flight = 0
+        self.last_used = time.monotonic()
+
+
 class DockerSandboxPool:
     """The aiodocker :class:`SandboxBackend`: ``async with DockerSandboxPool(config) as pool``."""
 
     def __init__(self, config: ExecutorConfig, *, owner: str | None = None, grace_s: float = 3.0,
-                 test_hooks: bool = False) -> None:
+                 test_hooks: bool = False, volume: str = "") -> None:
         self.config = config
+        self.volume = volume  # a keyed pool's: the asset volume its containers mount at /assets
         self.test_hooks = test_hooks  # tests only: the runner honours Job.test_hook
         self.owner = owner or config.owner
         self.grace_s = grace_s
@@ -432,6 +455,9 @@ class DockerSandboxPool:
         self.recycled = 0
         self.image_id = ""  # the sandbox image's id (sha256:...), known once started
         self.runtime = ""  # runtime_identity(): what runs the containers and the runner
+        self._keyed: dict[str, _Keyed] = {}  # set_key(assets) -> the pool of that set
+        self._keyed_starting: dict[str, asyncio.Lock] = {}
+        self.assets: AssetCache | None = None  # made when a job first has assets
 
     @property
     def limits(self) -> SandboxLimits:
@@ -475,6 +501,8 @@ class DockerSandboxPool:
         await self.aclose()
 
     async def aclose(self) -> None:
+        keyed, self._keyed = list(self._keyed.values()), {}
+        await asyncio.gather(*(self._retire_keyed(k) for k in keyed), return_exceptions=True)
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -498,6 +526,9 @@ class DockerSandboxPool:
         name = f"rollstream-sbx-{self._run_id}-{next(self._names)}-{secrets.token_hex(2)}"
         cmd = ["python3", "-I", "-S", "-c", BOOTSTRAP] + (["--test-hooks"] if self.test_hooks else [])
         body = hardened_config(self.config.image, self._limits, self.labels(), cmd, runtime=self.config.runtime)
+        if self.volume:
+            body["HostConfig"]["Mounts"] = [{"Type": "volume", "Source": self.volume, "Target": ASSETS,
+                                             "ReadOnly": True, "VolumeOptions": {"NoCopy": True}}]
         container = await self._docker.containers.create(body, name=name)
         stream = container.attach(stdin=True, stdout=True, stderr=True)
         try:
@@ -587,6 +618,8 @@ class DockerSandboxPool:
                 continue
 
     async def execute(self, job: Job) -> RunResult:
+        if job.assets and not self.volume:
+            return await self._execute_keyed(job)
         warm = await self._acquire()
         request = {
             "id": job.job_id,
@@ -655,6 +688,88 @@ class DockerSandboxPool:
         else:
             self._idle.put_nowait(warm)
         return result
+
+    async def _execute_keyed(self, job: Job) -> RunResult:
+        keyed = await self._keyed_for(job.assets)
+        keyed.in_flight += 1
+        try:
+            return await keyed.pool.execute(job)
+        finally:
+            keyed.in_flight -= 1
+            keyed.last_used = time.monotonic()
+
+    async def _keyed_for(self, assets: list[Asset]) -> _Keyed:
+        """The pool of this set of assets, started (its assets fetched, verified, copied into a volume
+        of its own) when first asked for. AssetError (a ValueError: the action's) when one cannot be had."""
+        key = set_key(assets)
+        async with self._keyed_starting.setdefault(key, asyncio.Lock()):
+            keyed = self._keyed.get(key)
+            if keyed is not None:
+                return keyed
+            if self.assets is None:
+                self.assets = AssetCache.from_config(self.config)
+            resolved = await self.assets.resolve_all(assets)
+            volume = f"rollstream-assets-{key[:16]}-{secrets.token_hex(3)}"
+            await self._fill_volume(volume, archive(resolved))
+            pool = DockerSandboxPool(msgspec.structs.replace(self.config, pool_size=self.config.asset_pool_size),
+                                     owner=self.owner, grace_s=self.grace_s, test_hooks=self.test_hooks, volume=volume)
+            try:
+                await pool.__aenter__()
+            except BaseException:
+                await self._delete_volume(volume)
+                raise
+            keyed = self._keyed[key] = _Keyed(pool, volume)
+            log.info("started the pool of asset set %s (%s) on volume %s", key, ", ".join(a.path for a in assets),
+                     volume)
+            if not any(t.get_name() == "asset-pools-reaper" and not t.done() for t in self._tasks):
+                task = asyncio.create_task(self._reap_keyed(), name="asset-pools-reaper")
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+            return keyed
+
+    async def _fill_volume(self, volume: str, tar: bytes) -> None:
+        """A volume of its own holding ``tar``: written through the engine's archive API into a
+        container that never starts (no bind mount of the executor's files: works from compose)."""
+        await self._docker.volumes.create({"Name": volume, "Labels": self.labels()})
+        try:
+            helper = await self._docker.containers.create(
+                {"Image": self.config.image, "Cmd": ["true"], "NetworkDisabled": True, "Labels": self.labels(),
+                 "HostConfig": {"NetworkMode": "none", "Mounts": [{"Type": "volume", "Source": volume,
+                                                                    "Target": "/fill"}]}},
+                name=f"{volume}-fill")
+            try:
+                await helper.put_archive("/fill", tar)
+            finally:
+                await self._delete(helper)
+        except BaseException:
+            await self._delete_volume(volume)
+            raise
+
+    async def _delete_volume(self, volume: str) -> None:
+        import aiodocker
+
+        try:
+            await aiodocker.volumes.DockerVolume(self._docker, volume).delete()
+        except Exception as exc:  # in use by a container still being removed, or the engine gone
+            log.warning("could not delete asset volume %s: %s (the next start removes it)", volume, exc)
+
+    async def _retire_keyed(self, keyed: _Keyed) -> None:
+        await keyed.pool.aclose()
+        await self._delete_volume(keyed.volume)
+
+    async def _reap_keyed(self) -> None:
+        """Retire the keyed pools idle for ``asset_pool_idle_s``."""
+        idle_s = self.config.asset_pool_idle_s
+        while self._keyed:
+            await asyncio.sleep(min(10.0, idle_s / 4))
+            now = time.monotonic()
+            for key, keyed in list(self._keyed.items()):
+                if keyed.in_flight == 0 and now - keyed.last_used >= idle_s:
+                    async with self._keyed_starting.setdefault(key, asyncio.Lock()):
+                        if keyed.in_flight == 0 and self._keyed.get(key) is keyed:
+                            log.info("retiring the idle pool of asset set %s", key)
+                            await self._retire_keyed(keyed)
+                            del self._keyed[key]
 
     async def _why_lost(self, warm: _Warm) -> str | None:
         """Why a runner stopped answering mid-job: a cause when the machinery failed (SandboxLost),

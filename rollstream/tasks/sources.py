@@ -44,6 +44,7 @@ from rollstream.schemas.tasks import TaskSpec, decode_task
 from rollstream.tasks.dedup import NEAR_THRESHOLD, duplicate_clusters
 
 SUITE_DIR = Path(__file__).resolve().parent / "suite"
+ASSETS_DIR = Path(__file__).resolve().parent / "assets"  # the `outside` source's files (RewardSpec.assets)
 INSTRUCTION = "Complete the following Python function. Return the complete function in a ```python code block.\n\n"
 
 
@@ -105,7 +106,11 @@ def load_source(spec: str) -> list[TaskSpec]:
         return humaneval_tasks(Path(arg) if arg else None)
     if kind == "hf" and arg:
         return hf_tasks(Path(arg))
-    raise ConfigError(f"unknown task source {spec!r}; use builtin, jsonl:PATH, humaneval[:PATH] or hf:PATH")
+    if kind == "outside":  # tasks that read read-only assets (rollstream/tasks/outside.py)
+        from rollstream.tasks.outside import outside_tasks
+
+        return outside_tasks()
+    raise ConfigError(f"unknown task source {spec!r}; use builtin, outside, jsonl:PATH, humaneval[:PATH] or hf:PATH")
 
 
 def builtin_tasks() -> list[TaskSpec]:

@@ -41,3 +41,14 @@ def test_a_command_without_its_arguments_is_an_argparse_error(capsys: pytest.Cap
     with pytest.raises(SystemExit):
         main(["inspect"])
     assert "GROUP_ID" in capsys.readouterr().err
+
+
+def test_sandbox_asset_digest_prints_what_a_task_pins(capsys: pytest.CaptureFixture[str]) -> None:
+    from rollstream.cli.main import main
+    from rollstream.tasks.outside import LEVELS_DIGEST
+    from rollstream.tasks.sources import ASSETS_DIR
+
+    assert main(["sandbox", "asset-digest", str(ASSETS_DIR / "levels")]) == 0
+    assert capsys.readouterr().out.strip() == LEVELS_DIGEST
+    assert main(["sandbox", "asset-digest", str(ASSETS_DIR / "nope")]) == 2
+    assert "existing file or directory" in capsys.readouterr().err

@@ -749,7 +749,8 @@ def _find_stdlib_dirs():
 
 
 def _allowed_devices():
-    """The sandbox's own filesystems: its root and ``/work`` (computed once, like the above)."""
+    """The sandbox's own filesystems: its root, ``/work`` and a keyed pool's read-only ``/assets``
+    (computed once, like the above)."""
     if _CACHE.get("devices") is None:
         _CACHE["devices"] = _find_devices()
     return _CACHE["devices"]
@@ -757,7 +758,7 @@ def _allowed_devices():
 
 def _find_devices():
     devices = set()
-    for path in ("/", "/work", "/usr", "/tmp", os.path.dirname(os.__file__)):
+    for path in ("/", "/work", "/usr", "/tmp", "/assets", os.path.dirname(os.__file__)):
         try:
             devices.add(os.stat(path).st_dev)
         except OSError:
