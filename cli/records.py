@@ -125,8 +125,14 @@ def gather(store: Any, group_id: str, rollout_id: str | None) -> dict[str, Any] 
             "turns": [{"turn": t, "subtask_index": a.subtask_index, "completion": a.completion_text,
                        "observation_after": observed.get((r.sample_index, t + 1))} for t, a in sorted(turns.items())],
         }
+    topics = {f.topic for f in store.files()}
+    if samples and "audit" in topics:  # the connections each execution made through the egress proxy
+        for _, audit in store.events("audit", filters=[("rollout_id", "in", list(samples))]):
+            if audit.rollout_id in samples and audit.connections:
+                samples[audit.rollout_id].setdefault("connections", []).extend(
+                    msgspec.to_builtins(c) for c in audit.connections)
     dead = []
-    for name in sorted({f.topic for f in store.files()}):
+    for name in sorted(topics):
         if name.endswith(".dlq"):
             table = store.read(name, filters=[("key", "=", group_id.encode())])
             dead += [{"topic": name, "offset": r["offset"], "reason": r["verdict"]} for r in table.to_pylist()]
@@ -206,6 +212,14 @@ def render(found: dict[str, Any]) -> str:
         for stream in ("stdout_tail", "stderr_tail"):
             if e.get(stream):
                 lines.append(f"{stream.split('_')[0]}: {e[stream][-TAIL:].rstrip()}")
+        connections = s.get("connections") or []
+        if connections:
+            allowed = [c for c in connections if c["verdict"] == "allowed"]
+            lines.append(f"egress: {len(allowed)} connection(s) allowed"
+                         + (f" ({', '.join(sorted({c['host'] + ':' + str(c['port']) for c in allowed}))})" if allowed else ""))
+            for c in connections:
+                if c["verdict"] != "allowed":
+                    lines.append(f"egress {c['verdict']}: {c['method'] or '?'} {c['host']}:{c['port']}: {c['reason']}")
     for letter in found["dead_letters"]:
         lines.append(f"dead letter on {letter['topic']}@{letter['offset']}: {letter['reason']}")
     return "\n".join(lines)

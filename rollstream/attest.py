@@ -43,6 +43,8 @@ def spec_digest(spec: RewardSpec) -> str:
               spec.all_or_nothing]
     if spec.assets:  # the files the tests read decide too (appended only then: older digests stay valid)
         fields.append(sorted([a.path, a.digest] for a in spec.assets))
+    if spec.network:  # and the hosts they may reach
+        fields.append(sorted(spec.network))
     return hashlib.sha256(msgspec.msgpack.encode(fields)).hexdigest()
 
 

@@ -307,11 +307,18 @@ class ExecutorConfig(Section):
     (``~/.cache/rollstream/assets``)."""
     asset_cache_mb: PositiveInt = 2048
     """Bound on the asset cache: past it, the assets used least recently are evicted."""
-    asset_pool_size: PositiveInt = 2
-    """Warm containers of each pool keyed by a set of assets (started when a task first asks for
-    that set, retired when idle)."""
-    asset_pool_idle_s: PositiveFloat = 120.0
-    """A keyed pool with no execution for this long is retired (its containers and its volume)."""
+    keyed_pool_size: PositiveInt = 2
+    """Warm containers of each pool keyed by a set of assets and a network allowlist (started when a
+    task first asks for that set, retired when idle), on top of ``pool_size``."""
+    keyed_pool_idle_s: PositiveFloat = 120.0
+    """A keyed pool with no execution for this long is retired (its containers, its volumes, its
+    egress proxy)."""
+    egress_allowed: list[str] = msgspec.field(default_factory=list)
+    """The hosts any task may ask to reach (``RewardSpec.network``): ``host:port`` or ``.domain:port``
+    entries; empty: none (every sandbox has network ``none``). A task asking beyond them is
+    dead-lettered with the reason (docs/executor.md, "Network")."""
+    egress_network: str = "bridge"
+    """The Docker network the egress proxies run on: their route out (and their resolver)."""
     attest: AttestConfig = AttestConfig()
     """Signing each verdict ([executor.attest])."""
     metrics_port: Port = 0

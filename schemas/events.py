@@ -157,6 +157,11 @@ AssetPath = Annotated[str, Meta(min_length=1, max_length=200, pattern=r"^[A-Za-z
 Sha256 = Annotated[str, Meta(pattern=r"^sha256:[0-9a-f]{64}$")]
 
 
+# A host a task's sandboxes may reach through the egress proxy: "host:port" (that host exactly) or
+# ".domain:port" (any host under the domain); nothing wider (consumers/executor/runtime/egress.py).
+EgressEntry = Annotated[str, Meta(max_length=260, pattern=r"^\.?[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)*\.?:[0-9]{1,5}$")]
+
+
 class Asset(msgspec.Struct, frozen=True, kw_only=True):
     """A file or directory a task's sandboxes read at ``/assets/<path>``, read-only.
 
@@ -211,6 +216,9 @@ class RewardSpec(msgspec.Struct, frozen=True, kw_only=True):
     # Read-only files the task's code and tests read under /assets (an executor older than this
     # field runs the task without them: its tests fail, never pass, for want of the files).
     assets: Annotated[list[Asset], Meta(max_length=32)] = []
+    # Hosts the task's code may reach through the executor's egress proxy (HTTP, HTTPS CONNECT);
+    # empty: network none (docs/executor.md, "Network"). An older executor ignores it: no network.
+    network: Annotated[list[EgressEntry], Meta(max_length=32)] = []
 
 
 class WorkspaceFile(msgspec.Struct, frozen=True, kw_only=True):
@@ -563,6 +571,19 @@ class SandboxLimits(msgspec.Struct, frozen=True, kw_only=True):
     tmpfs_mb: Annotated[int, Meta(ge=0)]
 
 
+class Connection(msgspec.Struct, frozen=True, kw_only=True):
+    """One connection an execution made through the egress proxy, allowed or not."""
+
+    host: ShortText
+    port: Annotated[int, Meta(ge=0, le=65535)]
+    method: ShortText = ""  # CONNECT (HTTPS: its contents are not seen), or the HTTP method
+    verdict: Literal["allowed", "denied", "failed"]  # failed: allowed, but the host could not be reached
+    reason: ShortText = ""
+    sent: Annotated[int, Meta(ge=0)] = 0
+    received: Annotated[int, Meta(ge=0)] = 0
+    duration_s: Seconds = 0.0
+
+
 class SandboxAudit(Event, frozen=True, kw_only=True):
     """One execution in a sandbox, for operators."""
 
@@ -579,6 +600,7 @@ class SandboxAudit(Event, frozen=True, kw_only=True):
     executed_at: Timestamp
     outcome: Outcome | None = None  # the verdict's outcome (None: written before version 5)
     attestation: Attestation | None = None
+    connections: Annotated[list[Connection], Meta(max_length=1000)] = []  # through the egress proxy
 
 
 class DeadLetter(Event, frozen=True, kw_only=True):

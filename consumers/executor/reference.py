@@ -90,7 +90,8 @@ class ReferenceCheck(msgspec.Struct, frozen=True, kw_only=True):
 def spec_digest(spec: RewardSpec) -> str:
     """What decides a reference check's outcome, hashed."""
     parts = (spec.kind, spec.setup, spec.tests, spec.entry_point, spec.program, spec.reference, spec.timeout_s,
-             spec.memory_mb, sorted([a.path, a.digest] for a in spec.assets))
+             spec.memory_mb, sorted([a.path, a.digest] for a in spec.assets),
+             sorted(spec.network))
     return hashlib.sha256(msgspec.json.encode(parts)).hexdigest()
 
 
@@ -119,7 +120,7 @@ async def check_reference(backend: SandboxBackend, spec: RewardSpec, job_id: str
     """Run the reference under the judge (recording what crossed) and in process."""
     base = dict(code=spec.reference, setup=spec.setup, tests=list(spec.tests), timeout_s=spec.timeout_s,
                 memory_mb=spec.memory_mb, entry_point=spec.entry_point, program=spec.program,
-                assets=list(spec.assets))
+                assets=list(spec.assets), network=list(spec.network))
     judged, in_process = await asyncio.gather(
         backend.execute(Job(job_id=f"{job_id}/reference-judged", trust="judge", rules={"mode": "record"}, **base)),
         backend.execute(Job(job_id=f"{job_id}/reference-in-process", trust="in_process", **base)),

@@ -207,6 +207,7 @@ class PythonTests:
             program=spec.program,
             trust="judge" if spec.trust == "mixed" else spec.trust,
             assets=list(spec.assets),
+            network=list(spec.network),
         )
 
     def score(self, spec: RewardSpec, completion: str, result: RunResult) -> Scored:

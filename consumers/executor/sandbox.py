@@ -21,7 +21,7 @@ happened, with the violations seen). Guarantees:
   executor disconnects (``StdinOnce``) and are then auto-removed.
 * A job with assets (``RewardSpec.assets``, consumers/executor/assets.py) runs in a pool keyed by its
   set of assets: started when a task first asks for the set, its containers mount the set's volume
-  read-only at ``/assets``, retired with its volume after ``executor.asset_pool_idle_s`` idle. Jobs
+  read-only at ``/assets``, retired with its volume after ``executor.keyed_pool_idle_s`` idle. Jobs
   without assets never wait on it: they take the warm pool as before.
 """
 
@@ -49,6 +49,18 @@ import msgspec
 
 from rollstream.config import ExecutorConfig
 from rollstream.consumers.executor.assets import AssetCache, archive, set_key
+from rollstream.consumers.executor.egress import (
+    READY_TIMEOUT_S as PROXY_READY_TIMEOUT_S,
+)
+from rollstream.consumers.executor.egress import (
+    SOCKET,
+    EgressProxy,
+    check_allowed,
+    network_key,
+    proxy_config,
+    proxy_source,
+    socket_dir_archive,
+)
 from rollstream.errors import SandboxError, SandboxLost
 from rollstream.retry import retry
 from rollstream.schemas.events import Asset, SandboxLimits
@@ -112,6 +124,7 @@ class Job(msgspec.Struct, frozen=True, kw_only=True):
     files: list[tuple[str, bytes]] = []  # an episode's workspace, written into /work before the code runs
     collect_files: bool = False  # return the files the job left in /work (the next turn's workspace)
     assets: list[Asset] = []  # read-only under /assets: the job runs in the pool keyed by this set
+    network: list[str] = []  # hosts reachable through the egress proxy: the pool is keyed by these too
     test_hook: str | None = None  # tests only (a pool started with test_hooks): code run in the judge first
     # tests only (a pool started with test_hooks): make the runner fail on purpose, one of
     # RUNNER_HOOKS (runtime/supervisor.py)
@@ -191,6 +204,7 @@ class RunResult(msgspec.Struct, frozen=True, kw_only=True):
     files: list[tuple[str, bytes]] = []  # with collect_files: the regular files the job left in /work
     files_truncated: bool = False  # some were left out (links, over the size or count caps)
     in_process_tests: list[int] = []  # trust "mixed": the tests whose events came from an in-process run
+    connections: list[dict[str, Any]] = []  # through the egress proxy (runtime/egress.py's records)
 
 
 class SandboxBackend(Protocol):
@@ -206,7 +220,7 @@ class SandboxBackend(Protocol):
 
 # The sandbox's runtime, in order: each uses the names of those before it.
 RUNTIME = ("codec.py", "channel.py", "proxies.py", "crossing.py", "fromdata.py", "candidate.py", "judge.py",
-           "inprocess.py", "workspace.py", "zygotes.py", "cleanup.py", "warmup.py", "supervisor.py")
+           "inprocess.py", "workspace.py", "zygotes.py", "cleanup.py", "warmup.py", "relay.py", "supervisor.py")
 # The command line carries a bootstrap; the runtime itself arrives on stdin (a -c argument is
 # capped at 128 KiB by the kernel).
 BOOTSTRAP = "import sys;exec(compile(sys.stdin.buffer.read(int(sys.stdin.buffer.readline())),'<runner>','exec'))"
@@ -425,10 +439,10 @@ def _workspace(reply: dict[str, Any]) -> tuple[list[tuple[str, bytes]], bool]:
 
 
 class _Keyed:
-    """A pool keyed by a set of assets, with its volume."""
+    """A pool keyed by a set of assets and a network allowlist, with its volumes and its proxy."""
 
-    def __init__(self, pool: DockerSandboxPool, volume: str) -> None:
-        self.pool, self.volume = pool, volume
+    def __init__(self, key: str, pool: DockerSandboxPool, volumes: list[str], proxy: EgressProxy | None) -> None:
+        self.key, self.pool, self.volumes, self.proxy = key, pool, volumes, proxy
         self.in_flight = 0
         self.last_used = time.monotonic()
 
@@ -437,9 +451,11 @@ class DockerSandboxPool:
     """The aiodocker :class:`SandboxBackend`: ``async with DockerSandboxPool(config) as pool``."""
 
     def __init__(self, config: ExecutorConfig, *, owner: str | None = None, grace_s: float = 3.0,
-                 test_hooks: bool = False, volume: str = "") -> None:
+                 test_hooks: bool = False, volume: str = "", egress: tuple[EgressProxy, str] | None = None) -> None:
         self.config = config
         self.volume = volume  # a keyed pool's: the asset volume its containers mount at /assets
+        self.egress = egress  # a keyed pool's: its egress proxy and the volume of the proxy's socket
+        self.keyed = bool(volume or egress)
         self.test_hooks = test_hooks  # tests only: the runner honours Job.test_hook
         self.owner = owner or config.owner
         self.grace_s = grace_s
@@ -527,8 +543,12 @@ class DockerSandboxPool:
         cmd = ["python3", "-I", "-S", "-c", BOOTSTRAP] + (["--test-hooks"] if self.test_hooks else [])
         body = hardened_config(self.config.image, self._limits, self.labels(), cmd, runtime=self.config.runtime)
         if self.volume:
-            body["HostConfig"]["Mounts"] = [{"Type": "volume", "Source": self.volume, "Target": ASSETS,
-                                             "ReadOnly": True, "VolumeOptions": {"NoCopy": True}}]
+            body["HostConfig"]["Mounts"].append({"Type": "volume", "Source": self.volume, "Target": ASSETS,
+                                                 "ReadOnly": True, "VolumeOptions": {"NoCopy": True}})
+        if self.egress is not None:  # still network none: the proxy's socket is the only way out
+            body["HostConfig"]["Mounts"].append({"Type": "volume", "Source": self.egress[1], "Target": "/egress",
+                                                 "ReadOnly": True, "VolumeOptions": {"NoCopy": True}})
+            body["Env"].append(f"ROLLSTREAM_EGRESS={SOCKET}")
         container = await self._docker.containers.create(body, name=name)
         stream = container.attach(stdin=True, stdout=True, stderr=True)
         try:
@@ -618,8 +638,27 @@ class DockerSandboxPool:
                 continue
 
     async def execute(self, job: Job) -> RunResult:
-        if job.assets and not self.volume:
+        if (job.assets or job.network) and not self.keyed:
             return await self._execute_keyed(job)
+        if self.egress is not None:
+            return await self._execute_with_egress(job, self.egress[0])
+        return await self._execute(job)
+
+    async def _execute_with_egress(self, job: Job, proxy: EgressProxy) -> RunResult:
+        """The job with its own token at the proxy: its connections are recorded as its own."""
+        token = secrets.token_hex(16)
+        try:
+            await proxy.begin(token, job.job_id, job.network)
+        except Exception as exc:  # the proxy's stream is gone: not this job's doing, nothing of it ran
+            raise SandboxLost(f"egress proxy {proxy.warm.sandbox_id} is gone: {exc}", "egress_lost") from exc
+        connections: list[dict[str, Any]] = []
+        try:
+            result = await self._execute(job, {"egress_token": token})
+        finally:
+            connections = await proxy.end(token)
+        return msgspec.structs.replace(result, connections=connections)
+
+    async def _execute(self, job: Job, extra: dict[str, Any] | None = None) -> RunResult:
         warm = await self._acquire()
         request = {
             "id": job.job_id,
@@ -639,6 +678,8 @@ class DockerSandboxPool:
             "tail_bytes": TAIL_BYTES,
             "file_bytes": self._limits.tmpfs_mb << 20,
         }
+        if extra:
+            request.update(extra)
         if job.test_hook is not None and self.test_hooks:
             request["test_hook"] = job.test_hook
         if job.runner_hook is not None and self.test_hooks:
@@ -690,7 +731,14 @@ class DockerSandboxPool:
         return result
 
     async def _execute_keyed(self, job: Job) -> RunResult:
-        keyed = await self._keyed_for(job.assets)
+        keyed = await self._keyed_for(job.assets, job.network)
+        if keyed.proxy is not None and not keyed.proxy.alive:  # its proxy died: the pool goes, a new one comes
+            async with self._keyed_starting[keyed.key]:
+                if self._keyed.get(keyed.key) is keyed and keyed.in_flight == 0:
+                    log.warning("the egress proxy of pool %s is gone: retiring the pool", keyed.key)
+                    del self._keyed[keyed.key]
+                    await self._retire_keyed(keyed)
+            keyed = await self._keyed_for(job.assets, job.network)
         keyed.in_flight += 1
         try:
             return await keyed.pool.execute(job)
@@ -698,29 +746,44 @@ class DockerSandboxPool:
             keyed.in_flight -= 1
             keyed.last_used = time.monotonic()
 
-    async def _keyed_for(self, assets: list[Asset]) -> _Keyed:
-        """The pool of this set of assets, started (its assets fetched, verified, copied into a volume
-        of its own) when first asked for. AssetError (a ValueError: the action's) when one cannot be had."""
-        key = set_key(assets)
+    async def _keyed_for(self, assets: list[Asset], network: list[str]) -> _Keyed:
+        """The pool of this set of assets and network allowlist, started when first asked for: its
+        assets fetched, verified and copied into a volume of its own, its egress proxy started.
+        AssetError or EgressError (ValueErrors: the action's) when what it asks for cannot be had."""
+        check_allowed(network, self.config.egress_allowed)
+        key = f"{set_key(assets) if assets else ''}/{network_key(network)}"
         async with self._keyed_starting.setdefault(key, asyncio.Lock()):
             keyed = self._keyed.get(key)
             if keyed is not None:
                 return keyed
-            if self.assets is None:
-                self.assets = AssetCache.from_config(self.config)
-            resolved = await self.assets.resolve_all(assets)
-            volume = f"rollstream-assets-{key[:16]}-{secrets.token_hex(3)}"
-            await self._fill_volume(volume, archive(resolved))
-            pool = DockerSandboxPool(msgspec.structs.replace(self.config, pool_size=self.config.asset_pool_size),
-                                     owner=self.owner, grace_s=self.grace_s, test_hooks=self.test_hooks, volume=volume)
+            volumes: list[str] = []
+            proxy: EgressProxy | None = None
             try:
+                volume = ""
+                if assets:
+                    if self.assets is None:
+                        self.assets = AssetCache.from_config(self.config)
+                    resolved = await self.assets.resolve_all(assets)
+                    volume = f"rollstream-assets-{set_key(assets)[:16]}-{secrets.token_hex(3)}"
+                    volumes.append(volume)
+                    await self._fill_volume(volume, archive(resolved))
+                egress = None
+                if network:
+                    proxy, socket_volume = await self._start_proxy(network_key(network), volumes)
+                    egress = (proxy, socket_volume)
+                pool = DockerSandboxPool(msgspec.structs.replace(self.config, pool_size=self.config.keyed_pool_size),
+                                         owner=self.owner, grace_s=self.grace_s, test_hooks=self.test_hooks,
+                                         volume=volume, egress=egress)
                 await pool.__aenter__()
             except BaseException:
-                await self._delete_volume(volume)
+                if proxy is not None:
+                    await self._stop_proxy(proxy)
+                for name in volumes:
+                    await self._delete_volume(name)
                 raise
-            keyed = self._keyed[key] = _Keyed(pool, volume)
-            log.info("started the pool of asset set %s (%s) on volume %s", key, ", ".join(a.path for a in assets),
-                     volume)
+            keyed = self._keyed[key] = _Keyed(key, pool, volumes, proxy)
+            log.info("started the pool of %s%s", f"asset set {set_key(assets)} ({', '.join(a.path for a in assets)})"
+                     if assets else "", f" network {', '.join(network)}" if network else "")
             if not any(t.get_name() == "asset-pools-reaper" and not t.done() for t in self._tasks):
                 task = asyncio.create_task(self._reap_keyed(), name="asset-pools-reaper")
                 self._tasks.add(task)
@@ -745,6 +808,45 @@ class DockerSandboxPool:
             await self._delete_volume(volume)
             raise
 
+    async def _start_proxy(self, key: str, volumes: list[str]) -> tuple[EgressProxy, str]:
+        """An egress proxy container (runtime/egress.py) and the volume its socket lives in."""
+        volume = f"rollstream-egress-{key[:16]}-{secrets.token_hex(3)}"
+        volumes.append(volume)
+        await self._fill_volume(volume, socket_dir_archive())
+        name = f"{volume}-proxy"
+        cmd = ["python3", "-I", "-S", "-c", BOOTSTRAP, SOCKET]
+        container = await self._docker.containers.create(
+            proxy_config(self.config.image, self.labels(), volume, self.config.egress_network, cmd), name=name)
+        stream = container.attach(stdin=True, stdout=True, stderr=True)
+        try:
+            await stream.__aenter__()
+            await container.start()
+        except BaseException:
+            await stream.close()
+            await self._delete(container)
+            raise
+        warm = _Warm(container, stream, name)
+        source = proxy_source().encode()
+        try:
+            await stream.write_in(str(len(source)).encode() + b"\n" + source)
+            ready = await warm.receive(PROXY_READY_TIMEOUT_S)
+        except TimeoutError:
+            ready = None
+        proxy = EgressProxy(warm)
+        if not ready or ready.get("op") != "ready":
+            await self._stop_proxy(proxy)
+            raise SandboxError(f"egress proxy {name} did not start on network {self.config.egress_network!r}: "
+                               f"{ready!r} {bytes(warm.runner_stderr).decode(errors='replace')}")
+        return proxy, volume
+
+    async def _stop_proxy(self, proxy: EgressProxy) -> None:
+        await proxy.aclose()
+        warm = proxy.warm
+        warm.reader.cancel()
+        with contextlib.suppress(Exception):
+            await warm.stream.close()
+        await self._delete(warm.container)
+
     async def _delete_volume(self, volume: str) -> None:
         import aiodocker
 
@@ -755,11 +857,14 @@ class DockerSandboxPool:
 
     async def _retire_keyed(self, keyed: _Keyed) -> None:
         await keyed.pool.aclose()
-        await self._delete_volume(keyed.volume)
+        if keyed.proxy is not None:
+            await self._stop_proxy(keyed.proxy)
+        for volume in keyed.volumes:
+            await self._delete_volume(volume)
 
     async def _reap_keyed(self) -> None:
-        """Retire the keyed pools idle for ``asset_pool_idle_s``."""
-        idle_s = self.config.asset_pool_idle_s
+        """Retire the keyed pools idle for ``keyed_pool_idle_s``."""
+        idle_s = self.config.keyed_pool_idle_s
         while self._keyed:
             await asyncio.sleep(min(10.0, idle_s / 4))
             now = time.monotonic()

@@ -39,7 +39,7 @@ from rollstream.consumers.executor.rewards import RewardRegistry, Scored, defaul
 from rollstream.consumers.executor.sandbox import Job, RunResult, SandboxBackend
 from rollstream.errors import ConfigError, SandboxError, SandboxLost
 from rollstream.retry import retry
-from rollstream.schemas.events import ExecutionRecord, RewardSpec, SandboxAudit, SandboxLimits
+from rollstream.schemas.events import Connection, ExecutionRecord, RewardSpec, SandboxAudit, SandboxLimits
 from rollstream.schemas.tasks import TaskSpec, decode_task
 
 SANDBOX_ATTEMPTS = 3
@@ -196,7 +196,20 @@ def audit_record(
         recycled=result.recycled,
         executed_at=executed_at,
         outcome=execution.outcome,
+        connections=connections(result.connections),
     )
+
+
+def connections(records: list[dict[str, Any]]) -> list[Connection]:
+    """The proxy's records of a job's connections, as the audit's (a record that does not read as one
+    is kept as a denied connection to nowhere, never dropped in silence)."""
+    kept = []
+    for record in records[:1000]:
+        try:
+            kept.append(msgspec.convert(record, Connection))
+        except (msgspec.ValidationError, TypeError):
+            kept.append(Connection(host="", port=0, verdict="denied", reason=f"unreadable record: {record!r}"[:4096]))
+    return kept
 
 
 def _tampering(evaluation: Evaluation) -> list[str]:

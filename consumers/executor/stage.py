@@ -59,6 +59,8 @@ from redis.exceptions import RedisError
 
 from rollstream.attest import code_digest, load_signer, spec_digest
 from rollstream.config import Config
+from rollstream.consumers.executor.assets import AssetError
+from rollstream.consumers.executor.egress import EgressError
 from rollstream.consumers.executor.episodes import after_turn, stale_lag, subtask_turn, turn_code
 from rollstream.consumers.executor.reference import ReferenceCheck, ReferenceChecks, log_check
 from rollstream.consumers.executor.rewards import RewardRegistry, default_registry
@@ -129,6 +131,15 @@ class ExecutorMetrics:
         self.reference_checks = metrics.counter(
             "reference_checks", "Tasks whose reference was checked (once per task and executor), by outcome",
             ("outcome",))
+        self.egress = metrics.counter(
+            "egress_connections", "Connections sandboxes made through the egress proxy, by verdict (allowed, "
+            "denied, failed: allowed but unreachable)", ("verdict",))
+        self.assets_refused = metrics.counter(
+            "assets_refused", "Actions dead-lettered because an asset of their task could not be given to them "
+            "(outside executor.asset_sources, unreadable, a wrong digest, over the cache's bound)")
+        self.egress_refused = metrics.counter(
+            "egress_refused", "Actions dead-lettered because their task asks to reach hosts beyond "
+            "executor.egress_allowed")
         self.reference_mismatches = metrics.counter(
             "reference_mismatches", "Tasks whose reference passes in process but fails under the judge")
 
@@ -285,7 +296,10 @@ class Executor:
                 reward, audits, result = await score_turn(self.backend, self.registry, action, self.executor_id,
                                                           self.config.executor.max_timeout_s, self.references,
                                                           self.config.executor.infra_attempts)
-            except ValueError as exc:  # a reward spec no registered kind accepts
+            except ValueError as exc:  # a reward spec no registered kind accepts, an asset that cannot be had
+                if isinstance(exc, (AssetError, EgressError)):
+                    (self.own.assets_refused if isinstance(exc, AssetError) else self.own.egress_refused).inc()
+                    log.warning("rollout %s: dead-lettered: %s", rollout.rollout_id, exc)
                 await self.producer.dead_letter(delivery, f"rejected: {exc}", stage=STAGE)
                 if self.guard is not None:
                     self.guard.released(delivery)
@@ -380,6 +394,11 @@ class Executor:
             self.own.seconds.observe(audit.duration_s)
             if audit.recycled:
                 self.own.recycled.inc()
+            for connection in audit.connections:
+                self.own.egress.labels(connection.verdict).inc()
+                if connection.verdict != "allowed":
+                    log.info("rollout %s: egress %s to %s:%d: %s", audit.rollout_id, connection.verdict,
+                             connection.host, connection.port, connection.reason[:200])
             for violation in audit.violations:
                 if violation.startswith("lost:"):
                     self.own.lost.labels(violation[5:]).inc()

@@ -1,21 +1,26 @@
 """The ``outside`` task source: tasks whose code needs more than the completion (issue 37).
 
 Not part of ``builtin`` (the held-out split and the default mixture stay as they were): name it
-in ``sampler.sources`` (``["builtin", "outside"]``). Each task reads read-only files the executor
-mounts at ``/assets`` (``RewardSpec.assets``, consumers/executor/assets.py): a JSON dataset and a
-directory of game levels, shipped in ``rollstream/tasks/assets/`` and pinned by digest (a changed
-file is refused, never scored). They come from the installed package's own directory, which every
-executor allows (``executor.asset_sources`` lists any other place).
+in ``sampler.sources`` (``["builtin", "outside"]``). The asset tasks read read-only files the
+executor mounts at ``/assets`` (``RewardSpec.assets``, consumers/executor/assets.py): a JSON dataset
+and a directory of game levels, shipped in ``rollstream/tasks/assets/`` and pinned by digest (a
+changed file is refused, never scored); they come from the installed package's own directory,
+which every executor allows. The network tasks call a shop's HTTP API (``tasks-api:8080``,
+rollstream/tasks/service.py, which the compose file and the tests start) through the egress proxy
+(``RewardSpec.network``): the executor must allow the host (``executor.egress_allowed``) and run
+its proxies on a network where the service is (``executor.egress_network``).
 """
 
 from __future__ import annotations
 
 from rollstream.schemas.events import Asset, RewardSpec
 from rollstream.schemas.tasks import TaskSpec
+from rollstream.tasks.service import HOST, PORT
 from rollstream.tasks.sources import ASSETS_DIR
 
 FAMILY = "outside"
-# Pinned: tests/tasks/test_outside.py checks them against the shipped files.
+SERVICE = f"{HOST}:{PORT}"  # the shop's API (rollstream/tasks/service.py): the network tasks' one host
+# Pinned: tests/consumers/executor/test_assets.py checks them against the shipped files.
 SALES_DIGEST = "sha256:1ce93064036398ae8c3953850f81a67ae27b8cb636c2d18fe1dade220feb4c79"
 LEVELS_DIGEST = "sha256:ce361cb5a21f4e23abe9fad64f0766e5c51d27e7e6d516880d2d9f1af766b809"
 
@@ -47,7 +52,70 @@ def _task(name: str, context: str, ask: str, entry: str, tests: list[str], heldo
     )
 
 
+API = (f"A shop's HTTP API runs at `http://{SERVICE}` (JSON; use `urllib.request`, the proxy is set up): "
+       "`GET /items` -> `{\"items\": [names]}`; `GET /items/<name>` -> `{\"name\", \"price\", \"stock\"}`; "
+       "`GET /orders?page=N` -> `{\"orders\": [{\"item\", \"quantity\"}], \"next\": N + 1 or null}`, "
+       "starting at page 0.")
+GET = ("import json\nimport urllib.request\n\ndef _get(path):\n"
+       f"    with urllib.request.urlopen('http://{SERVICE}' + path, timeout=10) as r:\n"
+       "        return json.load(r)\n\n")
+ORDERS = ("def _orders():\n    page, out = 0, []\n    while page is not None:\n        got = _get(f'/orders?page={page}')\n"
+          "        out += got['orders']\n        page = got['next']\n    return out\n\n")
+
+
+def _network_task(name: str, ask: str, entry: str, tests: list[str], heldout: list[str], reference: str,
+                  wrong: str) -> TaskSpec:
+    return TaskSpec(
+        task_id=f"{FAMILY}/{name}",
+        family=FAMILY,
+        prompt=f"{API}\n\n{ask}\n\nReturn the complete function in a ```python code block.",
+        reward=RewardSpec(entry_point=entry, tests=tests, network=[SERVICE], timeout_s=20.0),
+        heldout_tests=heldout,
+        reference_solution=reference,
+        difficulty=3,
+        wrong_solutions=[wrong],
+    )
+
+
+def network_tasks() -> list[TaskSpec]:
+    """Tasks that call the shop's API (rollstream/tasks/service.py) through the egress proxy."""
+    return [
+        _network_task("item_price", "Write a Python function `item_price(name: str) -> float` that returns the "
+                      "item's price from the API.", "item_price",
+                      ["assert item_price('cheese') == 7.8", "assert item_price('eggs') == 3.05"],
+                      ["assert item_price('apple') == 0.5"],
+                      GET + "def item_price(name: str) -> float:\n    return _get(f'/items/{name}')['price']\n",
+                      GET + "def item_price(name: str) -> float:\n    return _get(f'/items/{name}')['stock']\n"),
+        _network_task("in_stock", "Write a Python function `in_stock() -> list[str]` that returns the names of "
+                      "the items whose stock is above 0, sorted.", "in_stock",
+                      ["assert in_stock() == ['apple', 'bread', 'cheese', 'eggs']"], [],
+                      GET + "def in_stock() -> list[str]:\n"
+                            "    return sorted(n for n in _get('/items')['items'] if _get(f'/items/{n}')['stock'] > 0)\n",
+                      GET + "def in_stock() -> list[str]:\n    return sorted(_get('/items')['items'])\n"),
+        _network_task("units_ordered", "Write a Python function `units_ordered(item: str) -> int` that returns "
+                      "how many units of `item` all the orders ask for, over every page.", "units_ordered",
+                      ["assert units_ordered('apple') == 15", "assert units_ordered('dates') == 0"],
+                      ["assert units_ordered('bread') == 3"],
+                      GET + ORDERS + "def units_ordered(item: str) -> int:\n"
+                                     "    return sum(o['quantity'] for o in _orders() if o['item'] == item)\n",
+                      GET + "def units_ordered(item: str) -> int:\n"
+                            "    return sum(o['quantity'] for o in _get('/orders?page=0')['orders'] if o['item'] == item)\n"),
+        _network_task("order_value", "Write a Python function `order_value() -> float` that returns the value of "
+                      "all the orders (quantity times the item's price, summed over every page), rounded to 2 "
+                      "decimals.", "order_value", ["assert order_value() == 58.65"], [],
+                      GET + ORDERS + "def order_value() -> float:\n"
+                                     "    return round(sum(o['quantity'] * _get(f\"/items/{o['item']}\")['price'] "
+                                     "for o in _orders()), 2)\n",
+                      GET + ORDERS + "def order_value() -> float:\n"
+                                     "    return round(sum(o['quantity'] for o in _orders()), 2)\n"),
+    ]
+
+
 def outside_tasks() -> list[TaskSpec]:
+    return asset_tasks() + network_tasks()
+
+
+def asset_tasks() -> list[TaskSpec]:
     load = "import json\n\ndef _rows():\n    with open('/assets/sales.json') as f:\n        return json.load(f)['rows']\n\n"
     return [
         _task("total_units", SALES,

@@ -33,12 +33,12 @@ def test_registers_once_and_keeps_the_rest(tmp_path: Path):
     assert first.returncode == 0, first.stderr  # changed: dockerd is to be reloaded
     conf = json.loads(daemon.read_text())
     assert conf["log-level"] == "warn" and conf["runtimes"]["kata"] == {"path": "/usr/bin/kata"}
-    assert conf["runtimes"]["runsc"] == {"path": str(runsc), "runtimeArgs": ["--network=none"]}
+    assert conf["runtimes"]["runsc"] == {"path": str(runsc), "runtimeArgs": ["--network=none", "--host-uds=open"]}
     assert register(daemon, str(bin_dir)).returncode == 1  # already so: nothing to reload
     conf["runtimes"]["runsc"]["runtimeArgs"] = []  # a registration without --network=none is corrected
     daemon.write_text(json.dumps(conf))
     assert register(daemon, str(bin_dir)).returncode == 0
-    assert json.loads(daemon.read_text())["runtimes"]["runsc"]["runtimeArgs"] == ["--network=none"]
+    assert json.loads(daemon.read_text())["runtimes"]["runsc"]["runtimeArgs"] == ["--network=none", "--host-uds=open"]
 
 
 def test_without_runsc_it_says_how_to_install_it(tmp_path: Path):

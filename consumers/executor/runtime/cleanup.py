@@ -25,7 +25,8 @@ def cleanup(host, collect=None):
     (the container is then replaced)."""
     problems = []
     survivors = 0
-    expected = 1 + len(host.zygotes) + len(host.ahead)  # a child forked ahead waits for the next job
+    # PID 1 (and its relay thread), the zygotes, a child forked ahead waiting for the next job
+    expected = 1 + host.threads + len(host.zygotes) + len(host.ahead)
     if not host.zygotes or host.tasks() != expected:
         _reap()  # zombies of the job's orphans, reparented to init, keep the count up
         live = set(_live_pids(()))
@@ -34,7 +35,7 @@ def cleanup(host, collect=None):
                 del host.ahead[role]
         survivors = len(live - {str(pid) for pid in host.zygotes} - set(host.ahead.values()))
         count = host.tasks()
-        if survivors or (count is not None and count > 1 + len(host.zygotes) + len(host.ahead)):
+        if survivors or (count is not None and count > 1 + host.threads + len(host.zygotes) + len(host.ahead)):
             host.drop_zygotes()
             problems += _kill_all()
     if collect is not None:

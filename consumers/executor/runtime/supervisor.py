@@ -62,6 +62,7 @@ if __name__ != "__main__":  # on the host (linters, readers): what the sandbox g
         install_seccomp,
         sysv_ipc_objects,
     )
+    from rollstream.consumers.executor.runtime.relay import RELAY_PORT, start_relay
     from rollstream.consumers.executor.runtime.warmup import warm_up
     from rollstream.consumers.executor.runtime.workspace import (
         WORK,
@@ -164,6 +165,8 @@ class Host:
         self.zygotes_started = False
         self.test_hooks = False
         self.separated = os.getuid() == 0  # jobs under uids of their own (runtime/zygotes.py JOB_IDS)
+        self.threads = 0  # PID 1's threads besides its own: the egress relay (runtime/relay.py)
+        self.relay = None
 
     def vsz(self):
         """The runner's address-space size (refreshed now and then: it barely changes)."""
@@ -268,6 +271,9 @@ def run_job(host, job):
     tail = int(job.get("tail_bytes", 4000))
     out, err, rep = Capture(tail), Capture(tail), Capture(MAX_REPORT_BYTES)
     _reset_shared_fds(host)
+    relay = host.relay if job.get("egress_token") else None
+    if relay is not None:
+        relay.begin(str(job["egress_token"]))
     start = time.monotonic()
     supervisor = Supervisor(host, start + timeout, cap, out, err, rep)
     key = None
@@ -297,6 +303,8 @@ def run_job(host, job):
                 os.close(fd)
         supervisor.expect(b"C", b"J")
     result, judge_status, problem = supervisor.finish()
+    if relay is not None:
+        relay.end()
     violations = []
     zygote_lost = bool(problem and problem.startswith("runner_zygote"))
     if zygote_lost:
@@ -573,8 +581,12 @@ def main():
     nproc = os.environ.get("ROLLSTREAM_NPROC")  # runsc: the process limit, inside gVisor's kernel
     if nproc:
         resource.setrlimit(resource.RLIMIT_NPROC, (int(nproc), int(nproc)))
+    egress = os.environ.get("ROLLSTREAM_EGRESS", "")  # a task with a network allowlist: the proxy's socket
     os.environ.clear()  # children inherit exactly this environment
     os.environ.update(CHILD_ENV)
+    if egress:
+        proxy = f"http://127.0.0.1:{RELAY_PORT}"
+        os.environ.update(HTTP_PROXY=proxy, HTTPS_PROXY=proxy, http_proxy=proxy, https_proxy=proxy)
     os.chdir(WORK)
     os.umask(0o077)
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # inherited by every job (the container's too)
@@ -585,7 +597,8 @@ def main():
     install_seccomp(host)  # before the zygotes fork: every job's process inherits it
     guarded = channels_guarded(host)
     start_zygotes(host)
-    _reply({"ready": True, "python": sys.version.split()[0], "clean": not problems,
+    host.relay = start_relay(host, egress)  # a thread: after the last fork PID 1 makes
+    _reply({"ready": True, "egress": host.relay is not None, "python": sys.version.split()[0], "clean": not problems,
             "sysv_ipc_objects": sysv_ipc_objects(host.libc), "tasks_counted": host.tasks_fd is not None,
             "channels_guarded": guarded})
     stdin = sys.stdin.buffer

@@ -48,8 +48,8 @@ def test_the_shipped_assets_are_the_ones_their_tasks_pin() -> None:
     assert local_digest(ASSETS_DIR / "sales.json") == SALES_DIGEST
     assert local_digest(ASSETS_DIR / "levels") == LEVELS_DIGEST
     tasks = load_tasks(["outside"])
-    assert {t.family for t in tasks} == {"outside"} and len(tasks) >= 5
-    assert all(t.reward.assets for t in tasks)
+    assert {t.family for t in tasks} == {"outside"} and len(tasks) >= 9
+    assert all(bool(t.reward.assets) != bool(t.reward.network) for t in tasks)  # each needs one or the other
     assert not any(t.reward.assets for t in load_tasks(["builtin"]))  # the default mixture is unchanged
     assert sorted(t.task_id for t in outside_tasks()) == [t.task_id for t in tasks]
 

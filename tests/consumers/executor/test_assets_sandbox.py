@@ -18,7 +18,7 @@ from rollstream.consumers.executor.rewards import RewardRegistry
 from rollstream.consumers.executor.sandbox import LABEL, OWNER_LABEL, DockerSandboxPool, Job
 from rollstream.consumers.executor.score import evaluate
 from rollstream.schemas.events import Asset, RewardSpec
-from rollstream.tasks.outside import outside_tasks
+from rollstream.tasks.outside import asset_tasks
 
 pytestmark = pytest.mark.sandbox
 
@@ -44,7 +44,7 @@ def source(tmp_path: Path) -> Path:
 @pytest.fixture
 async def asset_pool(executor_config: ExecutorConfig, source: Path, tmp_path: Path
                      ) -> AsyncIterator[DockerSandboxPool]:
-    config = msgspec.structs.replace(executor_config, asset_cache=str(tmp_path / "cache"), asset_pool_size=1,
+    config = msgspec.structs.replace(executor_config, asset_cache=str(tmp_path / "cache"), keyed_pool_size=1,
                                      asset_sources=[f"file://{source}"])
     async with DockerSandboxPool(config, grace_s=3.0) as pool:
         yield pool
@@ -119,11 +119,11 @@ async def test_a_wrong_digest_is_refused_before_anything_runs(asset_pool: Docker
     assert scored.execution.tests_passed == 1, (scored.execution.error_kind, scored.execution.error_message)
 
 
-async def test_the_outside_tasks_pass_with_their_references_and_fail_with_wrong_code(
+async def test_the_outside_asset_tasks_pass_with_their_references_and_fail_with_wrong_code(
         executor_config: ExecutorConfig, registry: RewardRegistry, tmp_path: Path) -> None:
     config = msgspec.structs.replace(executor_config, asset_cache=str(tmp_path / "cache"), pool_size=1)
     async with DockerSandboxPool(config, grace_s=3.0) as pool:
-        for task in outside_tasks():
+        for task in asset_tasks():
             spec = msgspec.structs.replace(task.reward, tests=task.reward.tests + task.heldout_tests)
             right = await evaluate(pool, registry, spec, f"```python\n{task.reference_solution}```", task.task_id)
             wrong = await evaluate(pool, registry, spec, f"```python\n{task.wrong_solutions[0]}```", task.task_id)
@@ -134,8 +134,8 @@ async def test_the_outside_tasks_pass_with_their_references_and_fail_with_wrong_
 
 async def test_an_idle_keyed_pool_goes_with_its_volume(executor_config: ExecutorConfig, source: Path,
                                                        tmp_path: Path, owner: str) -> None:
-    config = msgspec.structs.replace(executor_config, asset_cache=str(tmp_path / "cache"), asset_pool_size=1,
-                                     asset_sources=[str(source)], asset_pool_idle_s=1.0)
+    config = msgspec.structs.replace(executor_config, asset_cache=str(tmp_path / "cache"), keyed_pool_size=1,
+                                     asset_sources=[str(source)], keyed_pool_idle_s=1.0)
     async with DockerSandboxPool(config, grace_s=3.0) as pool:
         await probe(pool, [asset(source, "data.json")], "assets-idle")
         assert len(await volumes_of(owner)) == 1
@@ -156,7 +156,7 @@ async def test_the_stage_dead_letters_a_task_whose_assets_cannot_be_had(config, 
     from rollstream.schemas.topics import codec
     from tests.consumers.executor.test_executor_stage import action, read_topic, stage_config, while_staged
 
-    config = stage_config(config, sandbox_image, owner, asset_cache=str(tmp_path / "cache"), asset_pool_size=1,
+    config = stage_config(config, sandbox_image, owner, asset_cache=str(tmp_path / "cache"), keyed_pool_size=1,
                           asset_sources=[f"file://{source}"])
     await ensure_topics(config.infra, ["actions", "rewards", "audit"])
     reads = "import json\ndef add(a, b):\n    return json.load(open('/assets/data.json'))['answer'] - 42 + a + b"

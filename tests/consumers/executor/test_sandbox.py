@@ -35,7 +35,7 @@ from tests.helpers import containers_of, wait_until
 
 pytestmark = pytest.mark.sandbox
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]  # the repository (not tests/, whose rollstream/ holds tests)
 
 
 async def inspect(container_id: str) -> dict:
