@@ -17,9 +17,10 @@ are the container's 256). The thread is a task of the container's pids cgroup: c
 """
 
 import os
-import selectors
 import socket
-import threading
+
+# selectors and threading are imported by the relay alone (start_relay): in a sandbox without egress
+# nothing of them is loaded, so no fork of a job's process runs threading's after-fork hooks.
 
 RELAY_PORT = 3128
 RELAY_CHUNK = 65536
@@ -29,6 +30,10 @@ RELAY_SEND_TIMEOUT_S = 2.0  # a job that stops reading its replies stalls only i
 
 class Relay:
     def __init__(self, proxy_path, port=RELAY_PORT):
+        import selectors
+        import threading
+
+        self._selectors, self._threading = selectors, threading
         self.proxy_path = proxy_path
         self.listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -56,7 +61,7 @@ class Relay:
         """No token from now on; every connection of the job that ended is closed."""
         with self.lock:
             self.token = None
-        done = threading.Event()
+        done = self._threading.Event()
         self._ended = done
         self.wake_w.send(b"e")
         done.wait(2.0)
@@ -95,8 +100,8 @@ class Relay:
         for s in (client, upstream):
             s.setblocking(False)
         self.pairs[client], self.pairs[upstream] = upstream, client
-        self.selector.register(client, selectors.EVENT_READ, "data")
-        self.selector.register(upstream, selectors.EVENT_READ, "data")
+        self.selector.register(client, self._selectors.EVENT_READ, "data")
+        self.selector.register(upstream, self._selectors.EVENT_READ, "data")
 
     def _move(self, sock):
         peer = self.pairs.get(sock)
