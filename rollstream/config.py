@@ -319,6 +319,11 @@ class ExecutorConfig(Section):
     dead-lettered with the reason (docs/executor.md, "Network")."""
     egress_network: str = "bridge"
     """The Docker network the egress proxies run on: their route out (and their resolver)."""
+    egress_private: bool = False
+    """Let the egress proxies connect to non-public addresses (loopback, private networks, link-local:
+    the host's and the gateway's services, other containers) when an allowed entry resolves there.
+    False: only public addresses, whatever a name resolves to. True for services of your own on a
+    Docker network (compose's tasks-api)."""
     attest: AttestConfig = AttestConfig()
     """Signing each verdict ([executor.attest])."""
     metrics_port: Port = 0

@@ -210,7 +210,10 @@ class AssetCache:
     def _fetch_tree(self, fs: Any, remote: str, staging: Path, asset: Asset) -> list[tuple[str, str]]:
         base = remote.rstrip("/")
         files, budget = [], self.max_bytes
-        for name in sorted(fs.find(base)):
+        found = fs.find(base, detail=True)
+        for name in sorted(found):
+            if found[name].get("islink"):  # a local directory's link could lead out of the allowed sources
+                raise AssetError(f"asset {asset.path!r}: {name} is a symbolic link (an asset directory holds none)")
             rel = posixpath.relpath(name, base)
             if rel.startswith("..") or rel == ".":
                 continue

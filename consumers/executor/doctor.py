@@ -4,7 +4,10 @@ For each runtime rollstream knows (``runc``, ``runsc``) and any other the Docker
 registered, it starts one warm sandbox under that runtime and scores known completions through
 the real judge: one that passes one test of two (the verdict must say 1 of 2), one that tries to
 create a SysV shared-memory segment (it must be refused: an object that outlives a job would
-reach the next one), and a short run of executions for the time each takes. It reports what the
+reach the next one), and a short run of executions for the time each takes. Then the egress path
+(``RewardSpec.network``, docs/executor.md "Network"): a sandbox of a pool with an allowlist asks its
+proxy (started on network ``none``) for a host the proxy cannot resolve; it works when the proxy
+answers 502 and records the connection as the job's (under runsc that needs ``--host-uds=open``). It reports what the
 sandbox's kernel says it is and, for a runtime that does not work, why and what to do.
 
 Consumes: the Docker engine and the sandbox image. Produces: a table on stdout (``--json``: one
@@ -22,7 +25,7 @@ import msgspec
 
 from rollstream.config import ExecutorConfig
 from rollstream.consumers.executor.rewards import default_registry
-from rollstream.consumers.executor.sandbox import DockerSandboxPool
+from rollstream.consumers.executor.sandbox import DockerSandboxPool, Job
 from rollstream.consumers.executor.score import evaluate
 from rollstream.errors import SandboxError
 from rollstream.schemas.events import RewardSpec
@@ -32,7 +35,8 @@ WHAT = {"runc": "the host's kernel (namespaces, cgroups, seccomp)",
         "runsc": "gVisor: a kernel of its own in user space, between the code and the host's"}
 HOW_TO_REGISTER = {
     "runsc": "install gVisor (Debian: `apt-get install runsc`) and register it in /etc/docker/daemon.json as "
-             '"runtimes": {"runsc": {"path": "/usr/bin/runsc", "runtimeArgs": ["--network=none"]}}, then '
+             '"runtimes": {"runsc": {"path": "/usr/bin/runsc", "runtimeArgs": ["--network=none", "--host-uds=open"]}}, '
+             "then "
              "`kill -HUP $(pidof dockerd)`; .ci/install does both",
 }
 PROBE = """import os
@@ -47,6 +51,16 @@ print("shmget", made, ctypes.get_errno())
 if made >= 0:
     libc.shmctl(made, 0, None)  # IPC_RMID: leave nothing behind either way
 """
+EGRESS = """import urllib.error, urllib.request
+try:
+    urllib.request.urlopen("http://doctor.invalid/", timeout=10)
+    print("egress", "answered")
+except urllib.error.HTTPError as exc:
+    print("egress", exc.code)
+except OSError as exc:
+    print("egress", type(exc).__name__)
+"""
+EGRESS_HOST = "doctor.invalid:80"
 TIMED = 10
 
 
@@ -59,6 +73,7 @@ class RuntimeCheck(msgspec.Struct, kw_only=True):
     start_s: float | None = None  # one warm container: create, start, runner ready
     execution_ms: float | None = None  # median of TIMED executions (pass one test of two)
     problem: str = ""
+    egress: str = ""  # "works", or why a task with a network allowlist would reach nothing here
 
 
 async def check_runtime(config: ExecutorConfig, runtime: str, registered: bool) -> RuntimeCheck:
@@ -68,8 +83,9 @@ async def check_runtime(config: ExecutorConfig, runtime: str, registered: bool) 
         check.problem = "not registered with the Docker engine; " + HOW_TO_REGISTER.get(
             runtime, "register it in daemon.json's runtimes")
         return check
-    pool_config = msgspec.structs.replace(config, runtime=runtime, pool_size=1, concurrency=1,
-                                          owner=f"{config.owner}-doctor-{uuid.uuid4().hex[:6]}")
+    pool_config = msgspec.structs.replace(config, runtime=runtime, pool_size=1, concurrency=1, keyed_pool_size=1,
+                                          owner=f"{config.owner}-doctor-{uuid.uuid4().hex[:6]}",
+                                          egress_allowed=[EGRESS_HOST], egress_network="none")
     registry = default_registry(entry_points=[])
     started = time.monotonic()
     try:
@@ -96,11 +112,27 @@ async def check_runtime(config: ExecutorConfig, runtime: str, registered: bool) 
                 check.problem = ("a job could create a SysV shared-memory segment (it would outlive the job): "
                                  f"{ipc.scored.execution.stdout_tail[-200:]!r}")
                 return check
+            check.egress = await check_egress(pool, runtime)
     except SandboxError as exc:
         check.problem = str(exc)[:600]
         return check
     check.works = True
     return check
+
+
+async def check_egress(pool: DockerSandboxPool, runtime: str) -> str:
+    """"works", or what a task with a network allowlist would meet under ``runtime``."""
+    try:
+        result = await pool.execute(Job(job_id="doctor-egress", code=EGRESS, network=[EGRESS_HOST],
+                                        trust="in_process", timeout_s=20.0))
+    except SandboxError as exc:
+        return f"the egress proxy did not start: {str(exc)[:300]}"
+    said = next((line.split()[1] for line in result.stdout_tail.splitlines() if line.startswith("egress ")), "")
+    recorded = [(c.get("host"), c.get("verdict")) for c in result.connections]
+    if said == "502" and recorded == [("doctor.invalid", "failed")]:
+        return "works"
+    hint = " (runsc must be registered with --host-uds=open: .ci/register-runsc)" if runtime == "runsc" else ""
+    return f"the sandbox did not reach its proxy: it saw {said or result.stderr_tail[-200:]!r}, recorded {recorded}{hint}"
 
 
 async def doctor(config: ExecutorConfig) -> list[RuntimeCheck]:
@@ -123,14 +155,15 @@ async def doctor(config: ExecutorConfig) -> list[RuntimeCheck]:
 
 
 def render(checks: list[RuntimeCheck], configured: str) -> str:
-    rows = [("runtime", "works", "start s", "exec ms", "kernel", "")]
+    rows = [("runtime", "works", "start s", "exec ms", "egress", "kernel", "")]
     for c in checks:
         rows.append((c.runtime + (" *" if c.runtime == configured else ""), "yes" if c.works else "no",
                      "" if c.start_s is None else f"{c.start_s:.2f}",
-                     "" if c.execution_ms is None else f"{c.execution_ms:.1f}", c.kernel[:40],
-                     c.what if c.works else c.problem))
-    widths = [max(len(r[i]) for r in rows) for i in range(5)]
-    lines = ["  ".join(value.ljust(width) for value, width in zip(row[:5], widths, strict=True)) + "  " + row[5]
+                     "" if c.execution_ms is None else f"{c.execution_ms:.1f}",
+                     "" if not c.works else "yes" if c.egress == "works" else "no", c.kernel[:40],
+                     (c.what + ("" if c.egress == "works" else f"; egress: {c.egress}")) if c.works else c.problem))
+    widths = [max(len(r[i]) for r in rows) for i in range(6)]
+    lines = ["  ".join(value.ljust(width) for value, width in zip(row[:6], widths, strict=True)) + "  " + row[6]
              for row in rows]
     return "\n".join(lines) + f"\n* executor.runtime ({configured})"
 

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from importlib import resources
 from typing import Any
 
-from rollstream.consumers.executor.runtime.egress import covers, parse_entry
+from rollstream.consumers.executor.runtime.egress import MAX_RECORDS, covers, parse_entry
 
 log = logging.getLogger(__name__)
 
@@ -121,6 +121,9 @@ class EgressProxy:
     async def _route(self) -> None:
         while (message := await self.warm.replies.get()) is not None:
             if message.get("op") == "ended":
+                if message.get("unrecorded"):
+                    log.warning("egress proxy %s: a job made %s connections more than the %d its audit record holds",
+                                self.warm.sandbox_id, message["unrecorded"], MAX_RECORDS)
                 future = self.pending.pop(str(message.get("token")), None)
                 if future is not None and not future.done():
                     future.set_result([c for c in message.get("connections", []) if isinstance(c, dict)])
@@ -134,9 +137,9 @@ class EgressProxy:
     def alive(self) -> bool:
         return not self.reader.done()
 
-    async def begin(self, token: str, job_id: str, allow: Sequence[str]) -> None:
+    async def begin(self, token: str, job_id: str, allow: Sequence[str], private: bool = False) -> None:
         self.pending[token] = asyncio.get_running_loop().create_future()
-        await self.warm.send({"op": "job", "token": token, "job": job_id, "allow": list(allow)})
+        await self.warm.send({"op": "job", "token": token, "job": job_id, "allow": list(allow), "private": private})
 
     async def end(self, token: str) -> list[dict[str, Any]]:
         """The job's connections, once the proxy has closed them."""

@@ -648,7 +648,7 @@ class DockerSandboxPool:
         """The job with its own token at the proxy: its connections are recorded as its own."""
         token = secrets.token_hex(16)
         try:
-            await proxy.begin(token, job.job_id, job.network)
+            await proxy.begin(token, job.job_id, job.network, self.config.egress_private)
         except Exception as exc:  # the proxy's stream is gone: not this job's doing, nothing of it ran
             raise SandboxLost(f"egress proxy {proxy.warm.sandbox_id} is gone: {exc}", "egress_lost") from exc
         connections: list[dict[str, Any]] = []

@@ -23,12 +23,15 @@ wider exists: no wildcard, no port range.
 """
 
 import asyncio
+import ipaddress
 import json
 import os
+import socket
 import sys
 import time
 
 HEADER_LIMIT = 64 << 10
+MAX_RECORDS = 1000  # a job's connections recorded (SandboxAudit.connections' bound); past it, counted
 CONNECT_TIMEOUT_S = 10.0
 TOKEN_PREFIX = b"ROLLSTREAM-TOKEN "
 
@@ -85,7 +88,7 @@ class Proxy:
         if op == "job" and token:
             allow = [parse_entry(entry) for entry in message.get("allow", [])]
             self.jobs[token] = {"job": str(message.get("job", "")), "allow": allow, "records": [], "writers": set(),
-                                "tasks": set()}
+                                "tasks": set(), "private": bool(message.get("private", False))}
         elif op == "end":
             job = self.jobs.pop(token, None)
             if job is not None:
@@ -94,7 +97,8 @@ class Proxy:
                 if job["tasks"]:  # their records are written as they finish
                     await asyncio.wait(list(job["tasks"]), timeout=CONNECT_TIMEOUT_S)
             records = job["records"] if job is not None else []
-            self.emit({"op": "ended", "token": token, "connections": records})
+            self.emit({"op": "ended", "token": token, "connections": records[:MAX_RECORDS],
+                       "unrecorded": max(0, len(records) - MAX_RECORDS)})
         elif op == "unattributed":
             records, self.unattributed = self.unattributed, []
             self.emit({"op": "unattributed", "connections": records})
@@ -134,9 +138,20 @@ class Proxy:
                 await _refuse(writer, 403, record["reason"])
                 return
             try:
-                up_reader, up_writer = await asyncio.wait_for(asyncio.open_connection(host, port), CONNECT_TIMEOUT_S)
+                address = await asyncio.wait_for(_resolve(host, port), CONNECT_TIMEOUT_S)
             except (TimeoutError, OSError) as exc:
-                record.update(verdict="failed", reason=f"cannot reach {host}:{port}: {exc}")
+                record.update(verdict="failed", reason=f"cannot resolve {host}: {exc}")
+                await _refuse(writer, 502, record["reason"])
+                return
+            if not job["private"] and not _public(address):
+                record["reason"] = (f"{host} resolves to {address}, not a public address (the host's, the gateway's "
+                                    "or a private network's: executor.egress_private)")
+                await _refuse(writer, 403, record["reason"])
+                return
+            try:  # to the address checked, not the name again (a second answer could differ)
+                up_reader, up_writer = await asyncio.wait_for(asyncio.open_connection(address, port), CONNECT_TIMEOUT_S)
+            except (TimeoutError, OSError) as exc:
+                record.update(verdict="failed", reason=f"cannot reach {host}:{port} ({address}): {exc}")
                 await _refuse(writer, 502, record["reason"])
                 return
             record["verdict"] = "allowed"
@@ -168,6 +183,21 @@ class Proxy:
             else:
                 self.unattributed.append(record)
                 del self.unattributed[:-1000]
+
+
+async def _resolve(host, port):
+    """The first IPv4 address of ``host`` (resolved here: the sandbox has no resolver)."""
+    infos = await asyncio.get_running_loop().getaddrinfo(host, port, family=socket.AF_INET, type=socket.SOCK_STREAM)
+    if not infos:
+        raise OSError(f"no address for {host}")
+    return infos[0][4][0]
+
+
+def _public(address):
+    """Whether ``address`` is a public one: not loopback, private, link-local, shared (CGNAT), reserved
+    or multicast (where the host's own services, the gateway's and other containers live)."""
+    ip = ipaddress.ip_address(address)
+    return ip.is_global and not ip.is_multicast
 
 
 def _request(head):

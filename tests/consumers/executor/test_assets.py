@@ -192,3 +192,12 @@ async def test_the_volume_is_filled_with_the_set_laid_out_read_only(tmp_path: Pa
     assert set(members) == {"sales.json", "levels", "levels/1.txt", "levels/2.txt", "levels/3.txt"}
     assert all(m.mode == (0o555 if m.isdir() else 0o444) and m.uid == 0 for m in members.values())
     assert tar.extractfile("levels/1.txt").read() == (ASSETS_DIR / "levels" / "1.txt").read_bytes()
+
+
+async def test_a_directory_with_a_link_out_is_refused(tmp_path: Path) -> None:
+    source = tree(tmp_path / "src", {"set/a.txt": b"A"})
+    (source / "set" / "passwd").symlink_to("/etc/passwd")
+    cache = AssetCache(tmp_path / "cache", 1 << 20, [f"file://{source}"])
+    asset = Asset(path="set", url=f"file://{source}/set", digest="sha256:" + "0" * 64)
+    with pytest.raises(AssetError, match="symbolic link"):
+        await cache.resolve(asset)

@@ -173,3 +173,25 @@ async def test_the_stage_dead_letters_a_task_whose_assets_cannot_be_had(config, 
     letters = await read_topic(config, "actions.dlq", DeadLetter, lambda got: len(got) >= 2, timeout_s=10)
     reasons = {codec(type(good)).decode(d.value).rollout.rollout_id: d.reason for d in letters}
     assert "refused" in reasons["a1/1"] and "executor.asset_sources" in reasons["a1/2"], reasons
+
+
+async def test_offline_scoring_resolves_assets_as_the_executor_does(executor_config: ExecutorConfig,
+                                                                     tmp_path: Path) -> None:
+    from rollstream.config import Config
+    from rollstream.consumers.executor.score import score_file
+    from rollstream.schemas.tasks import encode_task
+    from rollstream.tasks.outside import asset_tasks
+
+    task = next(t for t in asset_tasks() if t.task_id == "outside/count_walls")
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_bytes(encode_task(task) + b"\n")
+    completions = tmp_path / "completions.jsonl"
+    completions.write_text("\n".join(json.dumps({"task_id": task.task_id, "completion": f"```python\n{code}```"})
+                                     for code in (task.reference_solution, task.wrong_solutions[0])) + "\n")
+    out = tmp_path / "out.jsonl"
+    config = Config(executor=msgspec.structs.replace(executor_config, asset_cache=str(tmp_path / "cache")))
+    with out.open("w") as f:
+        counts = await score_file(config, [str(tasks), str(completions)], f)
+    right, wrong = (json.loads(line) for line in out.read_text().splitlines())
+    assert (counts["scored"], counts["errors"]) == (2, 0)
+    assert right["reward"] == 1.0 and wrong["reward"] < 1.0, (right, wrong)

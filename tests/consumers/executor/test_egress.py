@@ -76,7 +76,7 @@ async def hosts(sandbox_image: str, owner: str) -> AsyncIterator[dict[str, Any]]
 @pytest.fixture
 async def egress_pool(executor_config: ExecutorConfig, hosts: dict[str, Any]) -> AsyncIterator[DockerSandboxPool]:
     config = msgspec.structs.replace(executor_config, egress_network=hosts["network"], keyed_pool_size=1,
-                                     egress_allowed=["web:8000", "other:8001", "tasks-api:8080"])
+                                     egress_allowed=["web:8000", "other:8001", "tasks-api:8080"], egress_private=True)
     async with DockerSandboxPool(config, grace_s=3.0) as pool:
         yield pool
 
@@ -139,7 +139,10 @@ def tunnel(target):
     status = s.recv(4096).split(b'\\r\\n')[0].decode()
     if ' 200 ' in status:
         s.sendall(b'GET /through HTTP/1.1\\r\\nHost: web\\r\\nConnection: close\\r\\n\\r\\n')
-        status += ' | ' + s.recv(4096).split(b'\\r\\n\\r\\n')[-1].decode()
+        reply = b''
+        while chunk := s.recv(4096):  # to the end: the head and the body may come apart
+            reply += chunk
+        status += ' | ' + reply.split(b'\\r\\n\\r\\n', 1)[-1].decode()
     s.close()
     return status
 out['web'] = tunnel('web:8000')
@@ -251,3 +254,18 @@ out['then'] = get('http://web:8000/after')
     assert len(connections) <= 32 and all(c["verdict"] == "denied" for c in connections)  # none asked anything
     following, _ = await run(egress_pool, ["web:8000"], "out['got'] = get('http://web:8000/next')", "egress-next")
     assert following["got"] == "web /next"  # the job's end closed them all: the container serves on
+
+
+async def test_by_default_only_public_addresses_are_reached(executor_config: ExecutorConfig, hosts: dict) -> None:
+    """The test's hosts live on a private network, like the host's and the gateway's services: an
+    allowed name that resolves there is refused unless the operator says executor.egress_private."""
+    config = msgspec.structs.replace(executor_config, egress_network=hosts["network"], keyed_pool_size=1,
+                                     egress_allowed=["web:8000", f"{hosts['gateway']}:80"])
+    async with DockerSandboxPool(config, grace_s=3.0) as pool:
+        seen, connections = await run(pool, ["web:8000", f"{hosts['gateway']}:80"], f"""
+out['web'] = get('http://web:8000/')
+out['gateway'] = get('http://{hosts["gateway"]}:80/')
+""", "egress-public-only")
+    assert seen["web"] == seen["gateway"] == "HTTP 403"
+    assert [c["verdict"] for c in connections] == ["denied", "denied"]
+    assert all("not a public address" in c["reason"] for c in connections)

@@ -5,6 +5,7 @@ records for which job. The sandbox side: test_egress.py."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import json
 import os
@@ -73,6 +74,17 @@ async def _server(body: bytes) -> tuple[asyncio.AbstractServer, int]:
     return server, server.sockets[0].getsockname()[1]
 
 
+@contextlib.asynccontextmanager
+async def listening(proxy: Proxy):
+    """The proxy on a Unix socket of a temporary directory: its path."""
+    path = os.path.join(tempfile.mkdtemp(), "proxy.sock")
+    listener = await asyncio.start_unix_server(proxy.handle, path=path)
+    try:
+        yield path
+    finally:
+        listener.close()
+
+
 async def _ask(path: str, token: str, request: bytes) -> bytes:
     reader, writer = await asyncio.open_unix_connection(path)
     writer.write(b"ROLLSTREAM-TOKEN " + token.encode() + b"\r\n" + request)
@@ -86,10 +98,9 @@ async def test_the_proxy_lets_a_job_through_to_its_entries_and_records_each_conn
     server, port = await _server(b"hello")
     out = io.StringIO()
     proxy = Proxy(out)
-    path = os.path.join(tempfile.mkdtemp(), "proxy.sock")
-    listener = await asyncio.start_unix_server(proxy.handle, path=path)
-    try:
-        await proxy.control({"op": "job", "token": "t1", "job": "job-1", "allow": [f"127.0.0.1:{port}"]})
+    async with listening(proxy) as path:
+        await proxy.control({"op": "job", "token": "t1", "job": "job-1", "allow": [f"127.0.0.1:{port}"],
+                             "private": True})
         ok = await _ask(path, "t1", f"GET http://127.0.0.1:{port}/x HTTP/1.1\r\nHost: a\r\nProxy-Authorization: "
                                     "secret\r\n\r\n".encode())
         assert ok.startswith(b"HTTP/1.1 200") and ok.endswith(b"hello")
@@ -112,9 +123,7 @@ async def test_the_proxy_lets_a_job_through_to_its_entries_and_records_each_conn
         assert proxy.unattributed and proxy.unattributed[0]["reason"].startswith("no current job")
         after = await _ask(path, "t1", f"GET http://127.0.0.1:{port}/ HTTP/1.1\r\n\r\n".encode())
         assert after.startswith(b"HTTP/1.1 403")  # the job has ended: its token opens nothing
-    finally:
-        listener.close()
-        server.close()
+    server.close()
 
 
 async def test_ending_a_job_closes_its_open_tunnels_and_still_records_them() -> None:
@@ -126,10 +135,8 @@ async def test_ending_a_job_closes_its_open_tunnels_and_still_records_them() -> 
     port = server.sockets[0].getsockname()[1]
     out = io.StringIO()
     proxy = Proxy(out)
-    path = os.path.join(tempfile.mkdtemp(), "proxy.sock")
-    listener = await asyncio.start_unix_server(proxy.handle, path=path)
-    try:
-        await proxy.control({"op": "job", "token": "t", "job": "j", "allow": [f"127.0.0.1:{port}"]})
+    async with listening(proxy) as path:
+        await proxy.control({"op": "job", "token": "t", "job": "j", "allow": [f"127.0.0.1:{port}"], "private": True})
         reader, writer = await asyncio.open_unix_connection(path)
         writer.write(f"ROLLSTREAM-TOKEN t\r\nCONNECT 127.0.0.1:{port} HTTP/1.1\r\n\r\nsome bytes".encode())
         await writer.drain()
@@ -139,6 +146,20 @@ async def test_ending_a_job_closes_its_open_tunnels_and_still_records_them() -> 
         assert [(r["verdict"], r["sent"]) for r in records] == [("allowed", len(b"some bytes"))]
         assert await asyncio.wait_for(reader.read(), 5) == b""  # closed by the proxy
         writer.close()
-    finally:
-        listener.close()
-        server.close()
+    server.close()
+
+
+async def test_without_private_addresses_an_allowed_entry_that_resolves_to_one_is_refused() -> None:
+    server, port = await _server(b"host service")
+    out = io.StringIO()
+    proxy = Proxy(out)
+    async with listening(proxy) as path:  # the host's own service, allowed by name and by address: still not a public address
+        await proxy.control({"op": "job", "token": "t", "job": "j", "allow": [f"localhost:{port}", f"127.0.0.1:{port}"]})
+        for host in ("localhost", "127.0.0.1"):
+            answer = await _ask(path, "t", f"GET http://{host}:{port}/ HTTP/1.1\r\n\r\n".encode())
+            assert answer.startswith(b"HTTP/1.1 403") and b"not a public address" in answer
+        await proxy.control({"op": "end", "token": "t"})
+        records = json.loads(out.getvalue().splitlines()[-1])["connections"]
+        assert [r["verdict"] for r in records] == ["denied", "denied"]
+        assert "resolves to 127.0.0.1" in records[0]["reason"]
+    server.close()

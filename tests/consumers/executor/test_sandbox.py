@@ -335,6 +335,7 @@ async def test_runtimes_the_engine_lacks_or_that_let_code_into_the_runner_are_re
     config = ExecutorConfig(image=sandbox_image, owner=owner, pool_size=1, runtime="runsc")
     checks = {c.runtime: c for c in await doctor(ExecutorConfig(image=sandbox_image, owner=owner))}
     assert checks["runc"].works and checks["runc"].execution_ms is not None and checks["runc"].kernel
+    assert checks["runc"].egress == "works", checks["runc"].egress  # a proxy started, reached, the job's record
     text, status = report(list(checks.values()), "runc", as_json=False)
     assert status == 0 and "runc *" in text
     if "runsc" not in registered:
@@ -345,6 +346,7 @@ async def test_runtimes_the_engine_lacks_or_that_let_code_into_the_runner_are_re
         return
     assert checks["runsc"].works, checks["runsc"].problem
     assert checks["runsc"].kernel.startswith("4.4.0")  # what gVisor's kernel says it is
+    assert checks["runsc"].egress == "works", checks["runsc"].egress  # registered with --host-uds=open
     hardened = sandbox.hardened_config
 
     def one_uid(*args: object, **kwargs: object) -> dict:
