@@ -651,12 +651,17 @@ class DockerSandboxPool:
             await proxy.begin(token, job.job_id, job.network, self.config.egress_private)
         except Exception as exc:  # the proxy's stream is gone: not this job's doing, nothing of it ran
             raise SandboxLost(f"egress proxy {proxy.warm.sandbox_id} is gone: {exc}", "egress_lost") from exc
-        connections: list[dict[str, Any]] = []
         try:
             result = await self._execute(job, {"egress_token": token})
-        finally:
-            connections = await proxy.end(token)
-        return msgspec.structs.replace(result, connections=connections)
+        except asyncio.CancelledError:  # a stop: the proxy closes the job's connections, nobody waits for it
+            ending = asyncio.create_task(proxy.end(token), name=f"egress-end-{job.job_id}")
+            self._tasks.add(ending)
+            ending.add_done_callback(self._tasks.discard)
+            raise
+        except BaseException:
+            await proxy.end(token)
+            raise
+        return msgspec.structs.replace(result, connections=await proxy.end(token))
 
     async def _execute(self, job: Job, extra: dict[str, Any] | None = None) -> RunResult:
         warm = await self._acquire()

@@ -149,12 +149,12 @@ async def test_an_idle_keyed_pool_goes_with_its_volume(executor_config: Executor
     assert await volumes_of(owner) == []  # closing the pool removes the keyed pools' volumes
 
 
-async def test_the_stage_dead_letters_a_task_whose_assets_cannot_be_had(config, sandbox_image: str, owner: str,
+async def test_the_stage_dead_letters_a_task_whose_assets_or_network_cannot_be_had(config, sandbox_image: str, owner: str,
                                                                          source: Path, tmp_path: Path) -> None:
     from rollstream.kafka import EventProducer, ensure_topics
     from rollstream.schemas.events import DeadLetter, RewardScored
     from rollstream.schemas.topics import codec
-    from tests.consumers.executor.test_executor_stage import action, read_topic, stage_config, while_staged
+    from tests.consumers.executor.test_executor_stage import action, stage_config, while_staged
 
     config = stage_config(config, sandbox_image, owner, asset_cache=str(tmp_path / "cache"), keyed_pool_size=1,
                           asset_sources=[f"file://{source}"])
@@ -166,13 +166,14 @@ async def test_the_stage_dead_letters_a_task_whose_assets_cannot_be_had(config, 
     beyond = action("a1", 2, reads, assets=[Asset(path="data.json", url="file:///etc/hostname",
                                                    digest="sha256:" + "0" * 64)])
     plain = action("a1", 3, "def add(a, b):\n    return a + b")
+    online = action("a1", 4, "def add(a, b):\n    return a + b", network=["api.example.com:443"])  # none allowed
     async with EventProducer(config.infra, client_id="test") as producer:
-        await producer.send_many([("actions", a) for a in (good, wrong, beyond, plain)])
-    (rewards,) = await while_staged(config, ("rewards", RewardScored, 2))
+        await producer.send_many([("actions", a) for a in (good, wrong, beyond, plain, online)])
+    rewards, letters = await while_staged(config, ("rewards", RewardScored, 2), ("actions.dlq", DeadLetter, 3))
     assert {r.rollout.rollout_id: r.reward for r in rewards} == {"a1/0": 1.0, "a1/3": 1.0}
-    letters = await read_topic(config, "actions.dlq", DeadLetter, lambda got: len(got) >= 2, timeout_s=10)
     reasons = {codec(type(good)).decode(d.value).rollout.rollout_id: d.reason for d in letters}
     assert "refused" in reasons["a1/1"] and "executor.asset_sources" in reasons["a1/2"], reasons
+    assert "beyond executor.egress_allowed" in reasons["a1/4"], reasons
 
 
 async def test_offline_scoring_resolves_assets_as_the_executor_does(executor_config: ExecutorConfig,
