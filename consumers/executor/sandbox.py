@@ -756,7 +756,8 @@ class DockerSandboxPool:
         assets fetched, verified and copied into a volume of its own, its egress proxy started.
         AssetError or EgressError (ValueErrors: the action's) when what it asks for cannot be had."""
         check_allowed(network, self.config.egress_allowed)
-        key = f"{set_key(assets) if assets else ''}/{network_key(network)}"
+        assets_key = set_key(assets) if assets else ""
+        key = f"{assets_key}/{network_key(network)}"
         async with self._keyed_starting.setdefault(key, asyncio.Lock()):
             keyed = self._keyed.get(key)
             if keyed is not None:
@@ -769,7 +770,7 @@ class DockerSandboxPool:
                     if self.assets is None:
                         self.assets = AssetCache.from_config(self.config)
                     resolved = await self.assets.resolve_all(assets)
-                    volume = f"rollstream-assets-{set_key(assets)[:16]}-{secrets.token_hex(3)}"
+                    volume = f"rollstream-assets-{assets_key[:16]}-{secrets.token_hex(3)}"
                     volumes.append(volume)
                     await self._fill_volume(volume, archive(resolved))
                 egress = None
@@ -787,7 +788,7 @@ class DockerSandboxPool:
                     await self._delete_volume(name)
                 raise
             keyed = self._keyed[key] = _Keyed(key, pool, volumes, proxy)
-            log.info("started the pool of %s%s", f"asset set {set_key(assets)} ({', '.join(a.path for a in assets)})"
+            log.info("started the pool of %s%s", f"asset set {assets_key} ({', '.join(a.path for a in assets)})"
                      if assets else "", f" network {', '.join(network)}" if network else "")
             if not any(t.get_name() == "asset-pools-reaper" and not t.done() for t in self._tasks):
                 task = asyncio.create_task(self._reap_keyed(), name="asset-pools-reaper")

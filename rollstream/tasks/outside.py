@@ -38,18 +38,24 @@ def levels() -> Asset:
     return Asset(path="levels", url=f"file://{ASSETS_DIR / 'levels'}", digest=LEVELS_DIGEST)
 
 
-def _task(name: str, context: str, ask: str, entry: str, tests: list[str], heldout: list[str], reference: str,
-          asset: Asset, wrong: str) -> TaskSpec:
+def _spec(name: str, context: str, ask: str, reward: RewardSpec, heldout: list[str], reference: str, wrong: str,
+          difficulty: int) -> TaskSpec:
     return TaskSpec(
         task_id=f"{FAMILY}/{name}",
         family=FAMILY,
         prompt=f"{context}\n\n{ask}\n\nReturn the complete function in a ```python code block.",
-        reward=RewardSpec(entry_point=entry, tests=tests, assets=[asset], timeout_s=5.0),
+        reward=reward,
         heldout_tests=heldout,
         reference_solution=reference,
-        difficulty=2,
+        difficulty=difficulty,
         wrong_solutions=[wrong],
     )
+
+
+def _task(name: str, context: str, ask: str, entry: str, tests: list[str], heldout: list[str], reference: str,
+          asset: Asset, wrong: str) -> TaskSpec:
+    reward = RewardSpec(entry_point=entry, tests=tests, assets=[asset], timeout_s=5.0)
+    return _spec(name, context, ask, reward, heldout, reference, wrong, difficulty=2)
 
 
 API = (f"A shop's HTTP API runs at `http://{SERVICE}` (JSON; use `urllib.request`, the proxy is set up): "
@@ -65,16 +71,8 @@ ORDERS = ("def _orders():\n    page, out = 0, []\n    while page is not None:\n 
 
 def _network_task(name: str, ask: str, entry: str, tests: list[str], heldout: list[str], reference: str,
                   wrong: str) -> TaskSpec:
-    return TaskSpec(
-        task_id=f"{FAMILY}/{name}",
-        family=FAMILY,
-        prompt=f"{API}\n\n{ask}\n\nReturn the complete function in a ```python code block.",
-        reward=RewardSpec(entry_point=entry, tests=tests, network=[SERVICE], timeout_s=20.0),
-        heldout_tests=heldout,
-        reference_solution=reference,
-        difficulty=3,
-        wrong_solutions=[wrong],
-    )
+    reward = RewardSpec(entry_point=entry, tests=tests, network=[SERVICE], timeout_s=20.0)
+    return _spec(name, API, ask, reward, heldout, reference, wrong, difficulty=3)
 
 
 def network_tasks() -> list[TaskSpec]:

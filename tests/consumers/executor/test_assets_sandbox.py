@@ -19,6 +19,7 @@ from rollstream.consumers.executor.sandbox import LABEL, OWNER_LABEL, DockerSand
 from rollstream.consumers.executor.score import evaluate
 from rollstream.schemas.events import Asset, RewardSpec
 from rollstream.tasks.outside import asset_tasks
+from tests.fixtures.sandbox import check_references
 
 pytestmark = pytest.mark.sandbox
 
@@ -123,12 +124,7 @@ async def test_the_outside_asset_tasks_pass_with_their_references_and_fail_with_
         executor_config: ExecutorConfig, registry: RewardRegistry, tmp_path: Path) -> None:
     config = msgspec.structs.replace(executor_config, asset_cache=str(tmp_path / "cache"), pool_size=1)
     async with DockerSandboxPool(config, grace_s=3.0) as pool:
-        for task in asset_tasks():
-            spec = msgspec.structs.replace(task.reward, tests=task.reward.tests + task.heldout_tests)
-            right = await evaluate(pool, registry, spec, f"```python\n{task.reference_solution}```", task.task_id)
-            wrong = await evaluate(pool, registry, spec, f"```python\n{task.wrong_solutions[0]}```", task.task_id)
-            assert right.scored.reward == 1.0, (task.task_id, right.scored.execution)
-            assert wrong.scored.reward < 1.0, task.task_id
+        await check_references(pool, registry, asset_tasks())
         assert len(pool._keyed) == 2  # two sets (the dataset, the levels): a pool each
 
 

@@ -20,6 +20,7 @@ from rollstream.consumers.executor.rewards import RewardRegistry
 from rollstream.consumers.executor.sandbox import LABEL, OWNER_LABEL, DockerSandboxPool, Job
 from rollstream.consumers.executor.score import audit_record, evaluate
 from rollstream.schemas.events import RewardSpec
+from tests.fixtures.sandbox import check_references
 
 pytestmark = pytest.mark.sandbox
 
@@ -231,12 +232,7 @@ async def test_the_outside_network_tasks_pass_with_their_references_and_fail_wit
         egress_pool: DockerSandboxPool, registry: RewardRegistry) -> None:
     from rollstream.tasks.outside import network_tasks
 
-    for task in network_tasks():
-        spec = msgspec.structs.replace(task.reward, tests=task.reward.tests + task.heldout_tests)
-        right = await evaluate(egress_pool, registry, spec, f"```python\n{task.reference_solution}```", task.task_id)
-        wrong = await evaluate(egress_pool, registry, spec, f"```python\n{task.wrong_solutions[0]}```", task.task_id)
-        assert right.scored.reward == 1.0, (task.task_id, right.scored.execution)
-        assert wrong.scored.reward < 1.0, task.task_id
+    await check_references(egress_pool, registry, network_tasks())
 
 
 async def test_a_flood_of_connections_is_capped_and_the_next_job_is_served(egress_pool: DockerSandboxPool) -> None:
