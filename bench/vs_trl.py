@@ -414,11 +414,14 @@ def main() -> None:
                         help="only rollstream with continuous batching on and off (generator.continuous), "
                              "alternating, on the same work: --rounds rounds of --steps steps (issue 35: "
                              "single-turn work must not get slower)")
+    parser.add_argument("--update", choices=("in_flight", "between_batches", "both"),
+                        help="with --continuous: the on side's generator.update (default: the config's; both: "
+                             "a side for each)")
     args = parser.parse_args()
     if args.placement:
         return placement_study(args.rounds or 1, args.steps or 4, args.json_out)
     if args.continuous:
-        return continuous_study(args.rounds or 2, args.steps or 6, args.json_out)
+        return continuous_study(args.rounds or 2, args.steps or 6, args.json_out, args.update)
     rounds = args.rounds or 2
     steps = args.steps or (6 if args.quick else 8)
     figures: dict[str, Any] = {"settings": {**SETTINGS, "rounds": rounds, "timed_steps_per_side": steps,
@@ -502,20 +505,32 @@ def placement_study(rounds: int, steps: int, json_out: str | None) -> None:
     report({k: figures[k] for k in ("s_per_step_median", "placement_speedup", "rounds_loaded")}, None)
 
 
-def continuous_study(rounds: int, steps: int, json_out: str | None) -> None:
-    """rollstream on the headline's work with the continuous decode loop (the default) and with one
-    batch at a time (``generator.continuous=false``), alternating (off, on, off, on);
-    ``continuous_single_turn_ratio`` = on's completions/s / off's."""
-    figures = rollstream_study({"off": {"overrides": ("generator.continuous=false",)},
-                                "on": {"overrides": ("generator.continuous=true",)}}, rounds, steps)
+def continuous_study(rounds: int, steps: int, json_out: str | None, update: str | None = None) -> None:
+    """rollstream on the headline's work with the continuous decode loop (the default; ``update``: its
+    ``generator.update``, or "both": a side for each mode) and with one batch at a time
+    (``generator.continuous=false``), alternating (off, on, off, on);
+    ``continuous_single_turn_ratio`` = on's completions/s / off's (with "both": in flight's, and
+    ``between_batches_single_turn_ratio``)."""
+    modes = ("in_flight", "between_batches") if update == "both" else (update,)
+    sides: dict[str, dict[str, Any]] = {"off": {"overrides": ("generator.continuous=false",)}}
+    for mode in modes:
+        sides["on" if len(modes) == 1 else mode] = {
+            "overrides": ("generator.continuous=true", *((f"generator.update={mode}",) if mode else ()))}
+    figures = rollstream_study(sides, rounds, steps)
     runs, summaries = figures["runs"], figures["summaries"]
-    figures["continuous_single_turn_ratio"] = ratio(summaries["on"], summaries["off"])
-    figures["continuous_single_turn_ratio_per_round"] = [ratio(side_summary([on]), side_summary([off]))
-                                                         for off, on in zip(runs["off"], runs["on"], strict=True)]
+    figures["on_update"] = update or "config default"
+    keys = ["s_per_step_median"]
+    for name in sides:
+        if name == "off":
+            continue
+        key = ("between_batches" if name == "between_batches" else "continuous") + "_single_turn_ratio"
+        figures[key] = ratio(summaries[name], summaries["off"])
+        figures[f"{key}_per_round"] = [ratio(side_summary([on]), side_summary([off]))
+                                       for off, on in zip(runs["off"], runs[name], strict=True)]
+        keys += [key, f"{key}_per_round"]
     if json_out:
         Path(json_out).write_text(json.dumps(figures, indent=2))
-    report({k: figures[k] for k in ("s_per_step_median", "continuous_single_turn_ratio",
-                                    "continuous_single_turn_ratio_per_round", "rounds_loaded")}, None)
+    report({k: figures[k] for k in (*keys, "rounds_loaded")}, None)
 
 
 def variants(figures: dict[str, Any], trl: dict[str, Any], steps: int, retries: int) -> None:
