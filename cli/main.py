@@ -3,6 +3,15 @@
 Parsing and config resolution happen here; every heavy library (torch, transformers, faust,
 aiodocker) is imported only inside the subcommand that needs it, so ``rollstream --help``
 stays fast.
+
+Examples (each line is parsed by a test)::
+
+    rollstream run --max-steps 4                      # a short real GRPO run on this machine
+    rollstream config show --set rl.group_size=4      # the configuration a run would use
+    rollstream score tasks.jsonl completions.jsonl     # verdicts through the sandbox, no Kafka
+    rollstream learner --config prod.toml             # one stage, as a deployment runs it
+    rollstream inspect GROUP_ID                       # a group from the run's archive
+    rollstream eval --split heldout                   # pass@1 per family on unseen tasks
 """
 
 from __future__ import annotations

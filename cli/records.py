@@ -14,7 +14,7 @@ import argparse
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import msgspec
 
@@ -174,8 +174,8 @@ def render(found: dict[str, Any]) -> str:
                          f"({fate['rollouts_trained']} of {fate['rollouts']} rollouts; learner run {fate['learner_run']})"
                          + (f"; {fate['reason']}" if fate["reason"] else ""))
         else:
-            lines.append(f"fate: {fate['fate']} at learner version {fate['learner_version']}: {fate['reason']} "
-                         f"(learner run {fate['learner_run']})")
+            lines.append(f"fate: {_outcome_name(fate['fate']).replace(':', ' as ')} at learner version "
+                         f"{fate['learner_version']}: {fate['reason']} (learner run {fate['learner_run']})")
     if found["group"] is not None:
         g = found["group"]
         lines.append(f"group: {g['estimator']}, mean reward {g['stats']['reward_mean']:+.3f}, "
@@ -279,9 +279,10 @@ def run_summary(run: Path) -> dict[str, Any]:
         store = ArchiveStore(root)
         if store.exists():
             fates = store.read("fates", columns=["group_id", "verdict"]).to_pylist()
-            counts: dict[str, int] = {}
+            counts: dict[str, int] = {}  # in the one vocabulary: trained, filtered, dropped:<reason>
             for row in fates:
-                counts[row["verdict"] or "?"] = counts.get(row["verdict"] or "?", 0) + 1
+                name = _outcome_name(row["verdict"])
+                counts[name] = counts.get(name, 0) + 1
             out["groups"] = counts
             verdicts = store.read("rewards", columns=["verdict"]).column("verdict").to_pylist()
             out["infra"] = sum(v == "infra" for v in verdicts)  # rollouts no reward: the machinery failed
@@ -294,6 +295,16 @@ def run_summary(run: Path) -> dict[str, Any]:
         except ValueError:
             out["started_at"] = run.stat().st_mtime
     return out
+
+
+def _outcome_name(fate: str | None) -> str:
+    """A recorded fate in the one vocabulary: ``trained``, ``filtered``, ``dropped:<reason>``."""
+    from rollstream.schemas.events import GroupFateKind, group_outcome
+
+    if fate not in get_args(GroupFateKind):
+        return fate or "?"
+    outcome, reason = group_outcome(fate)  # type: ignore[arg-type]
+    return f"{outcome}:{reason}" if reason else outcome
 
 
 def runs_main(config: Config, as_json: bool) -> int:

@@ -377,8 +377,10 @@ async def _progress(config: Config) -> str:
         return f"progress unavailable: {exc}"
     finally:
         await client.aclose()
+    dropped = ", ".join(f"{reason} {n}" for reason, n in counts["dropped"].items())
     return (f"policy version {counts['version']}/{config.learner.max_steps}: groups issued {counts['issued']}, "
-            f"trained {counts['trained']}, dropped as stale {counts['stale']}, filtered {counts['filtered']}")
+            f"trained {counts['trained']}, filtered {counts['filtered']}, dropped {sum(counts['dropped'].values())}"
+            + (f" ({dropped})" if dropped else ""))
 
 
 def _print_tail(child: Child, lines: int, only: str = "") -> None:

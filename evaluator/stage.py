@@ -43,9 +43,8 @@ from rollstream.config import Config
 from rollstream.errors import ConfigError, WeightStoreError
 from rollstream.evaluator import report
 from rollstream.evaluator.play import Player, SampleResult
-from rollstream.metrics import StageMetrics, serve_metrics
+from rollstream.metrics import StageMetrics
 from rollstream.schemas import EvalReported, FamilyEval
-from rollstream.schemas.stages import consumer_group
 
 log = logging.getLogger(__name__)
 STAGE = "evaluator"
@@ -249,9 +248,8 @@ class EvaluatorMetrics:
 
 async def run(config: Config, *, stop: asyncio.Event | None = None, backend: Any = None, pool: Any = None) -> None:
     """Run the evaluator until ``stop`` is set (default: SIGTERM/SIGINT)."""
-    from rollstream.kafka import EventConsumer, EventProducer
     from rollstream.lifecycle import stop_event
-    from rollstream.redis import connect
+    from rollstream.stage_io import open_stage
     from rollstream.weight_files import open_weight_store
 
     if config.eval.every_versions <= 0:
@@ -263,7 +261,6 @@ async def run(config: Config, *, stop: asyncio.Event | None = None, backend: Any
         os.nice(config.eval.nice)  # what the generator and the learner leave
     metrics = StageMetrics(STAGE)
     own = EvaluatorMetrics(metrics)
-    serve_metrics(config.eval.metrics_port, metrics)
     plan = make_plan(config)
     if config.eval.heldout_digest and config.eval.heldout_digest != plan.heldout_digest:
         raise ConfigError(f"the held-out split the evaluator would evaluate ({plan.heldout_digest}) is not the one the "
@@ -273,21 +270,18 @@ async def run(config: Config, *, stop: asyncio.Event | None = None, backend: Any
              "digest %s", config.eval.every_versions, len(plan.live) // config.eval.live_samples,
              config.eval.live_samples, len(plan.final), plan.heldout_digest)
     async with contextlib.AsyncExitStack() as stack:
-        redis = connect(config.infra.redis_url)
-        stack.push_async_callback(redis.aclose)
-        store = open_weight_store(redis, key_prefix=config.infra.key_prefix, settings=config.weights)
         if pool is None:
             from rollstream.consumers.executor.sandbox import DockerSandboxPool
 
             pool = await stack.enter_async_context(DockerSandboxPool(config.executor))
         if backend is None:
             backend = await load_backend(config)
-        producer = await stack.enter_async_context(EventProducer(config.infra, client_id=STAGE, metrics=metrics,
-                                                                 stage=STAGE))
-        consumer = await stack.enter_async_context(EventConsumer(
-            config.infra, "policy", group_id=consumer_group(config.infra.topic_prefix, STAGE), producer=producer, stage=STAGE,
-            metrics=metrics, max_poll_records=100))
-        evaluator = Evaluator(config, plan, store, backend, pool, producer, redis, own)
+        io = await stack.enter_async_context(open_stage(config, STAGE, client_id=STAGE, metrics=metrics,
+                                                        max_poll_records=100))
+        consumer, redis = io.consumer, io.redis
+        assert consumer is not None
+        store = open_weight_store(redis, key_prefix=config.infra.key_prefix, settings=config.weights)
+        evaluator = Evaluator(config, plan, store, backend, pool, io.producer, redis, own)
         while not stop.is_set():
             deliveries = await consumer.getmany(timeout_s=1.0)
             waiting = [(d.event.version, d.event.step) for d in deliveries

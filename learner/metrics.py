@@ -35,7 +35,8 @@ class LearnerMetrics:
         self.steps = stage.counter("learner_steps", "Optimizer steps taken")
         self.tokens = stage.counter("learner_tokens", "Generated tokens trained on")
         self.rollouts = stage.counter("learner_rollouts", "Rollouts consumed, by outcome", ("outcome",))
-        self.groups = stage.counter("learner_groups", "Groups consumed, by outcome", ("outcome",))
+        self.groups = stage.counter("learner_groups", "Groups consumed, by outcome (trained, filtered, dropped) and "
+                                    "a drop's reason (stale, duplicate, invalid)", ("outcome", "reason"))
         self.checkpoints = stage.counter("learner_checkpoints", "Checkpoints written")
         # Several ranks (learner/distributed.py): each rank's own figures, by rank.
         self.ranks = stage.gauge("learner_ranks", "Ranks training the policy")

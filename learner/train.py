@@ -17,10 +17,10 @@ seeks there (not to the committed offsets, which may lag), so after a crash ever
 the checkpoint is trained exactly once more and none before it again. Duplicates of a group the
 lineage already consumed (an upstream replay) are skipped by ``group_id``.
 
-Every group consumed gets one ``GroupFate`` on ``fates`` (trained at which step and version, or
-dropped as stale with its versions, filtered, or a duplicate), acknowledged before the group's
-offset is marked done: the one record of each group's fate that the archive, ``rollstream
-inspect``, ``rollstream runs`` and accounting read.
+Every group consumed is decided once, trained, filtered or dropped with a reason, and recorded by
+the ledger (learner/ledger.py): its ``GroupFate`` on ``fates``, acknowledged before the group's
+offset is marked done (the one record that the archive, ``rollstream inspect``, ``rollstream
+runs`` and accounting read), then its counts.
 
 SIGTERM/SIGINT: finish the running step, checkpoint, commit, exit 0. ``steps.jsonl`` in the
 checkpoint directory records, per step, the run id, the group ids and the step's metrics.
@@ -35,75 +35,30 @@ import threading
 import time
 import uuid
 from collections import deque
-from contextlib import AsyncExitStack
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import torch
 
 from rollstream.config import Config
-from rollstream.infra import resolve_endpoints
-from rollstream.kafka import Delivery, EventConsumer, EventProducer, ensure_topics
+from rollstream.kafka import Delivery, EventConsumer, EventProducer
 from rollstream.learner import checkpoint as ckpt
 from rollstream.learner import sharded_checkpoint as sharded_ckpt
 from rollstream.learner.batch import select_rollouts
 from rollstream.learner.distributed import Leader, Ranks, device_figures, init_ranks, serve, shutdown
+from rollstream.learner.ledger import Decision, Ledger, step_decisions, step_log_dir  # noqa: F401 (re-exported)
 from rollstream.learner.lora import merged_state_dict
 from rollstream.learner.metrics import LearnerMetrics
 from rollstream.learner.publish import PeakRSS, iterate_in_thread
 from rollstream.learner.setup import RECENT_GROUPS, Lineage, RecentIds, build_trainer  # noqa: F401 (re-exported)
 from rollstream.learner.trainer import Trainer
 from rollstream.lifecycle import stop_event
-from rollstream.metrics import StageMetrics, serve_metrics
-from rollstream.redis import connect, count_outcomes, set_groups_consumed, set_policy_version
-from rollstream.schemas.events import GroupAdvantaged, GroupFate
-from rollstream.schemas.stages import consumer_group
+from rollstream.redis import set_groups_consumed
+from rollstream.schemas.events import GroupAdvantaged
+from rollstream.stage_io import open_stage
 from rollstream.weight_files import open_weight_store
-from rollstream.weights import WeightStore
+from rollstream.weights import WeightStore, set_learner_version
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class Window:
-    """What the groups resolved since the last step record say about the policy: every one of
-    them (trained, dropped as stale, filtered), so that reward and pass rate are the policy's,
-    not only those of the groups that had something to train on."""
-
-    groups: int = 0
-    filtered: int = 0
-    excluded: int = 0  # rollouts the stream left out (outcome infra: the machinery failed under them)
-    rewards: list[float] = field(default_factory=list)
-    passed: list[bool] = field(default_factory=list)
-    families: dict[str, list[float]] = field(default_factory=dict)
-
-    def add(self, group: GroupAdvantaged) -> None:
-        self.groups += 1
-        self.filtered += bool(group.filtered)
-        self.excluded += len(group.excluded)
-        for item in group.rollouts:
-            self.rewards.append(item.reward)
-            if item.passed is not None:
-                self.passed.append(item.passed)
-            self.families.setdefault(group.family, []).append(item.reward)
-
-    def summary(self) -> dict[str, Any]:
-        n = len(self.rewards)
-        return {
-            "groups_resolved": self.groups, "groups_filtered": self.filtered, "completions": n,
-            "rollouts_excluded": self.excluded,
-            "reward_mean": sum(self.rewards) / n if n else None,
-            "pass_rate": sum(self.passed) / len(self.passed) if self.passed else None,
-            "family_reward": {f: sum(r) / len(r) for f, r in sorted(self.families.items())},
-        }
-
-
-def step_log_dir(config: Config) -> Path:
-    """Where ``steps.jsonl`` goes: the checkpoint directory, or with checkpoints on object
-    storage (no appends there) ``infra.state_dir/learner``."""
-    where = config.learner.checkpoint.dir
-    return Path(config.infra.state_dir) / "learner" if sharded_ckpt.is_url(where) else Path(where)
 
 
 async def run(config: Config, resume: bool = False) -> None:
@@ -158,23 +113,13 @@ async def run_stage(config: Config, trainer: Any, tokenizer: Any, lineage: Linea
     run_id = uuid.uuid4().hex[:12]
     log.info("learner run %s: step %d, version %d, from %s, offsets %s", run_id, lineage.step, lineage.version,
              resume_from or c.model, offsets)
-    stage_metrics = StageMetrics("learner")
-    metrics = LearnerMetrics(stage_metrics)
-    serve_metrics(c.metrics_port, stage_metrics)
-    endpoints = resolve_endpoints(config)
     stop = stop_event()
-    async with AsyncExitStack() as stack:
-        redis = connect(endpoints.redis_url)
-        stack.push_async_callback(redis.aclose)
+    async with open_stage(config, "learner", client_id=f"learner-{run_id}", start_offsets=offsets,
+                          max_poll_records=max(1, config.rl.groups_per_step)) as io:
+        redis, metrics = io.redis, LearnerMetrics(io.metrics)
         store = open_weight_store(redis, key_prefix=config.infra.key_prefix, settings=config.weights)
-        await ensure_topics(config.infra, ["advantages", "policy", "fates"])
-        producer = await stack.enter_async_context(
-            EventProducer(config.infra, client_id=f"learner-{run_id}", metrics=stage_metrics, stage="learner"))
-        consumer = await stack.enter_async_context(EventConsumer(
-            config.infra, "advantages", group_id=consumer_group(config.infra.topic_prefix, "learner"), producer=producer,
-            stage="learner",
-            metrics=stage_metrics, start_offsets=offsets, max_poll_records=max(1, config.rl.groups_per_step)))
-        loop = LearnerLoop(config, trainer, tokenizer, lineage, consumer, producer, store, redis, metrics, run_id)
+        assert io.consumer is not None
+        loop = LearnerLoop(config, trainer, tokenizer, lineage, io.consumer, io.producer, store, redis, metrics, run_id)
         newest = await store.latest_version()
         if newest is not None and newest >= lineage.version:
             log.info("the weight store holds version %d from an earlier learner; this lineage continues at %d",
@@ -183,13 +128,14 @@ async def run_stage(config: Config, trainer: Any, tokenizer: Any, lineage: Linea
         if resume_from is not None or newest is not None:  # generators must serve this lineage's weights
             await loop.publish()
         else:
-            await set_policy_version(redis, config.infra, lineage.version)
+            await set_learner_version(redis, config.infra.key_prefix, lineage.version)
         await set_groups_consumed(redis, config.infra, lineage.groups_consumed)
         await loop.run(stop)
 
 
 class LearnerLoop:
-    """Fetch, step, broadcast, checkpoint: the stage's one loop (state lives in ``lineage``)."""
+    """The stage's recipe: take a step's groups, select, train, publish, record fates (the
+    bookkeeping is the ledger's, learner/ledger.py; state lives in ``lineage``)."""
 
     def __init__(self, config: Config, trainer: Trainer, tokenizer: Any, lineage: Lineage,
                  consumer: EventConsumer[GroupAdvantaged], producer: EventProducer, store: WeightStore,
@@ -197,17 +143,12 @@ class LearnerLoop:
         self.config, self.trainer, self.tokenizer, self.lineage = config, trainer, tokenizer, lineage
         self.consumer, self.producer, self.store, self.redis = consumer, producer, store, redis
         self.metrics, self.run_id = metrics, run_id
+        self.ledger = Ledger(config, lineage, consumer, producer, redis, metrics, run_id)
         self.buffer: deque[Delivery[GroupAdvantaged]] = deque()
+        self.unstepped: list[Decision] = []  # decided on arrival (filtered, duplicate, invalid): recorded, not trained
         self.checkpointed = (lineage.step, lineage.groups_consumed)
         every_s = config.learner.checkpoint.every_minutes * 60
         self.next_timed = time.monotonic() + every_s if every_s else None  # the next wall-clock checkpoint
-        # Groups trained into a version not yet published: their sampler capacity is held back
-        # until it is, or the sampler's next groups would be generated with the old weights.
-        self.unpublished = 0
-        self.window = Window()  # every group resolved since the last step's record
-        self.filtered: list[Delivery[GroupAdvantaged]] = []  # arrived flagged: recorded, not trained
-        self.duplicates: list[Delivery[GroupAdvantaged]] = []  # already consumed by this lineage: skipped
-        self.invalid: list[tuple[Delivery[GroupAdvantaged], str]] = []  # cannot be trained: dead-lettered
         self._vocab: int | None = None
         # learner.overlap_publish (one rank): the publish runs as a task while the next step's
         # forward and backward run; the step's optimizer update waits for ``weights_free``.
@@ -229,27 +170,66 @@ class LearnerLoop:
                  self.lineage.version)
 
     async def loop(self, stop: asyncio.Event) -> None:
-        c, per_step = self.config.learner, self.config.rl.groups_per_step
+        c = self.config.learner
         while not stop.is_set() and not (c.max_steps and self.lineage.step >= c.max_steps):
             if self.publishing is not None and self.publishing.done():
                 await self.publish_done()  # raises what failed it
-            await self.fill(per_step)
-            if self.filtered or self.duplicates or self.invalid:
-                await self.settle_unstepped()
-            if len(self.buffer) < per_step:
+            groups = await self.next_groups()
+            if groups is None:
                 continue
-            groups = [self.buffer.popleft() for _ in range(per_step)]
-            trained = await self.consume(groups)
-            if trained:
-                self.unpublished += len(groups)
-                if self.lineage.step % c.broadcast_every == 0:
-                    await self.publish(overlap=self.overlap)
-            await self.release()
-            if trained and (c.checkpoint.every and self.lineage.step % c.checkpoint.every == 0 or self.timed_due()):
+            trained = await self.step(groups)
+            if trained and self.lineage.step % c.broadcast_every == 0:
+                await self.publish(overlap=self.overlap)
+            await self.ledger.release()
+            if trained and self.checkpoint_due():
                 await self.checkpoint()
         await self.publish_done()
         if self.checkpointed != (self.lineage.step, self.lineage.groups_consumed):
             await self.checkpoint()
+
+    async def next_groups(self) -> list[Delivery[GroupAdvantaged]] | None:
+        """A step's groups, once buffered (None meanwhile); groups decided on arrival are recorded."""
+        per_step = self.config.rl.groups_per_step
+        await self.fill(per_step)
+        if self.unstepped:
+            await self.settle_unstepped()
+        if len(self.buffer) < per_step:
+            return None
+        return [self.buffer.popleft() for _ in range(per_step)]
+
+    async def step(self, deliveries: list[Delivery[GroupAdvantaged]]) -> bool:
+        """Select the rollouts fresh enough, train one step on them (unless all are stale), record
+        every group's fate; returns whether a step ran."""
+        groups = [d.event for d in deliveries]
+        version = self.lineage.version
+        selection = select_rollouts(groups, version, self.config.rl.max_staleness)
+        self.metrics.observe_rollouts(selection.lags, len(selection.rollouts), selection.stale, selection.empty)
+        result = await self.train(selection.rollouts) if selection.rollouts else None
+        await self.ledger.decide(step_decisions(deliveries, selection.lags, version,
+                                                self.lineage.version if result is not None else None,
+                                                self.config.rl.max_staleness), version)
+        self.ledger.log_step(groups, len(selection.rollouts), selection.lags, selection.stale, result)
+        if result is not None:
+            self.ledger.unpublished += len(groups)
+        return result is not None
+
+    async def train(self, rollouts: list[Any]) -> Any:
+        """One optimizer step (in a thread: the event loop keeps the consumer's heartbeats and
+        metrics alive meanwhile); the lineage moves to the version it produced."""
+        result = await self.run_polling(asyncio.to_thread(self.trainer.step, rollouts))
+        self.lineage.step += 1
+        self.lineage.version += 1
+        self.metrics.observe_step(result.loss, result.grad_norm, result.tokens, result.seconds, result.lr,
+                                  result.stats, self.lineage.version)
+        self.metrics.observe_ranks(result.ranks if result.ranks is not None else [
+            {"step_seconds": result.seconds, "allreduce_seconds": 0.0,
+             **device_figures(torch.device(self.config.learner.device))}])
+        return result
+
+    def checkpoint_due(self) -> bool:
+        """After a step that trained: every ``checkpoint.every`` steps, or ``every_minutes``."""
+        every = self.config.learner.checkpoint.every
+        return bool(every) and self.lineage.step % every == 0 or self.timed_due()
 
     def timed_due(self) -> bool:
         """learner.checkpoint.every_minutes: has the step just taken ended past the next mark?"""
@@ -269,22 +249,27 @@ class LearnerLoop:
             self.accept(got)
 
     def accept(self, deliveries: list[Delivery[GroupAdvantaged]]) -> None:
-        """Buffer new groups; a group this lineage already has waits, as a duplicate, for
-        :meth:`settle_unstepped` (recorded, skipped), as does one the stream flagged as filtered."""
+        """Buffer new groups; decide at once those no step will train: a duplicate of a group this
+        lineage already has, one the model cannot train on, one the stream flagged as filtered
+        (recorded by :meth:`settle_unstepped`)."""
         for delivery in deliveries:
             group_id = delivery.event.group_id
-            if group_id in self.lineage.recent or any(d.event.group_id == group_id
-                                                      for d in (*self.buffer, *self.filtered)):
+            if group_id in self.lineage.recent or any(d.event.group_id == group_id for d in self.buffer) or any(
+                    d.delivery.event.group_id == group_id for d in self.unstepped if d.fate != "duplicate"):
                 log.warning("skipping duplicate group %s (%s[%d]@%d)", group_id, delivery.topic,
                             delivery.partition, delivery.offset)
-                self.duplicates.append(delivery)
+                self.unstepped.append(Decision(delivery, "duplicate", "this lineage already consumed the group"))
                 continue
             reason = self.invalid_reason(delivery.event)
             if reason is not None:
                 log.warning("group %s cannot be trained: %s", group_id, reason)
-                self.invalid.append((delivery, reason))
-                continue
-            (self.filtered if delivery.event.filtered else self.buffer).append(delivery)
+                self.unstepped.append(Decision(delivery, "invalid", reason))
+            elif delivery.event.filtered:
+                log.debug("group %s filtered by the stream (%s): recorded, not trained", group_id,
+                          delivery.event.filtered)
+                self.unstepped.append(Decision(delivery, "filtered", delivery.event.filtered))
+            else:
+                self.buffer.append(delivery)
 
     @property
     def vocab(self) -> int:
@@ -305,130 +290,10 @@ class LearnerLoop:
         return None
 
     async def settle_unstepped(self) -> None:
-        """Groups no step will train: those with nothing to train on (e.g. zero variance), and
-        duplicates of groups this lineage already consumed. Their fates are published, they are
-        counted and marked done, and a filtered group's capacity is freed at once."""
-        filtered, self.filtered = self.filtered, []
-        duplicates, self.duplicates = self.duplicates, []
-        invalid, self.invalid = self.invalid, []
-        version, step = self.lineage.version, self.lineage.step
-        fates = [self.fate(d, "filtered", d.event.filtered, step, version, version) for d in filtered]
-        fates += [self.fate(d, "duplicate", "this lineage already consumed the group", step, version, version)
-                  for d in duplicates]
-        fates += [self.fate(d, "invalid", reason, step, version, version) for d, reason in invalid]
-        for delivery, reason in invalid:  # with its bytes, for whoever fixes the producer
-            await self.producer.dead_letter(delivery, reason, stage="learner")
-        await self.producer.send_many([("fates", fate) for fate in fates])
-        for delivery in filtered:
-            self.window.add(delivery.event)
-            self.metrics.observe_group(delivery.event)
-            log.debug("group %s filtered by the stream (%s): recorded, not trained", delivery.event.group_id,
-                      delivery.event.filtered)
-        invalid_deliveries = [d for d, _ in invalid]
-        for delivery in (*filtered, *duplicates, *invalid_deliveries):
-            self.consumer.done(delivery)
-        self.lineage.recent.extend(d.event.group_id for d in (*filtered, *invalid_deliveries))
-        self.lineage.groups_consumed += len(filtered) + len(invalid)  # resolved: the sampler's capacity is freed
-        if filtered:
-            self.metrics.groups.labels("filtered").inc(len(filtered))
-            await count_outcomes(self.redis, self.config.infra, {"filtered": len(filtered)})
-        if duplicates:
-            self.metrics.groups.labels("duplicate").inc(len(duplicates))
-        if invalid:
-            self.metrics.groups.labels("invalid").inc(len(invalid))
-        await self.release()
-
-    def fate(self, delivery: Delivery[GroupAdvantaged], fate: str, reason: str, step: int, version: int,
-             learner_version: int, *, trained: int = 0, stale: int = 0) -> GroupFate:
-        group = delivery.event
-        return GroupFate(
-            group_id=group.group_id, task_id=group.task_id, family=group.family, fate=fate, reason=reason[:4096],
-            step=step, policy_version=version, learner_version=learner_version, rollouts=len(group.rollouts),
-            rollouts_trained=trained, rollouts_stale=stale,
-            behaviour_versions=sorted({r.rollout.policy_version_first for r in group.rollouts})[:1024],
-            learner_run=self.run_id, source_partition=delivery.partition, source_offset=delivery.offset,
-            decided_at=time.time(), excluded=group.excluded)
-
-    async def consume(self, deliveries: list[Delivery[GroupAdvantaged]]) -> bool:
-        """Train one step on ``deliveries`` (unless all of it is stale); returns whether a step ran."""
-        groups = [d.event for d in deliveries]
-        version = self.lineage.version
-        selection = select_rollouts(groups, version, self.config.rl.max_staleness)
-        self.metrics.observe_rollouts(selection.lags, len(selection.rollouts), selection.stale, selection.empty)
-        result = None
-        if selection.rollouts:
-            # In a thread: the event loop keeps the consumer's heartbeats and metrics alive meanwhile.
-            result = await self.run_polling(asyncio.to_thread(self.trainer.step, selection.rollouts))
-            self.lineage.step += 1
-            self.lineage.version += 1
-            self.metrics.observe_step(result.loss, result.grad_norm, result.tokens, result.seconds, result.lr,
-                                      result.stats, self.lineage.version)
-            self.metrics.observe_ranks(result.ranks if result.ranks is not None else [
-                {"step_seconds": result.seconds, "allreduce_seconds": 0.0,
-                 **device_figures(torch.device(self.config.learner.device))}])
-        self.lineage.groups_consumed += len(groups)
-        self.lineage.recent.extend(g.group_id for g in groups)
-        for group in groups:
-            self.window.add(group)
-            self.metrics.observe_group(group, version)
-        fates = self.step_fates(deliveries, selection.lags, version, result is not None)
-        outcomes = {"trained": 0, "stale": 0}
-        for fate in fates:
-            outcomes[fate.fate] += 1
-        await self.producer.send_many([("fates", fate) for fate in fates])  # before done: never a fate lost
-        for outcome, count in outcomes.items():
-            self.metrics.groups.labels(outcome).inc(count)
-        await count_outcomes(self.redis, self.config.infra, outcomes)
-        for delivery in deliveries:
-            self.consumer.done(delivery)
-        record: dict[str, Any] = {
-            "run_id": self.run_id, "step": self.lineage.step, "policy_version": self.lineage.version,
-            "groups_consumed": self.lineage.groups_consumed,
-            "trained": result is not None, "groups": [g.group_id for g in groups],
-            "rollouts": len(selection.rollouts), "stale": selection.stale, "time": time.time(),
-            "lag_mean": sum(selection.lags) / len(selection.lags) if selection.lags else None,
-            "lag_max": max(selection.lags, default=None),
-            **self.window.summary(),
-        }
-        self.window = Window()
-        if result is not None:
-            record.update(loss=result.loss, grad_norm=result.grad_norm, tokens=result.tokens,
-                          seconds=result.seconds, **result.stats)
-            log.info("step %d: loss %.4f grad %.3f tokens %d (%.0f tok/s) stale %d groups %s", self.lineage.step,
-                     result.loss, result.grad_norm, result.tokens, result.tokens / max(result.seconds, 1e-9),
-                     selection.stale, record["groups"])
-        ckpt.append_step_log(step_log_dir(self.config), record)
-        return result is not None
-
-    def step_fates(self, deliveries: list[Delivery[GroupAdvantaged]], lags: list[int], version: int,
-                   stepped: bool) -> list[GroupFate]:
-        """Each group's fate in this step: ``trained`` (some rollout trained) or ``stale`` (every
-        rollout older than ``max_staleness`` allows); each group with stale rollouts is logged
-        with its versions."""
-        bound = self.config.rl.max_staleness
-        fates, at = [], 0
-        for delivery in deliveries:
-            group = delivery.event
-            group_lags = lags[at:at + len(group.rollouts)]
-            at += len(group.rollouts)
-            stale = sum(lag > bound for lag in group_lags)
-            reason = ""
-            if stale:
-                firsts = sorted({r.rollout.policy_version_first for r in group.rollouts})
-                reason = (f"{stale} of {len(group_lags)} rollouts stale: generated at policy version(s) {firsts}, "
-                          f"learner at version {version} before this step, max_staleness {bound}")
-                log.warning("dropped %s of group %s", reason, group.group_id)
-            trained = stepped and stale < len(group_lags)
-            fates.append(self.fate(
-                delivery, "trained" if trained else "stale", reason, self.lineage.step,
-                self.lineage.version if trained else version, version, trained=len(group_lags) - stale if trained else 0,
-                stale=stale))
-        return fates
-
-    async def release(self) -> None:
-        """Tell the sampler which groups are resolved: all consumed but those trained into a
-        version not yet published."""
-        await set_groups_consumed(self.redis, self.config.infra, self.lineage.groups_consumed - self.unpublished)
+        """Record the groups decided on arrival; their capacity is freed at once."""
+        decided, self.unstepped = self.unstepped, []
+        await self.ledger.decide(decided, self.lineage.version)
+        await self.ledger.release()
 
     async def run_polling(self, work: Any) -> Any:
         """Await ``work`` while keeping the consumer polled (paused), so a long step never counts
@@ -464,7 +329,7 @@ class LearnerLoop:
                 await self.publish_now()
             finally:
                 self.weights_free.set()
-            await self.release()
+            await self.ledger.release()
 
         self.publishing = asyncio.create_task(publish_then_release())
 
@@ -504,8 +369,8 @@ class LearnerLoop:
                 self.lineage.version, iterate_in_thread(lambda: self.trainer.named_weights(dtype)),
                 step=self.lineage.step, files=files)
         await self.producer.send("policy", published)
-        await set_policy_version(self.redis, self.config.infra, self.lineage.version)
-        self.unpublished = 0
+        await set_learner_version(self.redis, self.config.infra.key_prefix, self.lineage.version)
+        self.ledger.unpublished = 0
         self.metrics.broadcast_seconds.observe(time.perf_counter() - started)
         self.metrics.publish_peak_extra.set(peak.extra_bytes)
         log.info("published policy version %d (%d bytes; the publish added %.1f MB at its peak)", published.version,

@@ -68,7 +68,27 @@ def build_optimizer(model: torch.nn.Module, optim: OptimConfig) -> tuple[torch.o
 
 
 class Trainer:
-    """Owns the policy's parameters and optimizer; ``step`` is the only thing that changes them."""
+    """Owns the policy's parameters and optimizer; ``step`` is the only thing that changes them.
+
+    One step on two rollouts of a group, outside any stage (a tiny random model here; the learner
+    stage builds it with ``learner.setup.build_trainer``)::
+
+        >>> import torch
+        >>> from transformers import LlamaConfig, LlamaForCausalLM
+        >>> from rollstream.config import LearnerConfig
+        >>> from rollstream.learner.trainer import Trainer
+        >>> from rollstream.schemas import AdvantagedRollout
+        >>> from rollstream.testing import make_rollout
+        >>> _ = torch.manual_seed(0)
+        >>> model = LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64,
+        ...                          num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2))
+        >>> trainer = Trainer(model, LearnerConfig(dtype="float32"))
+        >>> batch = [AdvantagedRollout(rollout=make_rollout("g", i), reward=r, advantage=a)
+        ...          for i, (r, a) in enumerate([(1.0, 1.0), (0.0, -1.0)])]
+        >>> result = trainer.step(batch)
+        >>> result.tokens, result.sequences
+        (8, 2)
+    """
 
     def __init__(
         self,

@@ -41,14 +41,16 @@ import redis.asyncio as aioredis
 
 from rollstream.config import Config
 from rollstream.errors import ConfigError
-from rollstream.kafka import EventConsumer, EventProducer, ensure_topics
-from rollstream.metrics import StageMetrics, serve_metrics
+from rollstream.kafka import EventConsumer, EventProducer
+from rollstream.metrics import StageMetrics
 from rollstream.producers.mixture import AdaptiveStats, epoch_plan, family_probabilities, informative
-from rollstream.redis import connect, get_policy_version, groups_resolved, key
+from rollstream.redis import groups_resolved, key
 from rollstream.schemas.events import GroupAdvantaged, Message, PromptIssued, RewardSpec, SamplingParams
 from rollstream.schemas.tasks import TaskSpec
+from rollstream.stage_io import open_stage
 from rollstream.tasks.intake import apply_intake, load_report, report_path
 from rollstream.tasks.sources import load_tasks, split_tasks
+from rollstream.weights import learner_version
 
 log = logging.getLogger(__name__)
 PENDING_LIMIT = 100_000  # issued groups remembered for the adaptive "dropped by the stream" check
@@ -221,7 +223,7 @@ class Sampler:
             count = min(free, len(self.plan) - self.state.position, self.config.sampler.max_batch)
             if self.config.sampler.max_groups:
                 count = min(count, self.config.sampler.max_groups - issued)
-            version = await get_policy_version(self.redis, self.config.infra)
+            version = await learner_version(self.redis, self.config.infra.key_prefix)
             events = [self.event(self.state.position + i, version) for i in range(count)]
             await producer.send_many([("prompts", e) for e in events])
             self.state.position += count
@@ -246,8 +248,8 @@ class Sampler:
         self.feedback.labels(group.family, str(good).lower()).inc()
 
     async def check_dropped(self) -> None:
-        """Groups the stream dropped (zero variance or incomplete) never reach ``advantages``:
-        count them as uninformative."""
+        """Groups the stream dropped (incomplete) never reach ``advantages``: count them as
+        uninformative (a filtered group reaches it, flagged, and is observed there)."""
         ids = list(self.pending)[:1000]
         if not ids:
             return
@@ -319,13 +321,9 @@ async def run(config: Config, *, stop: asyncio.Event | None = None) -> None:
                  len(held_out), config.sampler.holdout_fraction, len(tasks))
     metrics = StageMetrics("sampler")
     tasks = intake_tasks(config, tasks, metrics)
-    serve_metrics(config.sampler.metrics_port, metrics)
-    await ensure_topics(config.infra, ["prompts", "advantages"])
-    async with contextlib.AsyncExitStack() as stack:
-        redis = connect(config.infra.redis_url)
-        stack.push_async_callback(redis.aclose)
-        producer = await stack.enter_async_context(EventProducer(config.infra, client_id="sampler",
-                                                                 metrics=metrics, stage="sampler"))
+    # advantages: read in a group of its own (the adaptive feedback), not the stage's input
+    async with open_stage(config, "sampler", client_id="sampler", metrics=metrics, extra_topics=("advantages",)) as io:
+        redis, producer = io.redis, io.producer
         sampler = Sampler(config, redis, tasks, metrics, AdaptiveStats(config.sampler.adaptive_window))
         await sampler.load_state()
         log.info("sampler %s: %d tasks, families %s, cap %d groups in flight", config.sampler.run_name, len(tasks),

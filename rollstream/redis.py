@@ -2,18 +2,18 @@
 
 Keys (all under ``infra.key_prefix``):
 
-* ``policy:version`` — the learner's policy version (= optimizer steps of the surviving
-  lineage). Written by the learner, read by the sampler and generators.
-* ``progress:groups_consumed`` — groups the learner has taken off ``advantages`` (trained or
-  dropped as stale), as an absolute count restored from its checkpoint, so a replay
+* ``policy:version`` — the learner's policy version: its one reader and writer are in
+  :mod:`rollstream.weights` (``learner_version``), with the newest published weights' version.
+* ``progress:groups_consumed`` — groups the learner has taken off ``advantages`` (trained,
+  filtered or dropped), as an absolute count restored from its checkpoint, so a replay
   after a crash never double counts; groups trained into a version not yet published are
   left out until it is (so the sampler's next groups are generated with that version).
-* ``progress:groups_dropped`` — a set of group ids the stream dropped (filtered or
-  incomplete): they will never reach the learner. A set, so re-processing is idempotent.
-
-* ``progress:groups_trained`` / ``progress:groups_stale`` — groups the learner trained on /
-  dropped because all their rollouts were too stale (counters for progress lines; the learner's
-  metrics and step log are the record).
+* ``progress:groups_dropped`` — a set of the group ids the stream dropped as incomplete (fewer
+  than ``min_group_size`` rollouts by the deadline): they never reach the learner. A set, so
+  re-processing is idempotent.
+* ``progress:groups`` — a hash of the learner's counts in the one vocabulary of outcomes
+  (``schemas.events.group_outcome``): ``trained``, ``filtered``, ``dropped:<reason>`` (progress
+  lines; the ``fates`` topic is the record).
 * ``sampler:issued`` — groups the sampler has issued (acknowledged by the broker).
 
 The sampler's backpressure reads ``issued - consumed - |dropped|``.
@@ -21,9 +21,13 @@ The sampler's backpressure reads ``issued - consumed - |dropped|``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import TypedDict
+
 import redis.asyncio as aioredis
 
 from rollstream.config import InfraConfig
+from rollstream.weights import LEARNER_VERSION
 
 # A command whose connection fails is retried on a new connection with backoff (0.1 s doubling to
 # 1 s, about 10 s in all), so a Redis restart costs the stages a pause, not a crash (bench/chaos.py
@@ -49,38 +53,41 @@ def key(infra: InfraConfig, name: str) -> str:
     return f"{infra.key_prefix}{name}"
 
 
-async def get_policy_version(client: aioredis.Redis, infra: InfraConfig) -> int:
-    value = await client.get(key(infra, "policy:version"))
-    return int(value) if value is not None else 0
-
-
-async def set_policy_version(client: aioredis.Redis, infra: InfraConfig, version: int) -> None:
-    await client.set(key(infra, "policy:version"), version)
-
-
 async def set_groups_consumed(client: aioredis.Redis, infra: InfraConfig, count: int) -> None:
     await client.set(key(infra, "progress:groups_consumed"), count)
 
 
-async def count_outcomes(client: aioredis.Redis, infra: InfraConfig, outcomes: dict[str, int]) -> None:
-    """Add to the learner's progress counters (``{"trained": n, "stale": m}``)."""
+async def count_outcomes(client: aioredis.Redis, infra: InfraConfig, counts: Mapping[str, int]) -> None:
+    """Add to the learner's progress counts: ``{"trained": n, "filtered": m, "dropped:stale": k}``."""
     async with client.pipeline(transaction=False) as pipe:
-        for outcome, count in outcomes.items():
+        for name, count in counts.items():
             if count:
-                pipe.incrby(key(infra, f"progress:groups_{outcome}"), count)
+                pipe.hincrby(key(infra, "progress:groups"), name, count)
         await pipe.execute()
 
 
-async def progress(client: aioredis.Redis, infra: InfraConfig) -> dict[str, int]:
-    """Issued, trained, stale (learner) and filtered (stream) groups, and the policy version."""
-    names = ("sampler:issued", "progress:groups_trained", "progress:groups_stale", "policy:version")
+class Progress(TypedDict):
+    issued: int
+    trained: int
+    filtered: int
+    dropped: dict[str, int]  # by reason: the learner's (stale, duplicate, invalid) and the stream's (incomplete)
+    version: int  # the learner's
+
+
+async def progress(client: aioredis.Redis, infra: InfraConfig) -> Progress:
+    """Groups issued, trained, filtered and dropped by reason, and the learner's version."""
     async with client.pipeline(transaction=False) as pipe:
-        for name in names:
-            pipe.get(key(infra, name))
+        pipe.get(key(infra, "sampler:issued"))
+        pipe.hgetall(key(infra, "progress:groups"))
         pipe.scard(key(infra, "progress:groups_dropped"))
-        values = await pipe.execute()
-    counts = dict(zip(("issued", "trained", "stale", "version", "filtered"), (int(v or 0) for v in values)))
-    return counts
+        pipe.get(key(infra, LEARNER_VERSION))
+        issued, learner, incomplete, version = await pipe.execute()
+    counts = {(k.decode() if isinstance(k, bytes) else k): int(v) for k, v in learner.items()}
+    dropped = {name.split(":", 1)[1]: n for name, n in counts.items() if name.startswith("dropped:")}
+    if incomplete:
+        dropped["incomplete"] = int(incomplete)
+    return Progress(issued=int(issued or 0), trained=counts.get("trained", 0), filtered=counts.get("filtered", 0),
+                    dropped=dict(sorted(dropped.items())), version=int(version or 0))
 
 
 async def mark_group_dropped(client: aioredis.Redis, infra: InfraConfig, group_id: str) -> None:

@@ -25,35 +25,79 @@ read-only by contract: load them into a model (``load_state_dict`` copies) or cl
 before writing in place.
 
 Chunking and assembly are pure functions (:func:`pack`, :func:`unpack`).
+
+**Version facts.** Two numbers say where the policy is, each with one key and one reader here:
+
+* the learner's version, :func:`learner_version` (``{key_prefix}policy:version``): optimizer steps
+  of the surviving lineage, set by the learner with each broadcast (:func:`set_learner_version`);
+  the sampler stamps prompts with it, generators and executors measure staleness against it;
+* the newest published weights, :func:`published_version` (``{key_prefix}weights:latest``, moved
+  by :class:`WeightStore` once a version is complete, announced on ``weights:published``): what a
+  generator can load. The two differ while a version is being written.
+
+The ``policy`` topic carries each ``WeightsPublished`` as the record of what was published (the
+evaluator follows it). This module imports torch only when tensors are packed or built, so a
+stage without a model (the sampler, the executor) reads the version facts without it.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import time
 import warnings
 from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import msgspec
-import redis.asyncio as aioredis
-import torch
 import xxhash
 from msgspec import Meta
 
 from rollstream.errors import WeightStoreError, converted
 from rollstream.schemas import WeightsPublished
 
-DTYPES: dict[str, torch.dtype] = {
-    "float32": torch.float32,
-    "bfloat16": torch.bfloat16,
-    "float16": torch.float16,
-    "int64": torch.int64,
-    "int32": torch.int32,
-    "uint8": torch.uint8,
-    "bool": torch.bool,
-}
-DTYPE_NAMES = {v: k for k, v in DTYPES.items()}
+if TYPE_CHECKING:
+    import redis.asyncio as aioredis
+    import torch
+
+LEARNER_VERSION = "policy:version"  # under infra.key_prefix
+PUBLISHED_VERSION = "weights:latest"
+
+
+async def learner_version(client: aioredis.Redis, key_prefix: str) -> int:
+    """The learner's version (0 before its first broadcast)."""
+    value = await client.get(f"{key_prefix}{LEARNER_VERSION}")
+    return int(value) if value is not None else 0
+
+
+async def set_learner_version(client: aioredis.Redis, key_prefix: str, version: int) -> None:
+    """Written by the learner only, once ``version`` is published (or on resume)."""
+    await client.set(f"{key_prefix}{LEARNER_VERSION}", version)
+
+
+async def published_version(client: aioredis.Redis, key_prefix: str) -> int | None:
+    """The newest complete published weights version (None before the first)."""
+    with converted("reading the latest weights version", into=WeightStoreError):
+        value = await client.get(f"{key_prefix}{PUBLISHED_VERSION}")
+    return int(value) if value is not None else None
+
+
+_DTYPE_NAMES = ("float32", "bfloat16", "float16", "int64", "int32", "uint8", "bool")
+
+
+@functools.cache
+def dtype_tables() -> tuple[dict[str, torch.dtype], dict[torch.dtype, str]]:
+    """The dtypes a version may hold: name -> dtype and dtype -> name (imports torch)."""
+    import torch
+
+    dtypes = {name: getattr(torch, name) for name in _DTYPE_NAMES}
+    return dtypes, {v: k for k, v in dtypes.items()}
+
+
+def __getattr__(name: str) -> Any:  # DTYPES and DTYPE_NAMES, built (and torch imported) on first use
+    if name in ("DTYPES", "DTYPE_NAMES"):
+        return dtype_tables()[name == "DTYPE_NAMES"]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class TensorEntry(msgspec.Struct, frozen=True, kw_only=True):
@@ -91,12 +135,15 @@ def pack(state_dict: Mapping[str, torch.Tensor], chunk_bytes: int) -> tuple[list
     The chunks are views of the tensors' own memory (a tensor that is not a contiguous CPU
     tensor is first made one); they stay valid while the views are alive.
     """
+    import torch
+
     if chunk_bytes < 1:
         raise WeightStoreError(f"chunk_bytes must be >= 1, got {chunk_bytes}")
+    dtype_names = dtype_tables()[1]
     entries: list[TensorEntry] = []
     chunks: list[memoryview] = []
     for name, tensor in state_dict.items():
-        if tensor.dtype not in DTYPE_NAMES:
+        if tensor.dtype not in dtype_names:
             raise WeightStoreError(f"tensor {name!r} has unsupported dtype {tensor.dtype}")
         nbytes = tensor.numel() * tensor.element_size()
         first = len(chunks)
@@ -104,7 +151,7 @@ def pack(state_dict: Mapping[str, torch.Tensor], chunk_bytes: int) -> tuple[list
             data = tensor.detach().to("cpu").contiguous().reshape(-1).view(torch.uint8)
             view = memoryview(data.numpy())  # the ndarray keeps ``data`` alive
             chunks += [view[start : start + chunk_bytes] for start in range(0, nbytes, chunk_bytes)]
-        entries.append(TensorEntry(name=name, dtype=DTYPE_NAMES[tensor.dtype], shape=list(tensor.shape),
+        entries.append(TensorEntry(name=name, dtype=dtype_names[tensor.dtype], shape=list(tensor.shape),
                                    nbytes=nbytes, first_chunk=first, num_chunks=len(chunks) - first))
     return entries, chunks
 
@@ -114,11 +161,14 @@ def unpack(manifest: Manifest, chunks: Sequence[bytes]) -> dict[str, torch.Tenso
 
     A tensor of one chunk is a view of it; a tensor of several is joined into one buffer.
     """
+    import torch
+
     if len(chunks) != len(manifest.chunks):
         raise WeightStoreError(f"version {manifest.version}: got {len(chunks)} chunks, manifest lists {len(manifest.chunks)}")
+    dtypes = dtype_tables()[0]
     out: dict[str, torch.Tensor] = {}
     for entry in manifest.tensors:
-        dtype = DTYPES[entry.dtype]
+        dtype = dtypes[entry.dtype]
         pieces = chunks[entry.first_chunk : entry.first_chunk + entry.num_chunks]
         if len(pieces) != entry.num_chunks or sum(len(p) for p in pieces) != entry.nbytes:
             raise WeightStoreError(f"version {manifest.version}: tensor {entry.name!r} does not match its chunks")
@@ -185,6 +235,7 @@ class WeightStore:
         pipeline_bytes: int = 16 << 20,  # see pipeline_batches
     ) -> None:
         self.client = client
+        self.key_prefix = key_prefix
         self.prefix = f"{key_prefix}weights:"
         self.chunk_bytes = chunk_bytes
         self.keep_versions = keep_versions
@@ -240,7 +291,7 @@ class WeightStore:
         async with self.client.pipeline(transaction=True) as pipe:
             pipe.set(self._manifest_key(version), manifest)
             pipe.zadd(f"{self.prefix}versions", {str(version): version})
-            pipe.set(f"{self.prefix}latest", version)
+            pipe.set(f"{self.key_prefix}{PUBLISHED_VERSION}", version)
             await pipe.execute()
         await self.client.publish(self.channel, str(version))
         await self._expire_old(version)
@@ -297,9 +348,7 @@ class WeightStore:
         return [self._chunk_key(version, i) for i in range(len(_decode_manifest(version, manifest).chunks))]
 
     async def latest_version(self) -> int | None:
-        with converted("reading the latest weights version", into=WeightStoreError):
-            value = await self.client.get(f"{self.prefix}latest")
-        return int(value) if value is not None else None
+        return await published_version(self.client, self.key_prefix)
 
     async def manifest(self, version: int) -> Manifest:
         raw = await self.client.get(self._manifest_key(version))

@@ -526,6 +526,19 @@ class EvalReported(Event, frozen=True, kw_only=True):
 
 
 GroupFateKind = Literal["trained", "stale", "filtered", "duplicate", "invalid"]
+# The one vocabulary of what became of a group (the learner's fates, the stream's drops, the
+# progress counters, the metrics, `rollstream run`'s progress line): trained; filtered (the stream
+# found nothing to train on, with its reason); dropped with a reason (stale, duplicate, invalid:
+# the learner's; incomplete: the stream's, a group that never reached min_group_size).
+GroupOutcome = Literal["trained", "filtered", "dropped"]
+DropReason = Literal["stale", "duplicate", "invalid", "incomplete"]
+
+
+def group_outcome(fate: GroupFateKind) -> tuple[GroupOutcome, str]:
+    """A fate in the one vocabulary: ``("trained", "")``, ``("filtered", "")`` or ``("dropped", reason)``."""
+    if fate in ("trained", "filtered"):
+        return fate, ""
+    return "dropped", fate
 
 
 class GroupFate(Event, frozen=True, kw_only=True):

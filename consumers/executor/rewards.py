@@ -318,7 +318,32 @@ def _penalty(reward: float, record: ExecutionRecord) -> Scored:
 
 
 class RewardRegistry:
-    """Reward kinds by name. Built per executor (no module-level state)."""
+    """Reward kinds by name. Built per executor (no module-level state).
+
+    A kind that scores without running anything (``prepare`` returns the verdict)::
+
+        >>> from rollstream.consumers.executor.rewards import PythonTests, RewardRegistry, Scored
+        >>> from rollstream.schemas import ExecutionRecord, RewardSpec
+        >>> class Short:
+        ...     components = frozenset({"length"})
+        ...     def prepare(self, spec, completion, job_id):
+        ...         record = ExecutionRecord(sandbox_id="", exit_code=None, duration_s=0.0, error_kind="none")
+        ...         short = float(len(completion) <= 80)
+        ...         return Scored(reward=short, components={"length": short}, execution=record)
+        ...     def score(self, spec, completion, result):
+        ...         raise AssertionError("nothing runs")
+        >>> registry = RewardRegistry({"python_tests": PythonTests()})
+        >>> registry.register("short", Short())
+        >>> registry.names()
+        ['python_tests', 'short']
+        >>> spec = RewardSpec(kind="short", weights={"length": 1.0})
+        >>> registry.get(spec).prepare(spec, "print(1)", "job-1").reward
+        1.0
+
+    Ship it as ``[project.entry-points."rollstream.rewards"] short = "mypkg.rewards:Short"``
+    (:func:`default_registry` loads the group in every executor) and tasks select it with
+    ``RewardSpec.kind = "short"``.
+    """
 
     def __init__(self, kinds: Mapping[str, RewardKind] | None = None) -> None:
         self._kinds: dict[str, RewardKind] = dict(kinds or {})

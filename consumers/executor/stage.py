@@ -73,10 +73,9 @@ from rollstream.consumers.executor.sandbox import (
 from rollstream.consumers.executor.score import SANDBOX_ATTEMPTS, audit_record, evaluate
 from rollstream.consumers.executor.scrub import Scrubber
 from rollstream.guard import IntakeGuard
-from rollstream.kafka import Delivery, EventConsumer, EventProducer, ensure_topics
-from rollstream.metrics import StageMetrics, serve_metrics
+from rollstream.kafka import Delivery, EventConsumer, EventProducer
+from rollstream.metrics import StageMetrics
 from rollstream.schemas.events import ActionGenerated, Event, ExecutionRecord, RewardScored
-from rollstream.schemas.stages import consumer_group
 
 log = logging.getLogger(__name__)
 STAGE = "executor"
@@ -418,8 +417,9 @@ async def run(
         from rollstream.lifecycle import stop_event
 
         stop = stop_event(config.infra.stop_grace_s)
-    metrics = StageMetrics(STAGE)
-    serve_metrics(config.executor.metrics_port, metrics)
+    from rollstream.stage_io import open_stage
+    from rollstream.weights import learner_version
+
     registry = registry or default_registry()
     infra = config.infra
     log.info(
@@ -428,7 +428,6 @@ async def run(
         config.executor.pool_size,
         config.executor.concurrency,
     )
-    await ensure_topics(infra, ["actions", "rewards", "audit", "prompts"])
     async with AsyncExitStack() as stack:
         if backend is None and config.executor.backend == "sim":
             from rollstream.consumers.executor.sim_sandbox import SimSandbox
@@ -436,29 +435,12 @@ async def run(
             backend = SimSandbox.from_config(config)
         elif backend is None:
             backend = await stack.enter_async_context(DockerSandboxPool(config.executor))
-        producer = await stack.enter_async_context(
-            EventProducer(infra, client_id=executor_id(), metrics=metrics, stage=STAGE)
-        )
-        from rollstream.infra import resolve_endpoints
-        from rollstream.redis import connect, get_policy_version
-
-        redis = connect(resolve_endpoints(config).redis_url)
-        stack.push_async_callback(redis.aclose)
-        guard = IntakeGuard(redis, infra, STAGE, metrics)
         if config.intake.scrub:  # the detectors load in the background (~1.5 s), not on the first hit
             warm = asyncio.get_running_loop().run_in_executor(None, Scrubber.warm)
             stack.callback(warm.cancel)
-        consumer = await stack.enter_async_context(
-            EventConsumer(
-                infra,
-                "actions",
-                group_id=consumer_group(infra.topic_prefix, STAGE),
-                producer=producer,
-                stage=STAGE,
-                metrics=metrics,
-                max_poll_records=4 * config.executor.concurrency,
-            )
-        )
-        await Executor(config, consumer, producer, backend, registry, metrics, guard,
-                       learner_version=functools.partial(get_policy_version, redis, infra)).run(stop)
+        io = await stack.enter_async_context(open_stage(config, STAGE, client_id=executor_id(), guard=True,
+                                                        max_poll_records=4 * config.executor.concurrency))
+        assert io.consumer is not None and io.guard is not None
+        await Executor(config, io.consumer, io.producer, backend, registry, io.metrics, io.guard,
+                       learner_version=functools.partial(learner_version, io.redis, infra.key_prefix)).run(stop)
     log.info("executor stopped")

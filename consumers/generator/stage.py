@@ -77,10 +77,9 @@ from rollstream.consumers.generator.weight_sync import WeightSync
 from rollstream.cpus import pin
 from rollstream.errors import BackendError
 from rollstream.guard import IntakeGuard
-from rollstream.kafka import Delivery, EventConsumer, EventProducer, ensure_topics
-from rollstream.metrics import StageMetrics, serve_metrics
+from rollstream.kafka import Delivery, EventConsumer, EventProducer
+from rollstream.metrics import StageMetrics
 from rollstream.schemas.events import ActionGenerated, PromptIssued, Rollout, SamplingParams
-from rollstream.schemas.stages import consumer_group
 
 log = logging.getLogger(__name__)
 PREFIX_LOG_S = 60.0  # the prefix cache's counts are logged at most this often
@@ -549,15 +548,13 @@ class _Busy:
 async def run(config: Config, *, backend: GenerationBackend | None = None, redis: Any = None,
               stop: asyncio.Event | None = None, metrics: StageMetrics | None = None) -> None:
     """Run the generator until ``stop`` is set (default: SIGTERM/SIGINT)."""
-    from rollstream.infra import resolve_endpoints
     from rollstream.lifecycle import stop_event
-    from rollstream.redis import connect, get_policy_version
+    from rollstream.stage_io import open_stage
     from rollstream.weight_files import open_weight_store
+    from rollstream.weights import learner_version
 
     infra, gen = config.infra, config.generator
     stop = stop or stop_event(config.infra.stop_grace_s)
-    metrics = metrics or StageMetrics(STAGE)
-    serve_metrics(gen.metrics_port, metrics)
     generator_id = f"{STAGE}-{socket.gethostname()}-{os.getpid()}"
     log.info("generator %s: backend %s, model %s, batch <= %d prompts / %d ms", generator_id, gen.backend,
              gen.model, gen.max_batch_prompts, gen.batch_wait_ms)
@@ -567,26 +564,20 @@ async def run(config: Config, *, backend: GenerationBackend | None = None, redis
             stack.push_async_callback(backend.aclose)
             if hasattr(backend, "wait_ready"):
                 await backend.wait_ready()
-        if redis is None:
-            redis = connect(resolve_endpoints(config).redis_url)
-            stack.push_async_callback(redis.aclose)
+        io = await stack.enter_async_context(open_stage(config, STAGE, client_id=generator_id, metrics=metrics,
+                                                        redis=redis, guard=True))
+        metrics, redis = io.metrics, io.redis
         store = open_weight_store(redis, key_prefix=infra.key_prefix, settings=config.weights)
         sync_seconds = metrics.histogram("generator_weight_sync_seconds", "Weight sync of one version: fetch "
                                          "(fetch, verify, prepare) and swap", labels=("phase",))
         sync = WeightSync(store, backend, poll_s=gen.weight_poll_s,
                           max_staleness=config.rl.max_staleness if gen.max_staleness_refuse else None,
-                          learner_version=lambda: get_policy_version(redis, infra),
+                          learner_version=lambda: learner_version(redis, infra.key_prefix),
                           observe=lambda phase, seconds: sync_seconds.labels(phase).observe(seconds),
                           swap_when_ready=gen.continuous and getattr(backend, "update", "") == "in_flight")
-        await ensure_topics(infra, ["prompts", "actions"])
-        producer = await stack.enter_async_context(
-            EventProducer(infra, client_id=generator_id, metrics=metrics, stage=STAGE))
-        consumer: EventConsumer[PromptIssued] = await stack.enter_async_context(
-            EventConsumer(infra, "prompts", group_id=consumer_group(infra.topic_prefix, STAGE), producer=producer, stage=STAGE,
-                          metrics=metrics, client_id=generator_id))
         await sync.load_initial()
-        stage = GeneratorStage(config, backend, consumer, producer, sync, metrics, generator_id,
-                               IntakeGuard(redis, infra, STAGE, metrics))
+        assert io.consumer is not None and io.guard is not None
+        stage = GeneratorStage(config, backend, io.consumer, io.producer, sync, metrics, generator_id, io.guard)
         async with asyncio.TaskGroup() as tasks:
             follower = tasks.create_task(sync.run())
             intake = tasks.create_task(stage.intake(stop))

@@ -49,7 +49,16 @@ INSTRUCTION = "Complete the following Python function. Return the complete funct
 
 
 def load_tasks(specs: Iterable[str]) -> list[TaskSpec]:
-    """All tasks of the given sources; raises ConfigError on a bad spec or duplicate ids."""
+    """All tasks of the given sources; raises ConfigError on a bad spec or duplicate ids.
+
+        >>> from rollstream.tasks.sources import load_tasks, split_tasks
+        >>> tasks = load_tasks(["builtin"])
+        >>> len(tasks) > 100, tasks[0].reward.kind
+        (True, 'python_tests')
+        >>> held_out = split_tasks(tasks, 0.2, seed=0)[1]  # whole tasks, in every family
+        >>> {t.family for t in held_out} == {t.family for t in tasks}
+        True
+    """
     tasks: list[TaskSpec] = []
     seen: dict[str, str] = {}
     for spec in specs:

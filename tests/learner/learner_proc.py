@@ -24,14 +24,14 @@ def crash_points(args: argparse.Namespace) -> None:
     from rollstream.learner import checkpoint, train
 
     if args.kill_after_publishing is not None:
-        publish_version = train.set_policy_version
+        publish_version = train.set_learner_version
 
         async def publish_then_die(client, infra, version: int) -> None:  # type: ignore[no-untyped-def]
             await publish_version(client, infra, version)
             if version == args.kill_after_publishing:
                 os.kill(os.getpid(), signal.SIGKILL)
 
-        train.set_policy_version = publish_then_die  # type: ignore[assignment]
+        train.set_learner_version = publish_then_die  # type: ignore[assignment]
     if args.term_after_step is not None:
         append = checkpoint.append_step_log
 

@@ -15,7 +15,7 @@ import pytest
 
 from rollstream.config import CheckpointConfig, Config, LearnerConfig, OptimConfig, RLConfig
 from rollstream.kafka import EventProducer, ensure_topics
-from rollstream.learner import train
+from rollstream.learner import ledger, train
 from rollstream.schemas import GroupAdvantaged
 from tests.helpers import group
 
@@ -39,7 +39,7 @@ async def test_capacity_follows_publication(config: Config, learner_model_dir: s
         await producer.send_many([("advantages", group(f"g{i}", [1.0, -1.0], seed=i)) for i in range(steps * PER_STEP)])
 
     events: list[tuple[str, int]] = []
-    set_consumed, set_version = train.set_groups_consumed, train.set_policy_version
+    set_consumed, set_version = train.set_groups_consumed, train.set_learner_version
 
     async def released(client, infra, count: int) -> None:
         events.append(("released", count))
@@ -50,7 +50,8 @@ async def test_capacity_follows_publication(config: Config, learner_model_dir: s
         await set_version(client, infra, version)
 
     monkeypatch.setattr(train, "set_groups_consumed", released)
-    monkeypatch.setattr(train, "set_policy_version", published)
+    monkeypatch.setattr(ledger, "set_groups_consumed", released)  # the ledger's release
+    monkeypatch.setattr(train, "set_learner_version", published)
     await asyncio.wait_for(train.run(config), 300)
 
     version = 0
@@ -98,6 +99,7 @@ async def test_filtered_groups_are_recorded_and_counted_not_trained(config: Conf
         await set_consumed(client, infra, count)
 
     monkeypatch.setattr(train, "set_groups_consumed", record)
+    monkeypatch.setattr(ledger, "set_groups_consumed", record)
     await asyncio.wait_for(train.run(config), 300)
 
     from rollstream.learner.checkpoint import read_step_log

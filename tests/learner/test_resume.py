@@ -18,8 +18,8 @@ from rollstream.config import CheckpointConfig, Config, LearnerConfig, OptimConf
 from rollstream.config_load import to_toml
 from rollstream.kafka import EventProducer, ensure_topics
 from rollstream.learner.checkpoint import latest_checkpoint, load_state, read_step_log
-from rollstream.redis import connect, get_policy_version, key
-from rollstream.weights import WeightStore
+from rollstream.redis import connect, key
+from rollstream.weights import WeightStore, learner_version
 from tests.helpers import group
 
 pytestmark = pytest.mark.integration
@@ -101,7 +101,7 @@ async def test_sigkill_then_resume_trains_every_group_exactly_once(config: Confi
     redis = connect(config.infra.redis_url)
     try:
         # Versions are never reused: the resumed lineage continued above the dead run's newest.
-        assert await get_policy_version(redis, config.infra) == dead_version + 1 + GROUPS // PER_STEP - state.step
+        assert await learner_version(redis, config.infra.key_prefix) == dead_version + 1 + GROUPS // PER_STEP - state.step
         assert int(await redis.get(key(config.infra, "progress:groups_consumed"))) == GROUPS
     finally:
         await redis.aclose()

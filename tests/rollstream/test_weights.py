@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -10,7 +12,16 @@ import torch
 from rollstream.config import InfraConfig
 from rollstream.errors import WeightStoreError
 from rollstream.redis import connect
-from rollstream.weights import ChunkEntry, Manifest, WeightStore, pack, unpack
+from rollstream.weights import (
+    ChunkEntry,
+    Manifest,
+    WeightStore,
+    learner_version,
+    pack,
+    published_version,
+    set_learner_version,
+    unpack,
+)
 from tests.helpers import wait_until
 
 
@@ -59,6 +70,30 @@ async def test_round_trip_and_latest(store: WeightStore) -> None:
     version, out = await store.fetch()
     assert version == 3
     assert all(torch.equal(out[k], v) for k, v in state.items())
+
+
+@pytest.mark.integration
+async def test_the_two_version_facts_have_one_key_and_reader_each(store: WeightStore, infra_config: InfraConfig) -> None:
+    """The learner's version and the newest published weights are separate facts: publishing moves
+    only the second; the learner sets the first; a fresh prefix reads 0 and None."""
+    client, prefix = store.client, infra_config.key_prefix
+    assert await learner_version(client, prefix) == 0
+    assert await published_version(client, prefix) is None
+    await store.publish(4, _random_state(), step=4)
+    assert await published_version(client, prefix) == 4 == await store.latest_version()
+    assert await learner_version(client, prefix) == 0  # moved by the learner only
+    await set_learner_version(client, prefix, 5)
+    assert await learner_version(client, prefix) == 5 and await published_version(client, prefix) == 4
+
+
+@pytest.mark.unit
+def test_the_version_facts_and_the_sampler_need_no_torch() -> None:
+    """A stage without a model (the sampler) reads the version facts without importing torch."""
+    code = ("import sys, rollstream.weights, rollstream.producers.sampler; "
+            "assert 'torch' not in sys.modules, 'torch imported'; "
+            "from rollstream.weights import DTYPES; assert 'torch' in sys.modules and DTYPES['bfloat16']")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
 
 
 @pytest.mark.integration

@@ -238,14 +238,15 @@ async def test_an_episode_the_learner_can_no_longer_train_ends_instead_of_contin
 ):
     """With the learner's version in Redis 5 and rl.max_staleness 1, a failing turn whose episode
     began at v0 ends (its reward is sent, no continuation), while one that began at v4 goes on."""
-    from rollstream.redis import connect, set_policy_version
+    from rollstream.redis import connect
+    from rollstream.weights import set_learner_version
 
     config = stage_config(config, sandbox_image, owner)
     config = msgspec.structs.replace(config, rl=msgspec.structs.replace(config.rl, max_staleness=1))
     await ensure_topics(config.infra, ["actions", "rewards", "audit", "prompts"])
     redis = connect(config.infra.redis_url)
     try:
-        await set_policy_version(redis, config.infra, 5)
+        await set_learner_version(redis, config.infra.key_prefix, 5)
     finally:
         await redis.aclose()
     wrong = "def add(a, b):\n    return a - b"

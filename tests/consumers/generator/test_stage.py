@@ -22,10 +22,10 @@ from rollstream.consumers.generator.backends.base import Sampling
 from rollstream.consumers.generator.backends.hf import TransformersBackend
 from rollstream.consumers.generator.stage import run
 from rollstream.kafka import EventConsumer, EventProducer, ensure_topics, topic_name
-from rollstream.redis import connect, set_policy_version
+from rollstream.redis import connect
 from rollstream.schemas.events import ActionGenerated, Continuation, Message, PromptIssued, SamplingParams
 from rollstream.testing import make_prompt
-from rollstream.weights import WeightStore
+from rollstream.weights import WeightStore, set_learner_version
 from tests.helpers import read_dead_letters, score_completion, wait_until
 
 pytestmark = pytest.mark.integration
@@ -196,7 +196,7 @@ async def test_refuses_when_too_stale_until_weights_arrive(config: Config, tiny_
     backend = TransformersBackend.load(str(tiny_model_dir))
     await ensure_topics(config.infra, ["prompts", "actions"])
     redis = connect(config.infra.redis_url)
-    await set_policy_version(redis, config.infra, 3)
+    await set_learner_version(redis, config.infra.key_prefix, 3)
     task, stop = await _start(config, backend)
     async with EventProducer(config.infra, client_id="sampler") as producer:
         await producer.send("prompts", _prompt("stale", 2))
