@@ -28,6 +28,7 @@ import argparse
 import asyncio
 import functools
 import json
+import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -41,6 +42,7 @@ from rollstream.consumers.executor.reference import ReferenceChecks
 from rollstream.consumers.executor.rewards import RewardRegistry, default_registry
 from rollstream.consumers.executor.sandbox import DockerSandboxPool, SandboxBackend
 from rollstream.consumers.executor.score import evaluate
+from rollstream.errors import ConfigError
 from rollstream.schemas.events import RewardSpec
 from rollstream.schemas.tasks import TaskSpec
 from rollstream.tasks import mutants as mutation
@@ -263,12 +265,35 @@ COLUMNS = ["family", "tasks", "pass", "mutation score", "weak", "reference fails
 
 
 def register(name: str, p: argparse.ArgumentParser) -> Any:
-    p.add_argument("action", choices=["check"], help="check: run every check and write the intake report")
+    p.add_argument("action", choices=["check", "export"], help="check: run every check and write the intake report; "
+                                                                "export: write the TaskSpecs the sources yield (-o)")
     p.add_argument("sources", nargs="+", metavar="SOURCE", help="task sources: builtin, jsonl:PATH, humaneval, hf:PATH")
+    p.add_argument("-o", "--output", help="export: the JSONL file to write (one TaskSpec a line; '-': stdout)")
     p.add_argument("--quick", action="store_true", help="at most 6 mutants per task (intake.max_mutants otherwise)")
     p.add_argument("--json", dest="json_out", help="write this run's checks (and clusters) as JSON here")
     p.add_argument("--verbose", "-v", action="store_true", help="show every surviving mutant of a weak task")
-    return lambda args, config: check_main(config, args)
+    return lambda args, config: export_main(args) if args.action == "export" else check_main(config, args)
+
+
+def export_main(args: argparse.Namespace) -> int:
+    """Write the TaskSpecs the sources yield, one a line, in the order the sampler reads them: what
+    an adapter made of a dataset's rows, ready for ``jsonl:PATH``. The file is written whole or not at all."""
+    if not args.output:
+        raise ConfigError("tasks export needs -o FILE (or -o - for standard output)")
+    tasks = load_tasks(args.sources)
+    lines = b"".join(msgspec.json.encode({k: v for k, v in msgspec.to_builtins(t).items() if v is not None}) + b"\n"
+                     for t in tasks)
+    if args.output == "-":
+        sys.stdout.buffer.write(lines)
+        sys.stdout.flush()
+    else:
+        out = Path(args.output)
+        tmp = out.with_name(f".{out.name}.tmp")
+        tmp.write_bytes(lines)
+        tmp.replace(out)
+        families = sorted({t.family for t in tasks})
+        print(f"wrote {len(tasks)} tasks ({', '.join(families)}) to {out}", file=sys.stderr)
+    return 0
 
 
 def check_main(config: Config, args: argparse.Namespace) -> int:

@@ -19,6 +19,7 @@ from typing import Any, get_args
 import msgspec
 
 from rollstream.config import Config
+from rollstream.consumers.executor.score import failed_test_lines
 from rollstream.errors import ConfigError
 
 TAIL = 400  # characters of stdout/stderr shown per completion in the terminal
@@ -194,6 +195,7 @@ def render(found: dict[str, Any]) -> str:
                      + ("" if s["staleness"] is None else f", staleness {s['staleness']}"))
         if s["components"]:
             lines.append("components: " + ", ".join(f"{k} {v:+.3f}" for k, v in s["components"].items()))
+        lines += failed_test_lines(e, shown=8)
         if s["generation_error"]:
             lines.append(f"generation error: {s['generation_error']}")
         if len(s["turns"]) > 1:  # a multi-turn episode: each turn and what the sandbox said after it

@@ -191,6 +191,9 @@ async def replay_main(config: Config, args: argparse.Namespace) -> int:
     if args.jsonl and args.jsonl != "-":
         Path(args.jsonl).write_text("".join(json.dumps(outcome_json(o)) + "\n" for o in outcomes))
     print(table(summary))
+    shown = [o for o in outcomes if o.changed and o.test_changes][:10]
+    for o in shown:  # what changed inside the verdicts, test by test
+        print(f"{o.item.action.rollout.rollout_id}: " + "; ".join(o.test_changes[:3]))
     total = summary["all"]
     print(f"{total['changed']} of {total['rollouts']} rollouts changed ({total['flipped_to_pass']} now pass, "
           f"{total['flipped_to_fail']} now fail), {total['not_scored_before']} had no verdict before, "

@@ -59,6 +59,24 @@ class Outcome:
         before, after = self.item.before, self.after
         return before is not None and after is not None and before.execution.passed != after.execution.passed
 
+    @property
+    def test_changes(self) -> list[str]:
+        """Each test whose result changed, in words ("test 2 now fails: AssertionError: 4 == 5"),
+        from the two verdicts' per-test results (none when the recorded verdict has none)."""
+        before, after = self.item.before, self.after
+        if before is None or after is None or not before.execution.test_results:
+            return []
+        was = {r.index: r for r in before.execution.test_results}
+        changes = []
+        for now in after.execution.test_results:
+            old = was.get(now.index)
+            if old is None or old.outcome == now.outcome:
+                continue
+            verb = {"passed": "passes", "failed": "fails", "error": "errors", "skipped": "is skipped"}[now.outcome]
+            why = f"{now.error_type}: {now.message}".strip(": ")
+            changes.append(f"test {now.index} now {verb} (was {old.outcome})" + (f": {why[:300]}" if why else ""))
+        return changes
+
 
 @dataclass
 class FamilyRow:
@@ -320,7 +338,7 @@ def outcome_json(outcome: Outcome) -> dict[str, Any]:
     return {"rollout_id": r.rollout_id, "group_id": r.group_id, "task_id": r.task_id, "family": r.family,
             "partition": outcome.item.partition, "offset": outcome.item.offset,
             "before": verdict(outcome.item.before), "after": verdict(outcome.after), "changed": outcome.changed,
-            "flipped": outcome.flipped, "error": outcome.error}
+            "flipped": outcome.flipped, "test_changes": outcome.test_changes, "error": outcome.error}
 
 
 def summarise(outcomes: list[Outcome]) -> dict[str, Any]:

@@ -29,6 +29,7 @@ from rollstream.schemas.events import (
     SandboxAudit,
     SandboxLimits,
     Subtask,
+    TestResult,
     WeightsPublished,
     outcome_of,
 )
@@ -51,6 +52,7 @@ __all__ = [
     "Event",
     "ExcludedRollout",
     "ExecutionRecord",
+    "TestResult",
     "FamilyEval",
     "GroupAdvantaged",
     "GroupFate",

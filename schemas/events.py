@@ -32,7 +32,8 @@ with ``ExecutionRecord.tests_skipped``/``lost_guarantees``/``in_process_tests`` 
 event omits it) and the rollouts a group left out (``GroupAdvantaged.excluded``,
 ``GroupFate.excluded``; ``GroupAdvantaged.rollouts`` may then be empty): from version 5 an
 ``infra`` outcome is never a reward, which a version-4 reader would take for one. Version 5 also
-adds the signed ``attestation`` of a verdict (defaulted).
+adds the signed ``attestation`` of a verdict (defaulted). ``ExecutionRecord.test_results`` /
+``test_results_omitted`` (each test's result) are defaulted fields: version unchanged.
 
 ``tests/schemas/test_compat.py`` holds frozen copies of the version-1 shapes and
 checks that what they wrote still decodes.
@@ -328,6 +329,27 @@ class ActionGenerated(Event, frozen=True, kw_only=True):
     generated_at: Timestamp
 
 
+TestOutcome = Literal["passed", "failed", "error", "skipped"]
+MAX_TEST_RESULTS = 64  # entries of ExecutionRecord.test_results; the rest are counted
+MAX_TEST_MESSAGES = 4096  # characters of their messages together
+
+
+class TestResult(msgspec.Struct, frozen=True, kw_only=True):
+    """One test's result: ``passed``; ``failed`` (its check did not hold: an AssertionError, or the
+    judge refused the answer it checked); ``error`` (something else was raised while it ran: the
+    completion's exception, a crash); ``skipped`` (the tests skipped it themselves). A failing
+    ``assert a <op> b`` carries both sides in ``message`` (the judge's, from plain data)."""
+
+    __test__ = False  # not a pytest class
+
+    index: Annotated[int, Meta(ge=0)]
+    outcome: TestOutcome
+    error_type: ShortText = ""
+    message: ShortText = ""
+    duration_s: Seconds = 0.0
+    node_id: ShortText = ""  # a pytest file's test (file::name[params]); empty for a statement test
+
+
 class ExecutionRecord(msgspec.Struct, frozen=True, kw_only=True):
     """What happened when a completion ran in a sandbox."""
 
@@ -354,6 +376,11 @@ class ExecutionRecord(msgspec.Struct, frozen=True, kw_only=True):
     # in the completion's own process (trust "in_process" or "mixed"; docs/executor.md).
     lost_guarantees: Annotated[list[ShortText], Meta(max_length=16)] = []
     in_process_tests: Annotated[list[Annotated[int, Meta(ge=0)]], Meta(max_length=1000)] = []
+    # Each test's result, in test order, up to MAX_TEST_RESULTS entries and MAX_TEST_MESSAGES
+    # characters of messages (``test_results_omitted`` counts the tests left out); empty when no
+    # test ran, or written before per-test results existed.
+    test_results: Annotated[list[TestResult], Meta(max_length=MAX_TEST_RESULTS)] = []
+    test_results_omitted: Annotated[int, Meta(ge=0)] = 0
 
     @property
     def passed(self) -> bool:

@@ -47,7 +47,7 @@ from typing import Any
 
 import msgspec
 
-from rollstream.consumers.executor.rewards import extract_code
+from rollstream.consumers.executor.rewards import extract_code, per_test_results
 from rollstream.schemas.events import (
     ActionGenerated,
     Continuation,
@@ -240,11 +240,12 @@ def observation(spec: RewardSpec, execution: ExecutionRecord, events: Sequence[d
         lines.append(f"{execution.tests_passed} of {execution.tests_total} tests passed.")
     else:
         lines.append(f"Your code failed ({verdict}): {execution.error_message}".rstrip(": "))
-    failed = [e for e in events if e.get("e") == "test" and not e.get("ok")]
-    for event in failed[:FAILED_TESTS_SHOWN]:
-        index = event.get("i")
-        test = spec.tests[index] if isinstance(index, int) and 0 <= index < len(spec.tests) else "?"
-        why = f"{event.get('type', '')}: {event.get('msg', '')}".strip(": ")
+    # the verdict's own per-test results (those of ``events`` for a record written without them)
+    results = list(execution.test_results) or per_test_results(list(events), len(spec.tests))[0]
+    failed = [r for r in results if r.outcome in ("failed", "error")]
+    for result in failed[:FAILED_TESTS_SHOWN]:
+        test = spec.tests[result.index] if result.index < len(spec.tests) else "?"
+        why = f"{result.error_type}: {result.message}".strip(": ")
         lines.append(f"Failed: {test.strip()[:300]}" + (f" ({why[:300]})" if why else ""))
     if len(failed) > FAILED_TESTS_SHOWN:
         lines.append(f"... and {len(failed) - FAILED_TESTS_SHOWN} more failing tests.")

@@ -36,7 +36,14 @@ from typing import Protocol
 import msgspec
 
 from rollstream.consumers.executor.sandbox import Job, RunResult
-from rollstream.schemas.events import ExecutionRecord, RewardSpec
+from rollstream.schemas.events import (
+    MAX_TEST_MESSAGES,
+    MAX_TEST_RESULTS,
+    ExecutionRecord,
+    RewardSpec,
+    TestOutcome,
+    TestResult,
+)
 
 # What the judge guarantees (docs/executor.md, "The judge") and a test run in the completion's
 # own process loses: the tests in another process, plain data only, the tests' objects theirs,
@@ -124,6 +131,39 @@ def skipped_tests(events: list[dict], total: int) -> int:
     tests = _test_events(events, total)
     other = {e["i"] for e in tests if not e.get("skip")}
     return len({e["i"] for e in tests if e.get("skip") is True} - other)
+
+
+# Failure types that say a test's check did not hold (the rest: an exception while it ran).
+CHECK_FAILURES = frozenset({"AssertionError", "TypeMismatch", "TooLarge", "TestObject", "SkipTest"})
+MESSAGE_LIMIT = 500  # characters of one test's message
+
+
+def per_test_results(events: list[dict], total: int) -> tuple[list[TestResult], int]:
+    """Each reported test's result, in test order (a failure reported for an index wins over a
+    pass, as in :func:`passed_tests`), bounded by MAX_TEST_RESULTS entries and MAX_TEST_MESSAGES
+    characters of messages; and how many were left out."""
+    verdict: dict[int, dict] = {}
+    for event in _test_events(events, total):
+        earlier = verdict.get(event["i"])
+        if earlier is None or (earlier.get("ok") is True and event.get("ok") is not True):
+            verdict[event["i"]] = event
+    results: list[TestResult] = []
+    used = omitted = 0
+    for index in sorted(verdict):
+        event = verdict[index]
+        kind = str(event.get("type") or "")[:100]
+        outcome: TestOutcome = ("passed" if event.get("ok") is True else "skipped" if event.get("skip") is True
+                                else "failed" if kind in CHECK_FAILURES else "error")
+        message = "" if outcome == "passed" else str(event.get("msg") or "")[:MESSAGE_LIMIT]
+        if len(results) >= MAX_TEST_RESULTS or used + len(message) > MAX_TEST_MESSAGES:
+            omitted += 1
+            continue
+        used += len(message)
+        seconds = event.get("d")
+        duration = min(float(seconds), 1e6) if isinstance(seconds, (int, float)) and seconds >= 0 else 0.0
+        results.append(TestResult(index=index, outcome=outcome, error_type="" if outcome == "passed" else kind,
+                                  message=message, duration_s=duration))
+    return results, omitted
 
 
 def _test_events(events: list[dict], total: int) -> list[dict]:
@@ -216,6 +256,7 @@ class PythonTests:
         total = len(spec.tests)
         passed = passed_tests(events, total)
         skipped = skipped_tests(events, total)
+        results, omitted = per_test_results(events, total)
         in_process = list(range(total)) if spec.trust == "in_process" else list(result.in_process_tests)
         base = dict(
             sandbox_id=result.sandbox_id,
@@ -231,6 +272,8 @@ class PythonTests:
             tests_skipped=skipped,
             lost_guarantees=list(LOST_IN_PROCESS) if in_process else [],
             in_process_tests=in_process[:1000],
+            test_results=results,
+            test_results_omitted=omitted,
         )
         failure = _failure(spec, result, events, kinds)
         if failure is not None:

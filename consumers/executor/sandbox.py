@@ -94,7 +94,7 @@ SHM = "/dev/shm"
 SHM_MB = 16  # multiprocessing's semaphores and queues (a tmpfs of its own, wiped after every job)
 READY_TIMEOUT_S = 60.0
 # Names a test never takes from the completion: the judge's builtins and its helpers.
-JUDGE_NAMES = frozenset(dir(builtins)) | {"raises", "run_program"}
+JUDGE_NAMES = frozenset(dir(builtins)) | {"raises", "run_program", "__assert_explain__"}  # the judge's own
 
 
 class Job(msgspec.Struct, frozen=True, kw_only=True):

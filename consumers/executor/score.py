@@ -271,6 +271,20 @@ def _task(line: str) -> TaskSpec | str:
         return str(exc)
 
 
+def failed_test_lines(execution: dict[str, Any], shown: int = 3) -> list[str]:
+    """A verdict's tests that did not pass, one line each, from its record's ``test_results``
+    (``rollstream score`` on stderr, ``rollstream inspect``)."""
+    results = execution.get("test_results") or []
+    bad = [r for r in results if r.get("outcome") in ("failed", "error")]
+    lines = [f"test {r['index']} {r['outcome']}" + (f" ({r['node_id']})" if r.get("node_id") else "")
+             + f": {r.get('error_type') or ''}: {r.get('message') or ''}".rstrip(": ") for r in bad[:shown]]
+    if len(bad) > shown:
+        lines.append(f"... {len(bad) - shown} more tests failed")
+    if execution.get("test_results_omitted"):
+        lines.append(f"({execution['test_results_omitted']} tests' results not recorded: over the verdict's bound)")
+    return lines
+
+
 def verdict_json(line: int, task: TaskSpec, evaluation: Evaluation, echoed: dict[str, Any]) -> dict[str, Any]:
     scored = evaluation.scored
     out: dict[str, Any] = {"line": line, "task_id": task.task_id, **echoed}
@@ -371,6 +385,8 @@ async def _score_items(
             counts["errors" if "error" in verdict else "scored"] += 1
             out.write(json.dumps(verdict) + "\n")
             out.flush()
+            for text in failed_test_lines(verdict.get("execution") or {}):  # for the reader; stdout stays JSON
+                print(f"line {verdict['line']} ({verdict.get('task_id')}): {text}", file=sys.stderr)
     finally:
         for task in tasks:
             task.cancel()

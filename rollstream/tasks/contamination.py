@@ -19,10 +19,17 @@ one evaluation task by at least ``intake.contamination_threshold`` (0.5) and by 
 tokens. Short shared idioms (a signature, a leap-year test) stay below it; a task copied from
 HumanEval, even renamed or re-worded around the copied code, is far above it. The
 overlapping spans are reported as they appear in the training task's text.
+
+Whatever its length, a field **equal** to an evaluation task's is contamination too (a verbatim
+copy of a small task has fewer than 20 tokens to overlap): a reference whose code is the same
+once comments and layout are set aside (names, docstrings and literals kept, so that an honest
+``return len(s)`` of one's own is not a copy of HumanEval's documented ``strlen``), or a prompt
+whose words are the same once the templates are removed. Such an overlap has share 1.0.
 """
 
 from __future__ import annotations
 
+import ast
 import re
 from collections import defaultdict
 from collections.abc import Sequence
@@ -38,6 +45,7 @@ MIN_COVERED = 20  # tokens: a shorter overlap (a shared signature line) never co
 TEMPLATE_TASKS = 5  # ... or that 5 texts of the group share
 TEMPLATE_N = 4  # the template is found as 4-grams, so that it ends where the task's own words start
 FIELDS = ("prompt", "tests", "reference")
+EXACT_FIELDS = ("prompt", "reference")  # equal to an evaluation task's: contamination at any length
 SPANS_SHOWN = 5
 _TOKEN = re.compile(r"\w+|[^\w\s]")
 
@@ -82,11 +90,21 @@ class EvalIndex:
                 found |= template_ngrams(texts, TEMPLATE_N, enough=TEMPLATE_TASKS)
             self.templates[field] = frozenset(found)
         self.index: dict[str, dict[tuple[str, ...], set[str]]] = {f: defaultdict(set) for f in FIELDS}
+        self.exact: dict[str, dict[str, set[str]]] = {f: defaultdict(set) for f in EXACT_FIELDS}
         for task in eval_tasks:
             for field in FIELDS:
                 toks = self.content(task, field)[1]
                 for i in range(len(toks) - n + 1):
                     self.index[field][tuple(t for t, _, _ in toks[i:i + n])].add(task.task_id)
+            for field in EXACT_FIELDS:
+                if key := self.exact_key(task, field):
+                    self.exact[field][key].add(task.task_id)
+
+    def exact_key(self, task: TaskSpec, field: str) -> str:
+        """What two equal fields share (module docstring); empty for an empty field."""
+        if field == "reference":
+            return code_key(field_text(task, field))
+        return " ".join(t for t, _, _ in self.content(task, field)[1])
 
     def content(self, task: TaskSpec, field: str) -> tuple[str, list[tuple[str, int, int]]]:
         """(the field's text, its tokens with their offsets, less those of its source's template)."""
@@ -112,12 +130,25 @@ class EvalIndex:
                 for other in self.index[field].get(tuple(t for t, _, _ in toks[i:i + self.n]), ()):
                     if other != task.task_id:
                         covered.setdefault(other, [False] * len(toks))[i:i + self.n] = [True] * self.n
+            equal = self.exact[field].get(self.exact_key(task, field), set()) if field in EXACT_FIELDS else set()
+            for other in sorted(equal - {task.task_id}):
+                found.append(Overlap(eval_task=other, field=field, share=1.0, spans=[text.strip()[:300]]))
             for other, marks in sorted(covered.items()):
                 count = sum(marks)
-                if count >= MIN_COVERED and count / len(toks) >= threshold:
+                if other not in equal and count >= MIN_COVERED and count / len(toks) >= threshold:
                     found.append(Overlap(eval_task=other, field=field, share=round(count / len(toks), 3),
                                          spans=_spans(text, toks, marks)))
         return sorted(found, key=lambda o: (-o.share, o.eval_task, o.field))
+
+
+def code_key(source: str) -> str:
+    """Code with comments and layout set aside (names, docstrings, literals kept); empty for none."""
+    if not source.strip():
+        return ""
+    try:
+        return ast.unparse(ast.parse(source))
+    except (SyntaxError, ValueError, RecursionError):
+        return " ".join(source.split())
 
 
 def _spans(text: str, toks: list[tuple[str, int, int]], marks: list[bool]) -> list[str]:

@@ -16,8 +16,13 @@ The detectors are maintained libraries, used without any downloaded model:
 
 What counts, so that test data of ordinary tasks is not "personal": an IP address only when it
 is globally routable (``ipaddress``: not private, loopback, reserved, documentation or
-unspecified: ``192.168.0.1`` and ``0.0.0.0`` of a parsing task are not anyone's); a phone number
-only with at least 9 digits and some grouping (``+``, spaces, dashes, parentheses), since
+unspecified: ``192.168.0.1`` and ``0.0.0.0`` of a parsing task are not anyone's) and is not a
+version (a dotted run of more than four parts, one with a pre-release or build suffix, or one
+after ``v``, a version operator such as ``==`` or the word version / release on its line:
+``__version__ = "1.2.3.4"``, ``pkg==2.0.1.3``, ``parse_version("1.10.2.3")``); a phone number only
+with at least 9 digits and some grouping: a leading ``+``, or a space, dash, dot or parenthesis
+*between* two of its digit groups. Code's own punctuation is not grouping: the parenthesis of a
+call or a tuple around one long digit literal (``f(4155552671)``) leaves it one group, and
 programs print bare digit runs all the time.
 
 :func:`maybe_sensitive` is the cheap prefilter: one compiled regex that every finding needs
@@ -139,16 +144,37 @@ def _secret_patterns() -> tuple[tuple[re.Pattern[str], bool], ...]:
     return tuple(patterns) + tuple((p, False) for p in _EXTRA_SECRETS)
 
 
-def _personal(kind: str, value: str) -> bool:
-    """Whether a recogniser's match is personal data by the rules of the module docstring."""
+_DIGIT_GROUPS = re.compile(r"\d+")
+# What a version string sits right behind, never an address: "v", a version operator (pip's ==,
+# >=, ~=, ...), or a word naming a version followed by nothing but punctuation (``__version__ = "``,
+# ``parse_version("``, ``"version": "``, ``release ``).
+_VERSION_BEFORE = re.compile(r"(?:\b[vV]|[=<>~!]=|(?:version|release|\bver|semver|requires)\w*[\s\"'=:(\[,]*)"
+                             r"[\s\"'(\[]*$", re.IGNORECASE)
+_VERSION_AFTER = re.compile(r"\.\d|[-+]?(?:a|b|rc|dev|post|alpha|beta|pre|final)\d*\b|[-+][0-9A-Za-z]", re.IGNORECASE)
+
+
+def _is_version(text: str, start: int, end: int) -> bool:
+    """Whether the dotted quad ``text[start:end]`` is a version (module docstring)."""
+    if start >= 2 and text[start - 1] == "." and text[start - 2].isdigit():
+        return True  # the tail of a longer dotted run
+    if _VERSION_AFTER.match(text, end):
+        return True
+    return bool(_VERSION_BEFORE.search(text, max(0, start - 40), start))
+
+
+def _personal(kind: str, value: str, text: str = "", start: int = 0, end: int = 0) -> bool:
+    """Whether a recogniser's match (``value`` = ``text[start:end]``) is personal data by the rules
+    of the module docstring."""
     if kind == "IP_ADDRESS":
         try:
-            return ipaddress.ip_address(value.strip("[]")).is_global
+            routable = ipaddress.ip_address(value.strip("[]")).is_global
         except ValueError:
             return False
+        return routable and not (text and _is_version(text, start, end))
     if kind == "PHONE":
         digits = sum(c.isdigit() for c in value)
-        return digits >= 9 and any(c in value for c in "+ -()")
+        grouped = value.lstrip().startswith("+") or len(_DIGIT_GROUPS.findall(value)) >= 2
+        return digits >= 9 and grouped
     return True
 
 
@@ -161,7 +187,7 @@ def find(text: str) -> list[Finding]:
     for kind, recogniser in _presidio():
         for result in recogniser.analyze(text, entities=recogniser.supported_entities, nlp_artifacts=None):
             value = text[result.start:result.end]
-            if result.score >= 0.3 and _personal(kind, value):
+            if result.score >= 0.3 and _personal(kind, value, text, result.start, result.end):
                 found.append(Finding(kind, result.start, result.end, value))
     for match in _PEM.finditer(text):
         found.append(Finding("SECRET", match.start(), match.end(), match.group(0)))

@@ -9,7 +9,9 @@ A source spec (``Config.sampler.sources``) is one of:
   (or a local ``HumanEval.jsonl(.gz)``); each task's tests run as ``check(entry_point)``;
 * ``hf:PATH`` -- a Hugging Face ``datasets`` dataset on local disk only (a ``save_to_disk``
   directory, or a ``.jsonl/.json/.parquet/.csv`` file); never the hub. Rows may be TaskSpec
-  objects, HumanEval-style (prompt, test, entry_point) or MBPP-style (text, code, test_list).
+  objects, HumanEval-style (prompt, test, entry_point), MBPP-style (text, code, test_list) or
+  in a published layout read as it is: TACO/APPS/CodeContests, LiveCodeBench, open-r1
+  verifiable-coding, AceCode, KodCode (rollstream/tasks/layouts.py).
 
 ``load_tasks(specs)`` returns every task once, in a stable order (sorted by task id within
 a source, sources in the given order); duplicate task ids are an error, because the sampler's
@@ -198,8 +200,11 @@ def _mbpp_task(row: Mapping[str, Any], family: str) -> TaskSpec:
     )
 
 
-def task_from_row(row: Mapping[str, Any], family: str) -> TaskSpec:
-    """A dataset row as a TaskSpec (TaskSpec-shaped, HumanEval-style or MBPP-style)."""
+def task_from_row(row: Mapping[str, Any], family: str, index: int = 0) -> TaskSpec:
+    """Dataset row ``index`` as a TaskSpec: TaskSpec-shaped, HumanEval-style, MBPP-style or in a
+    published layout (rollstream/tasks/layouts.py); a ConfigError naming the row otherwise."""
+    from rollstream.tasks.layouts import LAYOUTS, published_task
+
     if "reward" in row or "messages" in row:
         clean = {k: v for k, v in row.items() if v is not None}
         clean.setdefault("family", family)
@@ -208,7 +213,12 @@ def task_from_row(row: Mapping[str, Any], family: str) -> TaskSpec:
         return humaneval_task(row, family)
     if {"text", "test_list"} <= set(row):
         return _mbpp_task(row, family)
-    raise ConfigError(f"dataset row with keys {sorted(row)} is neither a TaskSpec, HumanEval- nor MBPP-style")
+    task = published_task(row, family, index)
+    if task is None:
+        known = "; ".join(f"{layout.name} ({layout.describe()})" for layout in LAYOUTS)
+        raise ConfigError(f"row {index}: keys {sorted(row)} fit no layout: a TaskSpec (reward or messages), "
+                          f"HumanEval (prompt, test, entry_point), MBPP (text, test_list), {known}")
+    return task
 
 
 def _rows(path: Path) -> Iterator[Mapping[str, Any]]:
@@ -230,7 +240,13 @@ def hf_tasks(path: Path) -> list[TaskSpec]:
     if not path.exists():
         raise ConfigError(f"hf source {path} does not exist (only local datasets are read)")
     family = path.stem if path.is_file() else path.name
+    index = 0
     try:
-        return [task_from_row(row, family) for row in _rows(path)]
-    except (msgspec.ValidationError, KeyError, ValueError) as exc:
+        tasks = []
+        for index, row in enumerate(_rows(path)):
+            tasks.append(task_from_row(row, family, index))
+        return tasks
+    except ConfigError as exc:
         raise ConfigError(f"hf source {path}: {exc}") from exc
+    except (msgspec.ValidationError, KeyError, ValueError) as exc:
+        raise ConfigError(f"hf source {path}: row {index}: {exc}") from exc

@@ -137,3 +137,21 @@ async def test_tests_a_trivial_program_passes_are_weak_whatever_the_mutation_sco
     assert run.reasons == ["weak_tests"] and [s.name for s in run.trivial_passing] == ["return argument 1"]
     assert by_id["t/strong_max2"].reasons == [] and by_id["t/strong_max2"].trivial_run > 3
     assert by_id["t/same"].reasons == [] and by_id["t/same"].trivial_passing == []
+
+
+async def test_every_published_layout_s_fixture_checks_through_the_judge(executor_config, tmp_path) -> None:
+    """Issue 40: the rows of each adapter's fixture (rollstream/tasks/layouts.py) become tasks whose
+    shipped references pass their tests through the judge (stdin programs, calls, Solution classes,
+    pytest functions); rows that ship none are reported as such and nothing else."""
+    from pathlib import Path
+
+    from rollstream.tasks.sources import load_tasks
+
+    fixtures = sorted((Path(__file__).resolve().parents[1] / "fixtures" / "layouts").glob("*.jsonl"))
+    tasks = load_tasks([f"hf:{f}" for f in fixtures])
+    assert {t.family for t in tasks} >= {"taco", "livecodebench", "open_r1", "open_r1_python", "acecode", "kodcode"}
+    checks, _, _ = await run_checks(config_for(executor_config, tmp_path), tasks, quick=True)
+    with_reference = {t.task_id for t in tasks if t.reference_solution}
+    assert len(with_reference) >= 9
+    failing = {c.task_id: c.reasons for c in checks if c.reasons != ([] if c.task_id in with_reference else ["no_reference"])}
+    assert failing == {}

@@ -11,10 +11,12 @@ supervisor.py), so code that writes made-up reports to every descriptor is not b
 
 import builtins
 import sys
+import time
 
 if __name__ != "__main__":  # on the host; in the sandbox these names come from the files above
     from rollstream.consumers.executor.runtime.candidate import _line_of, print_exception, run_program_here
     from rollstream.consumers.executor.runtime.codec import _text, run_setup
+    from rollstream.consumers.executor.runtime.judge import explain
     from rollstream.consumers.executor.runtime.proxies import raises
 
 
@@ -30,7 +32,7 @@ def harness(code, setup, tests, report, program=False, out_cap=1 << 16):
     """
     module = type(sys)("solution")  # unittest.main() and pickle find the names here, as in a script
     namespace = module.__dict__
-    namespace.update(__builtins__=builtins, raises=raises)
+    namespace.update(__builtins__=builtins, raises=raises, __assert_explain__=explain)
     sys.modules["__main__"] = sys.modules["solution"] = module
     sys.argv = ["tests"]
     failed = run_setup(setup, namespace)
@@ -64,15 +66,18 @@ def harness(code, setup, tests, report, program=False, out_cap=1 << 16):
             return 1
     report({"e": "code_ok"})
     for index, test in enumerate(tests):
+        started = time.perf_counter()
         try:
             if isinstance(test, str):
                 raise SyntaxError(f"the task's test does not compile: {test}")
             exec(test, namespace)
         except SystemExit as exc:  # unittest.main(): a success exits with a false code
-            report({"e": "test", "i": index, "ok": not exc.code, "type": "SystemExit", "msg": _text(exc, 300)})
+            event = {"e": "test", "i": index, "ok": not exc.code, "type": "SystemExit", "msg": _text(exc, 300)}
         except BaseException as exc:
-            report({"e": "test", "i": index, "ok": False, "type": type(exc).__name__, "msg": _text(exc, 300)})
+            event = {"e": "test", "i": index, "ok": False, "type": type(exc).__name__, "msg": _text(exc, 300)}
         else:
-            report({"e": "test", "i": index, "ok": True})
+            event = {"e": "test", "i": index, "ok": True}
+        event["d"] = round(time.perf_counter() - started, 6)
+        report(event)
     report({"e": "done"})
     return 0

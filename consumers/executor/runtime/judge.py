@@ -36,6 +36,7 @@ import io
 import os
 import stat
 import sys
+import time
 import types
 from operator import is_not
 
@@ -793,7 +794,7 @@ def judge_main(part, read_fd, write_fd, report, guarded=True):
     judge.env = guards.env
     judge.extras = guards.extras
     namespace.update(__builtins__=builtins_for_tests(), raises=raises,
-                     run_program=lambda stdin="": _run_program(judge, stdin))
+                     run_program=lambda stdin="": _run_program(judge, stdin), __assert_explain__=explain)
     sys.modules[TEST_MODULE] = namespace_module
     sys.argv = ["tests"]
     guards.argv = list(sys.argv)
@@ -801,7 +802,8 @@ def judge_main(part, read_fd, write_fd, report, guarded=True):
     if failed is not None:
         report({"e": "setup_error", "type": type(failed).__name__, "msg": _text(failed, 500)})
         return finish(judge, report)
-    setup_objects = {k: v for k, v in namespace.items() if k not in ("__builtins__", "raises", "run_program")}
+    setup_objects = {k: v for k, v in namespace.items()
+                     if k not in ("__builtins__", "raises", "run_program", "__assert_explain__")}
     judge.set_setup(setup_objects, setup_classes_of(namespace))
     status, detail = first_messages(judge)
     if status == "syntax":
@@ -832,7 +834,10 @@ def judge_main(part, read_fd, write_fd, report, guarded=True):
     for index, test in enumerate(tests):
         if judge.gone is not None:  # nothing more will be answered: the rest fail unrun
             return finish(judge, report, tests, index, gone_reported=True)
-        report(run_test(judge, guards, namespace, index, test))
+        started = time.perf_counter()
+        event = run_test(judge, guards, namespace, index, test)
+        event["d"] = round(time.perf_counter() - started, 6)
+        report(event)
         if judge.gone is not None and judge.tamper is None:
             report({"e": "gone", "i": index, "msg": judge.gone[:300]})
     return finish(judge, report)
@@ -881,6 +886,49 @@ def run_test(judge, guards, namespace, index, test):
     if judge.failed is not None:
         event = {"e": "test", "i": index, "ok": False, "type": _failure_type(judge.failed), "msg": judge.failed[:300]}
     return event
+
+
+_SCALARS = (bool, float, complex, type(None))
+
+
+def plain_repr(value, budget=120, depth=0):
+    """``value`` as text when it is plain data (the exact built-in types, containers of them, within
+    ``budget`` characters and 3 levels), else its type's name: nothing of the completion runs (a
+    proxy's type is the judge's own class; no ``__repr__`` but the built-ins' is called)."""
+    kind = type(value)
+    if kind in _SCALARS:
+        return repr(value)
+    if kind is int:
+        return repr(value) if value.bit_length() <= 256 else f"<int of {value.bit_length()} bits>"
+    if kind in (str, bytes):
+        return repr(value[:budget]) + (f"... ({len(value)} long)" if len(value) > budget else "")
+    if kind in (list, tuple, set, frozenset, dict) and depth < 3:
+        items = list(value.items()) if kind is dict else list(value) if kind in (list, tuple) else None
+        if items is None:  # a set: its items' order is the set's own; only plain ones are shown
+            items = list(value)
+        shown, used = [], 0
+        for item in items:
+            text = (f"{plain_repr(item[0], budget, depth + 1)}: {plain_repr(item[1], budget, depth + 1)}"
+                    if kind is dict else plain_repr(item, budget, depth + 1))
+            used += len(text) + 2
+            if used > budget and shown:
+                shown.append(f"... {len(items) - len(shown)} more")
+                break
+            shown.append(text)
+        body = ", ".join(shown)
+        if kind is list:
+            return f"[{body}]"
+        if kind is tuple:
+            return f"({body}{',' if len(items) == 1 else ''})"
+        if kind is dict:
+            return "{" + body + "}"
+        return f"{kind.__name__}({{{body}}})" if items else f"{kind.__name__}()"
+    return f"<{kind.__name__}>" if kind.__module__ == "builtins" else "<an object>"
+
+
+def explain(left, op, right):
+    """The message of a failing ``assert left <op> right`` (runtime/supervisor.py ``explained_asserts``)."""
+    return f"{plain_repr(left)} {op} {plain_repr(right)}"
 
 
 def _failure_type(why):

@@ -95,14 +95,59 @@ TASK_COUNTERS = ("/sys/fs/cgroup/pids/pids.current", "/sys/fs/cgroup/pids.curren
 OOM_COUNTERS = ("/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control")
 
 
+# A failing ``assert left <op> right`` of the tests says what both sides were, as pytest's
+# assertion rewriting does: the test's code is compiled as ``assert (l := left) <op> (r := right),
+# EXPLAIN(l, "<op>", r)``: the same evaluations in the same order, and a message built by the
+# judge from plain data only (runtime/judge.py ``explain``), never by the completion's code.
+EXPLAIN = "__assert_explain__"
+_OPS = {"Eq": "==", "NotEq": "!=", "Lt": "<", "LtE": "<=", "Gt": ">", "GtE": ">=", "Is": "is", "IsNot": "is not",
+        "In": "in", "NotIn": "not in"}
+
+
+def explained_asserts(tree):
+    """``tree`` with every one-comparison ``assert`` that has no message of its own explained."""
+    import ast
+
+    class Explain(ast.NodeTransformer):
+        count = 0
+
+        def visit_Assert(self, node):
+            test = node.test
+            if node.msg is not None or not isinstance(test, ast.Compare) or len(test.ops) != 1:
+                return node
+            op = _OPS.get(type(test.ops[0]).__name__)
+            if op is None:
+                return node
+            Explain.count += 1
+            left, right = f"__assert_l{Explain.count}__", f"__assert_r{Explain.count}__"
+            compare = ast.Compare(left=ast.NamedExpr(target=ast.Name(left, ast.Store()), value=test.left),
+                                  ops=test.ops,
+                                  comparators=[ast.NamedExpr(target=ast.Name(right, ast.Store()),
+                                                             value=test.comparators[0])])
+            message = ast.Call(func=ast.Name(EXPLAIN, ast.Load()),
+                               args=[ast.Name(left, ast.Load()), ast.Constant(op), ast.Name(right, ast.Load())],
+                               keywords=[])
+            return ast.copy_location(ast.Assert(test=ast.copy_location(compare, test), msg=message), node)
+
+    return ast.fix_missing_locations(Explain().visit(tree))
+
+
 def compile_trusted(host, source, filename):
     """The task's own code (setup, tests), compiled once per runner and cached: every sample of
-    a group shares them. Compiling runs nothing. A compile error is kept as text."""
+    a group shares them. Compiling runs nothing. A compile error is kept as text. Tests are
+    compiled with their asserts explained (``explained_asserts``)."""
     key = (source, filename)
     compiled = host.compiled.get(key)
     if compiled is None:
         try:
             compiled = compile(source, filename, "exec")
+            if filename.startswith("<test"):
+                import ast
+
+                try:
+                    compiled = compile(explained_asserts(ast.parse(source, filename)), filename, "exec")
+                except (SyntaxError, ValueError, MemoryError, RecursionError):
+                    pass  # the plain compile stands
         except (SyntaxError, ValueError, MemoryError, RecursionError) as exc:
             compiled = f"{type(exc).__name__}: {exc}"
         if len(host.compiled) >= 4096:

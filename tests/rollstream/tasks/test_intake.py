@@ -90,6 +90,33 @@ def test_a_training_task_copied_from_humaneval_is_contaminated_with_its_spans() 
     assert [t.task_id for t in suite if index.overlaps(t)] == []
 
 
+def test_a_verbatim_copy_of_a_small_humaneval_task_is_contaminated_whatever_its_length() -> None:
+    """A copy of HumanEval's smallest tasks (prompt and solution) has too few tokens for the
+    13-gram rule; an equal reference or prompt is contamination anyway (issue 40). An honest task
+    of one's own with the same one-line body, name and idea is not."""
+    humaneval = {t.task_id: t for t in humaneval_tasks()}
+    suite = builtin_tasks()
+    copies, honest = [], []  # (copy, the task it copies)
+    for source_id, name in (("HumanEval/23", "strlen"), ("HumanEval/53", "add")):
+        original = humaneval[source_id]
+        copies.append((msgspec.structs.replace(original, task_id=f"mine/{name}", family="mine"), source_id))
+        # only the reference copied, the prompt written anew
+        copies.append((msgspec.structs.replace(original, task_id=f"mine/{name}_ref", family="mine",
+                                               prompt=f"Please implement {name} as documented below."), source_id))
+    honest.append(task("mine/strlen_own", "Write strlen(s) that returns how many characters the string s has.",
+                       "def strlen(s):\n    return len(s)\n"))
+    honest.append(task("mine/add_own", "Write add(x, y) returning the sum of two integers.",
+                       "def add(x: int, y: int):\n    return x + y\n"))
+    index = EvalIndex([*suite, *(c for c, _ in copies), *honest], list(humaneval.values()))
+    for copy, source_id in copies:
+        overlaps = index.overlaps(copy)
+        assert {o.eval_task for o in overlaps} == {source_id}, (copy.task_id, overlaps)
+        assert any(o.field == "reference" and o.share == 1.0 for o in overlaps), overlaps
+    assert any(o.field == "prompt" and o.share == 1.0 for o in index.overlaps(copies[0][0]))
+    assert [t.task_id for t in honest if index.overlaps(t)] == []
+    assert [t.task_id for t in suite if index.overlaps(t)] == []
+
+
 def test_each_kind_of_personal_data_and_secret_is_found_in_a_prompt() -> None:
     for kind, value in SAMPLES.items():
         found = personal_data(TaskSpec(task_id="p/x", prompt=f"Write f(). Contact: {value} for questions.",
@@ -117,6 +144,30 @@ def test_ordinary_output_is_not_personal_data() -> None:
     assert not pii.maybe_sensitive("ok\nresult = [1, 2, 3]\n")
     # the suite's parsing tasks print private and special addresses: none of it is anyone's
     assert [t.task_id for t in builtin_tasks() if personal_data(t)] == []
+
+
+def test_code_punctuation_is_not_a_phone_number_s_grouping() -> None:
+    """The parenthesis of a call or a tuple around one long digit literal leaves it one group (issue
+    40); a number grouped as people write them, or in international form, is still found."""
+    for code in ("assert f(4155552671) == 1", "x = add(4155552671, 1)", "print(12025550143)", "f((4155552671))",
+                 "n = [4155552671]"):
+        assert [f for f in pii.find(code) if f.kind == "PHONE"] == [], code
+    for text, value in (("call (415) 555-2671 now", "(415) 555-2671"), ("dial +14155552671", "+14155552671"),
+                        ("tel: 415.555.2671", "415.555.2671"), ("f('(415)555-2671')", "(415)555-2671")):
+        assert [(f.kind, f.text) for f in pii.find(text)] == [("PHONE", value)], text
+
+
+def test_a_dotted_version_string_is_not_an_address() -> None:
+    """Four-part versions (after v, a version operator or a version word, with a pre-release
+    suffix, or as part of a longer dotted run) are not addresses (issue 40); a routable address
+    in ordinary code, next to a version or on its own, is still found."""
+    for code in ('__version__ = "1.2.3.4"', "pkg==1.2.3.4", 'parse_version("1.10.2.3")', "release 2.0.1.3-beta",
+                 "v1.2.3.4", 'v = "5.6.7.8.9"', '{"version": "4.3.2.1"}', "requires >= 3.2.1.4", "2.0.1.3rc1"):
+        assert [f for f in pii.find(code) if f.kind == "IP_ADDRESS"] == [], code
+    for text, values in (('host = "8.8.8.8"', ["8.8.8.8"]), ("version check then host=9.9.9.9", ["9.9.9.9"]),
+                         ('__version__ = "1.2.3.4"; dns = "8.8.4.4"', ["8.8.4.4"]),
+                         ("<td>93.184.216.34</td>", ["93.184.216.34"])):
+        assert [f.text for f in pii.find(text) if f.kind == "IP_ADDRESS"] == values, text
 
 
 def test_mutants_cover_every_operator_and_are_distinct_programs() -> None:

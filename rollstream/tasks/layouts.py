@@ -1,0 +1,442 @@
+"""Published dataset rows read as they are: one adapter per layout, each turning a row into a
+TaskSpec (``hf:PATH`` sources; ``rollstream tasks export`` shows what an adapter made of them).
+
+=================  =========================================================  ==========================
+layout             a row has                                                  tests become
+=================  =========================================================  ==========================
+taskspec           ``reward`` or ``messages`` (schemas/tasks.py)              as given
+humaneval          ``prompt``, ``test``, ``entry_point``                      ``check(entry_point)``
+mbpp               ``text``, ``test_list``                                    the asserts
+taco (TACO, APPS,  ``question``, ``input_output`` (JSON: ``inputs``,         stdin/stdout programs, or
+CodeContests)      ``outputs``, ``fn_name`` when call-based), ``solutions``   calls of ``fn_name``
+livecodebench      ``question_content``, ``public_test_cases``,               stdin/stdout programs, or
+                   ``private_test_cases`` (JSON, or base64 of zlib of a       calls of
+                   pickled JSON string), ``metadata`` (``func_name``),        ``metadata.func_name``
+                   ``starter_code``
+open-r1            ``prompt`` (or ``problem_statement``, ``problem``),        stdin/stdout programs, or
+                   ``verification_info`` (JSON or an object: ``test_cases``   calls of ``fn_name``
+                   with ``input``, ``output``, ``type``: stdin_stdout or
+                   function_call), ``gold_standard_solution`` (fenced or not)
+acecode            ``question``, ``test_cases`` (assert statements)           the asserts
+kodcode            ``question``, ``solution``, ``test`` (``test_code`` in     each ``test_*`` function
+                   the earlier revision: a pytest file)
+=================  =========================================================  ==========================
+
+A program's output is compared token by token (``split()``: line breaks and runs of spaces
+alike), which the datasets' own checkers accept too (APPS' cascade ends with whitespace-split
+tokens; LiveCodeBench strips lines); their float tolerance (APPS' ``np.allclose``,
+LiveCodeBench's ``Decimal`` lines) is not applied: an answer printed with other digits fails.
+A call's arguments are a list (APPS, TACO) or one JSON value per line (LiveCodeBench, PRIME's
+APPS); its result equals the expected value, or its only item when the dataset wraps it in a
+list (APPS' call-based outputs); a ``class Solution`` in the starter code is instantiated. Values
+go into the tests as Python literals of the parsed JSON: plain data only.
+
+Task ids keep the row's own id where the layout has one (``family/id``), else the row number.
+A row no adapter fits, or a field that does not parse, raises :class:`LayoutError` naming the
+row and the field: the source loads whole or not at all.
+
+LiveCodeBench's compressed ``private_test_cases`` are unpickled **without executing anything**:
+the unpickler refuses every global (so no callable can be reached, let alone called) and the
+result must be a string of JSON or plain lists and dicts; anything else is refused with the row
+and field named. The decompressed size is bounded (``MAX_DECODED``).
+
+KodCode's pytest files are taken when every test is a plain ``def test_*()`` function with
+``from solution import ...`` (fixtures, ``parametrize`` and ``pytest.raises`` need the judge's
+pytest support: such a row is refused with the reason).
+"""
+
+from __future__ import annotations
+
+import ast
+import base64
+import binascii
+import io
+import json
+import pickle
+import re
+import zlib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from rollstream.errors import ConfigError
+from rollstream.schemas.events import RewardSpec
+from rollstream.schemas.tasks import TaskSpec
+
+MAX_DECODED = 64 << 20  # bytes of one decompressed test-case field
+MAX_TESTS = 1000  # RewardSpec.tests' bound
+_FENCE = re.compile(r"```[ \t]*(?:python3?|py)?[ \t]*\n(.*?)(?:```|\Z)", re.DOTALL | re.IGNORECASE)
+PROGRAM_NOTE = ("Write a complete Python program that reads from standard input and writes to standard output. "
+                "Return it in a ```python code block.")
+FUNCTION_NOTE = "Return the complete code in a ```python code block."
+
+
+class LayoutError(ConfigError):
+    """A row of a published layout that cannot become a task (its row and field named)."""
+
+    def __init__(self, row: int, field: str, problem: str) -> None:
+        super().__init__(f"row {row}: field {field!r}: {problem}")
+        self.row, self.field = row, field
+
+
+@dataclass(frozen=True)
+class Layout:
+    name: str
+    keys: frozenset[str]  # a row with all of these ...
+    build: Callable[[Mapping[str, Any], str, int], TaskSpec]
+    any_of: frozenset[str] = frozenset()  # ... and one of these (the same field under its published names) is this layout's
+
+    def fits(self, keys: set[str]) -> bool:
+        """``keys``: the row's fields that hold something (a loader fills a column a row lacks with None)."""
+        return self.keys <= keys and (not self.any_of or bool(self.any_of & keys))
+
+    def describe(self) -> str:
+        return ", ".join([*sorted(self.keys), *([" | ".join(sorted(self.any_of))] if self.any_of else [])])
+
+
+# --- helpers
+
+
+def _json(row: Mapping[str, Any], field: str, index: int) -> Any:
+    """A field holding JSON (a string) or the value already parsed (a loader that decoded it)."""
+    value = row.get(field)
+    if isinstance(value, (str, bytes)):
+        try:
+            return json.loads(value)
+        except ValueError as exc:
+            raise LayoutError(index, field, f"not JSON ({exc})") from None
+    return value
+
+
+def _text(row: Mapping[str, Any], field: str, index: int) -> str:
+    value = row.get(field)
+    if not isinstance(value, str) or not value.strip():
+        raise LayoutError(index, field, "missing or empty")
+    return value
+
+
+def _row_id(row: Mapping[str, Any], family: str, index: int, *fields: str) -> str:
+    for field in fields:
+        value = row.get(field)
+        if value not in (None, ""):
+            return f"{family}/{value}"
+    return f"{family}/{index}"
+
+
+def unfenced(text: str) -> str:
+    """The code of a solution given fenced (```python ... ```) or as it is."""
+    match = _FENCE.search(text)
+    return match.group(1).strip("\n") + "\n" if match else text
+
+
+def _literal(value: Any, index: int, field: str) -> str:
+    """``value`` (parsed JSON) as a Python literal the tests can hold."""
+    text = repr(value)
+    try:
+        if ast.literal_eval(text) != value:
+            raise ValueError("does not round-trip")
+    except (ValueError, SyntaxError, MemoryError, RecursionError) as exc:
+        raise LayoutError(index, field, f"a value that is not plain data ({exc})") from None
+    return text
+
+
+def _as_text(value: Any) -> str:
+    return "\n".join(map(str, value)) if isinstance(value, list) else str(value)
+
+
+def _program_tests(cases: Sequence[tuple[Any, Any]], index: int, field: str) -> list[str]:
+    return [f"assert run_program({_literal(_as_text(i), index, field)}).split() == "
+            f"{_literal(_as_text(o), index, field)}.split()" for i, o in cases]
+
+
+def _lines_of_json(value: Any, index: int, field: str) -> list[Any]:
+    """A call's arguments given as one JSON value per line (LiveCodeBench, PRIME's APPS)."""
+    try:
+        return [json.loads(line) for line in str(value).splitlines() if line.strip()]
+    except ValueError as exc:
+        raise LayoutError(index, field, f"a call's arguments that are not JSON lines ({exc})") from None
+
+
+def _call_tests(call: str, cases: Sequence[tuple[Any, Any]], index: int, field: str) -> list[str]:
+    tests = []
+    for args, expected in cases:
+        if isinstance(args, str):  # one JSON value per line (the format PRIME's loaders write)
+            args = _lines_of_json(args, index, field)
+            if isinstance(expected, str):
+                try:
+                    expected = json.loads(expected)
+                except ValueError:
+                    pass  # a string result given as it is
+        if not isinstance(args, list):
+            raise LayoutError(index, field, f"a call's arguments must be a list, not {type(args).__name__}")
+        got = f"{call}({', '.join(_literal(a, index, field) for a in args)})"
+        want = _literal(expected, index, field)
+        if isinstance(expected, list) and len(expected) == 1:  # APPS wraps a call's result in a list
+            only = _literal(expected[0], index, field)
+            tests.append(f"_result = {got}\nassert _result == {want} or _result == {only}")
+        else:
+            tests.append(f"assert {got} == {want}")
+    return tests
+
+
+def _bounded(tests: list[str], index: int, field: str) -> list[str]:
+    if not tests:
+        raise LayoutError(index, field, "no test cases")
+    if len(tests) > MAX_TESTS:
+        raise LayoutError(index, field, f"{len(tests)} test cases (at most {MAX_TESTS})")
+    return tests
+
+
+def _method_call(starter: str, name: str) -> str:
+    """How the tests call ``name``: ``Solution().name`` when the starter code declares it in a class."""
+    return f"Solution().{name}" if re.search(r"^\s*class\s+Solution\b", starter or "", re.M) else name
+
+
+def _function_spec(starter: str, name: str, tests: list[str]) -> RewardSpec:
+    entry = "Solution" if _method_call(starter, name) != name else name
+    return RewardSpec(entry_point=entry, tests=tests, timeout_s=10.0)
+
+
+def _prompt(question: str, starter: str, program: bool) -> str:
+    if program:
+        return f"{question.rstrip()}\n\n{PROGRAM_NOTE}"
+    starter_part = f"\n\nStart from:\n```python\n{starter.rstrip()}\n```" if starter and starter.strip() else ""
+    return f"{question.rstrip()}{starter_part}\n\n{FUNCTION_NOTE}"
+
+
+# --- the layouts
+
+
+def _taco(row: Mapping[str, Any], family: str, index: int) -> TaskSpec:
+    io_spec = _json(row, "input_output", index)
+    if not isinstance(io_spec, dict) or not isinstance(io_spec.get("inputs"), list) \
+            or not isinstance(io_spec.get("outputs"), list):
+        raise LayoutError(index, "input_output", "expected JSON with lists 'inputs' and 'outputs'")
+    cases = list(zip(io_spec["inputs"], io_spec["outputs"], strict=False))
+    if len(io_spec["inputs"]) != len(io_spec["outputs"]):
+        raise LayoutError(index, "input_output", f"{len(io_spec['inputs'])} inputs, {len(io_spec['outputs'])} outputs")
+    starter = row.get("starter_code") or ""
+    fn_name = io_spec.get("fn_name")
+    solutions = _json(row, "solutions", index) if row.get("solutions") else []
+    if not isinstance(solutions, list):
+        raise LayoutError(index, "solutions", "expected a JSON list of programs")
+    reference = unfenced(solutions[0]) if solutions and isinstance(solutions[0], str) else None
+    question = _text(row, "question", index)
+    if fn_name:
+        tests = _bounded(_call_tests(_method_call(starter, fn_name), cases, index, "input_output"), index,
+                         "input_output")
+        reward = _function_spec(starter, fn_name, tests)
+    else:
+        reward = RewardSpec(program=True, tests=_bounded(_program_tests(cases, index, "input_output"), index,
+                                                          "input_output"), timeout_s=10.0)
+    return TaskSpec(task_id=_row_id(row, family, index, "problem_id", "id", "task_id"), family=family,
+                    prompt=_prompt(question, starter, not fn_name), reward=reward, reference_solution=reference)
+
+
+class _PlainUnpickler(pickle.Unpickler):
+    """Refuses every global: nothing but plain data (str, numbers, lists, dicts, ...) can come out,
+    and no callable can be reached."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        raise pickle.UnpicklingError(f"refused: it names {module}.{name} (only plain data is read)")
+
+    def persistent_load(self, pid: Any) -> Any:
+        raise pickle.UnpicklingError("refused: a persistent id (only plain data is read)")
+
+
+def decode_test_cases(value: Any, index: int, field: str) -> list[Any]:
+    """LiveCodeBench's test cases: a JSON list, or base64 of zlib of a pickle of its JSON string."""
+    if isinstance(value, list):
+        return value
+    if not isinstance(value, str) or not value.strip():
+        raise LayoutError(index, field, "missing or empty")
+    text = value.strip()
+    if text[:1] not in "[{":
+        try:
+            packed = base64.b64decode(text, validate=True)
+            inflater = zlib.decompressobj()
+            raw = inflater.decompress(packed, MAX_DECODED)
+            if inflater.unconsumed_tail:
+                raise LayoutError(index, field, f"decompresses to more than {MAX_DECODED} bytes")
+            decoded = _PlainUnpickler(io.BytesIO(raw)).load()
+        except LayoutError:
+            raise
+        except (binascii.Error, zlib.error, pickle.UnpicklingError, EOFError, ValueError, TypeError,
+                IndexError, KeyError, AttributeError, MemoryError, RecursionError) as exc:
+            raise LayoutError(index, field, f"not plain data: {exc}") from None
+        if isinstance(decoded, bytes):
+            decoded = decoded.decode("utf-8", "replace")
+        if isinstance(decoded, list):
+            return decoded
+        if not isinstance(decoded, str):
+            raise LayoutError(index, field, f"not plain data: the payload is a {type(decoded).__name__}")
+        text = decoded
+    try:
+        cases = json.loads(text)
+    except ValueError as exc:
+        raise LayoutError(index, field, f"not JSON ({exc})") from None
+    if not isinstance(cases, list):
+        raise LayoutError(index, field, "expected a list of test cases")
+    return cases
+
+
+def _livecodebench(row: Mapping[str, Any], family: str, index: int) -> TaskSpec:
+    cases = [*decode_test_cases(row.get("public_test_cases"), index, "public_test_cases")]
+    if row.get("private_test_cases"):
+        cases += decode_test_cases(row["private_test_cases"], index, "private_test_cases")
+    kinds = {c.get("testtype") if isinstance(c, dict) else None for c in cases}
+    if not kinds <= {"stdin", "functional"} or len(kinds) != 1:
+        raise LayoutError(index, "public_test_cases", f"test types {sorted(map(str, kinds))}: expected all 'stdin' "
+                                                      "or all 'functional'")
+    starter = row.get("starter_code") or ""
+    question = _text(row, "question_content", index)
+    if kinds == {"stdin"}:
+        reward = RewardSpec(program=True, tests=_bounded(_program_tests(
+            [(c["input"], c["output"]) for c in cases], index, "public_test_cases"), index, "public_test_cases"),
+            timeout_s=10.0)
+        program = True
+    else:
+        metadata = _json(row, "metadata", index) or {}
+        name = metadata.get("func_name") if isinstance(metadata, dict) else None
+        if not name:
+            raise LayoutError(index, "metadata", "functional tests need metadata.func_name")
+        calls = []
+        for case in cases:
+            try:  # one JSON value per line: the call's arguments; the output is one JSON value
+                args = _lines_of_json(case["input"], index, "public_test_cases")
+                expected = json.loads(case["output"])
+            except (ValueError, KeyError) as exc:
+                raise LayoutError(index, "public_test_cases", f"a functional case that is not JSON ({exc})") from None
+            calls.append((args, expected))
+        reward = _function_spec(starter, name, _bounded(_call_tests(_method_call(starter, name), calls, index,
+                                                                    "public_test_cases"), index, "public_test_cases"))
+        program = False
+    return TaskSpec(task_id=_row_id(row, family, index, "question_id"), family=family,
+                    prompt=_prompt(question, starter, program), reward=reward)
+
+
+def _open_r1(row: Mapping[str, Any], family: str, index: int) -> TaskSpec:
+    info = _json(row, "verification_info", index)
+    if not isinstance(info, dict) or not isinstance(info.get("test_cases"), list):
+        raise LayoutError(index, "verification_info", "expected JSON with a list 'test_cases'")
+    language = str(info.get("language", "python")).lower()
+    if not language.startswith("python"):
+        raise LayoutError(index, "verification_info", f"language {language!r}: only python runs here")
+    cases = info["test_cases"]
+    if not all(isinstance(c, dict) for c in cases):
+        raise LayoutError(index, "verification_info", "test cases must be objects with input and output")
+    kinds = {c.get("type", "stdin_stdout") for c in cases}
+    names = {c.get("fn_name") for c in cases}
+    field = "verification_info"
+    if kinds == {"function_call"} and len(names) == 1 and None not in names:
+        name = str(names.pop())
+        reward = RewardSpec(entry_point=name, timeout_s=10.0, tests=_bounded(_call_tests(
+            name, [(c.get("input"), c.get("output")) for c in cases], index, field), index, field))
+    elif kinds == {"stdin_stdout"}:
+        reward = RewardSpec(program=True, timeout_s=10.0, tests=_bounded(_program_tests(
+            [(c.get("input", ""), c.get("output", "")) for c in cases], index, field), index, field))
+    else:
+        raise LayoutError(index, field, f"test case types {sorted(map(str, kinds))}: expected all stdin_stdout, or "
+                                        "all function_call of one fn_name")
+    prompt_field = next((f for f in ("prompt", "problem_statement", "problem") if row.get(f)), "prompt")
+    solution = row.get("gold_standard_solution")
+    return TaskSpec(task_id=_row_id(row, family, index, "problem_id", "in_source_id"), family=family,
+                    prompt=_text(row, prompt_field, index), reward=reward,
+                    reference_solution=unfenced(solution) if isinstance(solution, str) and solution.strip() else None)
+
+
+_CALLED = re.compile(r"\bassert\s+(?:not\s+)?\(?\s*([A-Za-z_]\w*)\s*\(")
+
+
+def _acecode(row: Mapping[str, Any], family: str, index: int) -> TaskSpec:
+    tests = row.get("test_cases")
+    if isinstance(tests, str):
+        tests = _json(row, "test_cases", index)
+    if not isinstance(tests, list) or not all(isinstance(t, str) and t.strip() for t in tests):
+        raise LayoutError(index, "test_cases", "expected a list of assert statements")
+    for test in tests:
+        try:
+            ast.parse(test)
+        except SyntaxError as exc:
+            raise LayoutError(index, "test_cases", f"a test that does not parse: {test[:80]!r} ({exc.msg})") from None
+    match = next((m for t in tests if (m := _CALLED.search(t))), None)
+    return TaskSpec(task_id=_row_id(row, family, index, "id"), family=family,
+                    prompt=_prompt(_text(row, "question", index), "", False),
+                    reward=RewardSpec(entry_point=match.group(1) if match else "", tests=_bounded(tests, index,
+                                                                                                  "test_cases")))
+
+
+def pytest_file_tests(source: str, index: int, field: str = "test") -> tuple[list[str], str]:
+    """A plain pytest file as test statements (its imports of ``solution`` dropped, each ``test_*``
+    function defined and called) and the first name it imports from ``solution``."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError as exc:
+        raise LayoutError(index, field, f"does not parse ({exc.msg}, line {exc.lineno})") from None
+    prelude, tests, imported = [], [], []
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and node.module == "solution":
+            imported += [a.name for a in node.names]
+            continue
+        if isinstance(node, ast.Import) and any(a.name in ("solution", "pytest") for a in node.names):
+            if any(a.name == "pytest" for a in node.names):
+                raise LayoutError(index, field, "uses pytest itself (fixtures, parametrize, raises): runs once the "
+                                                "judge runs pytest files")
+            raise LayoutError(index, field, "'import solution': only 'from solution import ...' is read for now")
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("pytest"):
+            raise LayoutError(index, field, "uses pytest itself: runs once the judge runs pytest files")
+        if isinstance(node, ast.FunctionDef) and node.name.startswith("test"):
+            if node.decorator_list or node.args.args or node.args.kwonlyargs or node.args.vararg:
+                raise LayoutError(index, field, f"{node.name} takes fixtures or has decorators: runs once the judge "
+                                                "runs pytest files")
+            tests.append(f"{ast.unparse(node)}\n{node.name}()")
+        elif isinstance(node, ast.ClassDef) and node.name.startswith("Test"):
+            raise LayoutError(index, field, f"test class {node.name}: runs once the judge runs pytest files")
+        else:
+            prelude.append(ast.unparse(node))
+    if not tests:
+        raise LayoutError(index, field, "no test functions")
+    if not imported:
+        raise LayoutError(index, field, "imports nothing from solution")
+    setup = "\n".join(prelude)
+    return [f"{setup}\n{t}" if setup else t for t in tests], imported[0]
+
+
+def _kodcode(row: Mapping[str, Any], family: str, index: int) -> TaskSpec:
+    field = "test" if "test" in row else "test_code"  # test_code: KodCode's earlier revision
+    tests, entry = pytest_file_tests(_text(row, field, index), index, field)
+    solution = row.get("solution")
+    return TaskSpec(task_id=_row_id(row, family, index, "question_id", "conversation_id"), family=family,
+                    prompt=_prompt(_text(row, "question", index), "", False),
+                    reward=RewardSpec(entry_point=entry, tests=_bounded(tests, index, field), timeout_s=10.0),
+                    reference_solution=unfenced(solution) if isinstance(solution, str) and solution.strip() else None)
+
+
+LAYOUTS: tuple[Layout, ...] = (
+    Layout("taco", frozenset({"question", "input_output"}), _taco),
+    Layout("livecodebench", frozenset({"question_content", "public_test_cases"}), _livecodebench),
+    Layout("open-r1", frozenset({"verification_info"}), _open_r1, frozenset({"prompt", "problem_statement", "problem"})),
+    Layout("kodcode", frozenset({"question", "solution"}), _kodcode, frozenset({"test", "test_code"})),
+    Layout("acecode", frozenset({"question", "test_cases"}), _acecode),
+)
+
+
+def layout_of(row: Mapping[str, Any]) -> Layout | None:
+    """The published layout ``row`` is in (None: none of these)."""
+    keys = {k for k, v in row.items() if v is not None}
+    return next((layout for layout in LAYOUTS if layout.fits(keys)), None)
+
+
+def published_task(row: Mapping[str, Any], family: str, index: int) -> TaskSpec | None:
+    """``row`` as a TaskSpec when it is in a published layout (None otherwise); LayoutError when it is
+    one but a field does not parse."""
+    layout = layout_of(row)
+    if layout is None:
+        return None
+    task = layout.build(row, family, index)
+    try:  # a Struct built in code is not checked against its bounds: check them here, not downstream
+        return msgspec.convert(msgspec.to_builtins(task), TaskSpec)
+    except msgspec.ValidationError as exc:
+        raise LayoutError(index, layout.name, f"the task it makes is invalid ({exc})") from None
