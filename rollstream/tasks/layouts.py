@@ -102,6 +102,9 @@ class Layout:
 def _json(row: Mapping[str, Any], field: str, index: int) -> Any:
     """A field holding JSON (a string) or the value already parsed (a loader that decoded it)."""
     value = row.get(field)
+    if isinstance(value, (str, bytes)) and not value.strip():
+        raise LayoutError(index, field, f"empty: the row has no {field}; drop such rows before loading "
+                                        f"(datasets: dataset.filter(lambda row: row[{field!r}]))")
     if isinstance(value, (str, bytes)):
         try:
             return json.loads(value)

@@ -113,6 +113,8 @@ def test_errors_name_the_row_and_the_field_and_nothing_is_half_loaded(tmp_path: 
     path.write_text(json.dumps(good) + "\n" + json.dumps(broken) + "\n")
     with pytest.raises(ConfigError, match=r"row 1: field 'input_output': not JSON"):
         load_tasks([f"hf:{path}"])
+    with pytest.raises(LayoutError, match=r"row 2: field 'input_output': empty.*dataset.filter"):
+        task_from_row(dict(good, input_output=""), "x", 2)  # APPS publishes rows without tests so
     uneven = dict(good, input_output=json.dumps({"inputs": ["1"], "outputs": []}))
     with pytest.raises(LayoutError, match=r"row 0: field 'input_output': 1 inputs, 0 outputs"):
         task_from_row(uneven, "x", 0)
