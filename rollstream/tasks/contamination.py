@@ -93,18 +93,11 @@ class EvalIndex:
         self.exact: dict[str, dict[str, set[str]]] = {f: defaultdict(set) for f in EXACT_FIELDS}
         for task in eval_tasks:
             for field in FIELDS:
-                toks = self.content(task, field)[1]
+                text, toks = self.content(task, field)
                 for i in range(len(toks) - n + 1):
                     self.index[field][tuple(t for t, _, _ in toks[i:i + n])].add(task.task_id)
-            for field in EXACT_FIELDS:
-                if key := self.exact_key(task, field):
+                if field in EXACT_FIELDS and (key := exact_key(field, text, toks)):
                     self.exact[field][key].add(task.task_id)
-
-    def exact_key(self, task: TaskSpec, field: str) -> str:
-        """What two equal fields share (module docstring); empty for an empty field."""
-        if field == "reference":
-            return code_key(field_text(task, field))
-        return " ".join(t for t, _, _ in self.content(task, field)[1])
 
     def content(self, task: TaskSpec, field: str) -> tuple[str, list[tuple[str, int, int]]]:
         """(the field's text, its tokens with their offsets, less those of its source's template)."""
@@ -130,7 +123,7 @@ class EvalIndex:
                 for other in self.index[field].get(tuple(t for t, _, _ in toks[i:i + self.n]), ()):
                     if other != task.task_id:
                         covered.setdefault(other, [False] * len(toks))[i:i + self.n] = [True] * self.n
-            equal = self.exact[field].get(self.exact_key(task, field), set()) if field in EXACT_FIELDS else set()
+            equal = self.exact[field].get(exact_key(field, text, toks), set()) if field in EXACT_FIELDS else set()
             for other in sorted(equal - {task.task_id}):
                 found.append(Overlap(eval_task=other, field=field, share=1.0, spans=[text.strip()[:300]]))
             for other, marks in sorted(covered.items()):
@@ -139,6 +132,12 @@ class EvalIndex:
                     found.append(Overlap(eval_task=other, field=field, share=round(count / len(toks), 3),
                                          spans=_spans(text, toks, marks)))
         return sorted(found, key=lambda o: (-o.share, o.eval_task, o.field))
+
+
+def exact_key(field: str, text: str, toks: list[tuple[str, int, int]]) -> str:
+    """What two equal fields share (module docstring), from a field's text and its tokens with
+    the templates removed; empty for an empty field."""
+    return code_key(text) if field == "reference" else " ".join(t for t, _, _ in toks)
 
 
 def code_key(source: str) -> str:

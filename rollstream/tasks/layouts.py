@@ -350,7 +350,9 @@ def _open_r1(row: Mapping[str, Any], family: str, index: int) -> TaskSpec:
                     reference_solution=unfenced(solution) if isinstance(solution, str) and solution.strip() else None)
 
 
-_CALLED = re.compile(r"\bassert\s+(?:not\s+)?\(?\s*([A-Za-z_]\w*)\s*\(")
+# The function an assert calls first (``assert f(...)``, ``assert not (f(...))``): a task's entry
+# point read from its tests (MBPP rows in sources.py, AceCode rows here).
+ASSERTED_CALL = re.compile(r"assert\s+(?:not\s+)?\(?\s*(\w+)\s*\(")
 
 
 def _acecode(row: Mapping[str, Any], family: str, index: int) -> TaskSpec:
@@ -364,7 +366,7 @@ def _acecode(row: Mapping[str, Any], family: str, index: int) -> TaskSpec:
             ast.parse(test)
         except SyntaxError as exc:
             raise LayoutError(index, "test_cases", f"a test that does not parse: {test[:80]!r} ({exc.msg})") from None
-    match = next((m for t in tests if (m := _CALLED.search(t))), None)
+    match = next((m for t in tests if (m := ASSERTED_CALL.search(t))), None)
     return TaskSpec(task_id=_row_id(row, family, index, "id"), family=family,
                     prompt=_prompt(_text(row, "question", index), "", False),
                     reward=RewardSpec(entry_point=match.group(1) if match else "", tests=_bounded(tests, index,

@@ -33,7 +33,6 @@ import gzip
 import hashlib
 import json
 import math
-import re
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -44,6 +43,7 @@ from rollstream.errors import ConfigError
 from rollstream.schemas.events import RewardSpec
 from rollstream.schemas.tasks import TaskSpec, decode_task
 from rollstream.tasks.dedup import NEAR_THRESHOLD, duplicate_clusters
+from rollstream.tasks.layouts import ASSERTED_CALL
 
 SUITE_DIR = Path(__file__).resolve().parent / "suite"
 ASSETS_DIR = Path(__file__).resolve().parent / "assets"  # the `outside` source's files (RewardSpec.assets)
@@ -186,7 +186,7 @@ def humaneval_tasks(path: Path | None = None) -> list[TaskSpec]:
 
 def _mbpp_task(row: Mapping[str, Any], family: str) -> TaskSpec:
     tests = list(row["test_list"])
-    match = re.search(r"assert\s+(?:not\s+)?\(?\s*(\w+)\s*\(", tests[0]) if tests else None
+    match = ASSERTED_CALL.search(tests[0]) if tests else None
     entry = match.group(1) if match else ""
     prompt = f"{row['text']}\nYour code should pass this test:\n{tests[0] if tests else ''}\n" \
              "Return the complete function in a ```python code block."
