@@ -82,12 +82,12 @@ max_staleness = {staleness}
 {f"max_turns = {max_turns}" if max_turns else ""}
 
 [generator]
-backend = "sim"
 model = "{model}"
 max_new_tokens = 512
 max_batch_prompts = {max_batch}
 {engine_lines(engine)}
-[generator.sim]
+[generator.backend]
+kind = "sim"
 base_s = {base_s}
 per_token_s = {per_token_s}
 mean_tokens = {MEAN_TOKENS}
@@ -104,8 +104,7 @@ pool_size = 64
 filter_zero_variance = false
 
 [learner]
-backend = "sim"
-sim_per_token_s = {learn_per_token_s}
+backend = {{kind = "sim", per_token_s = {learn_per_token_s}}}
 model = "{model}"
 broadcast_dtype = "float32"
 

@@ -32,8 +32,7 @@ from rollstream.config import Config
 STAGES = ("sampler", "generator", "executor", "stream", "learner")
 
 
-LEARNER_BACKEND = """backend = "sim"
-sim_per_token_s = 0.002"""
+LEARNER_BACKEND = """backend = {kind = "sim", per_token_s = 0.002}"""
 # Several ranks train for real (the simulated learner trains nothing, so it has one rank); the
 # tiny model's steps take about as long as the simulated ones.
 LEARNER_RANKS = """parallel = "ddp"
@@ -69,21 +68,20 @@ max_turns = {max_turns}
 turn_penalty = 0.1
 
 [generator]
-backend = "sim"
 model = "{model}"
 max_new_tokens = 256
 max_batch_prompts = 2
 batch_wait_ms = 10
 
-[generator.sim]
+[generator.backend]
+kind = "sim"
 base_s = 0.05
 per_token_s = 0.002
 mean_tokens = 48
 sigma = 0.6
 
 [executor]
-backend = "sim"
-sim_seconds = 0.01
+backend = {{kind = "sim", seconds = 0.01}}
 concurrency = 8
 pool_size = 8
 

@@ -101,7 +101,7 @@ def build_trainer(config: Config, resume_from: str | Path | None,
         trainer = Trainer(model, c, ref_model=ref_model, pad_id=pad_id, device=ranks.device, runner=runner,
                           ranks=ranks)
     else:
-        trainer_class = SimTrainer if c.backend == "sim" else Trainer
+        trainer_class = SimTrainer if c.backend.kind == "sim" else Trainer
         trainer = trainer_class(model, c, ref_model=ref_model, pad_id=pad_id, device=c.device)
     lineage, offsets = Lineage(), {}
     if state is not None:

@@ -324,14 +324,14 @@ def sequence_logprob(model: torch.nn.Module, batch: Batch) -> torch.Tensor:
 
 
 class SimTrainer(Trainer):
-    """``learner.backend = "sim"``: a step costs ``sim_per_token_s`` per completion token of its batch
+    """``learner.backend = "sim"``: a step costs ``learner.backend.per_token_s`` per completion token of its batch
     and changes no weight (no forward, no backward); the scheduler still advances, so checkpoints,
     versions and fates are those of a real run. For capacity planning (docs/capacity.md)."""
 
     def step(self, rollouts: Sequence[AdvantagedRollout]) -> StepResult:
         started = time.perf_counter()
         tokens = sum(len(r.rollout.completion_token_ids) for r in rollouts)
-        time.sleep(self.settings.sim_per_token_s * tokens)
+        time.sleep(self.settings.backend.per_token_s * tokens)
         lr = self.scheduler.get_last_lr()[0]
         self.optimizer.step()  # no gradients: no parameter moves (it keeps the scheduler's order of calls)
         self.scheduler.step()

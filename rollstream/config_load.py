@@ -6,15 +6,21 @@ Precedence (later wins): defaults < profile < TOML file < environment < ``--set`
   ``rollstream/profiles/quick.toml``, a short run that fits a 2-core CPU machine).
 * TOML: ``rollstream --config rollstream.toml ...`` (or ``$ROLLSTREAM_CONFIG``). Sections
   nest where settings belong together: ``[learner.loss]``, ``[learner.optim]``,
-  ``[learner.checkpoint]``, ``[learner.lora]`` (its presence turns LoRA on),
-  ``[generator.sglang]``.
+  ``[learner.checkpoint]``, ``[learner.lora]`` (its presence turns LoRA on).
+* Backends: ``[generator.backend]``, ``[executor.backend]`` and ``[learner.backend]`` are tagged
+  tables: ``kind`` names the backend and the table holds that backend's own settings
+  (``[generator.backend] kind = "sglang"``, ``url = ...``). The kind alone stands for its table
+  with the defaults (``generator.backend = "sim"``, ``--set generator.backend=sim``); a layer that
+  names another kind replaces the table of the layers under it instead of merging into it.
 * Environment: ``ROLLSTREAM__SECTION__KEY=value`` (double underscores, one per level), e.g.
   ``ROLLSTREAM__LEARNER__OPTIM__LR=1e-6``. Values are parsed as TOML values, falling back
   to a plain string.
 * CLI: ``--set section.key=value`` or ``--set section.sub.key=value`` (same parsing), repeatable.
 
-The flat keys of versions before 0.1.0 (``learner.lr``, ``generator.sglang_url``, ...) are
-refused with an error naming the key that replaced them (:data:`MOVED`). A wrong key or value fails
+The flat keys of versions before 0.1.0 (``learner.lr``, ``generator.sglang_url``, ...) and the
+backend sections before the tagged tables (``[generator.sim]``, ``[generator.sglang]``,
+``executor.sim_seconds``, ...) are refused with an error naming the key that replaced them
+(:data:`MOVED`, :data:`INTO_BACKEND`). A wrong key or value fails
 with :class:`rollstream.errors.ConfigError`, naming the key and the allowed keys or values
 (:func:`explain`). :func:`to_toml` writes a resolved config back as TOML.
 """
@@ -48,9 +54,20 @@ MOVED: dict[str, str] = {
     **{f"learner.checkpoint_{k}": f"learner.checkpoint.{k}" for k in ("every", "dir", "keep")},
     "learner.lora_rank": "learner.lora.rank",
     "learner.lora_broadcast": "learner.lora.broadcast",
-    **{f"generator.sglang_{k}": f"generator.sglang.{k}"
-       for k in ("url", "weights_dir", "abort_on_update", "flush_cache", "concurrency", "timeout_s")},
 }
+# Keys and tables that moved into a backend's table -> (the backend's kind, its key there; "" for a
+# whole table), refused naming both.
+INTO_BACKEND: dict[str, tuple[str, str]] = {
+    "generator.sim": ("sim", ""),
+    "generator.sglang": ("sglang", ""),
+    **{f"generator.sglang_{k}": ("sglang", k)
+       for k in ("url", "weights_dir", "abort_on_update", "flush_cache", "concurrency", "timeout_s")},
+    "generator.scripted_answers": ("scripted", "answers"),
+    "executor.sim_seconds": ("sim", "seconds"),
+    "learner.sim_per_token_s": ("sim", "per_token_s"),
+}
+BACKENDS = ("generator", "executor", "learner")
+"""The sections whose ``backend`` is a tagged table."""
 
 
 def parse_value(text: str) -> Any:
@@ -71,7 +88,13 @@ def _set_path(tree: dict[str, Any], dotted: str, value: Any, origin: str) -> Non
         if not isinstance(child, dict):
             raise ConfigError(f"{origin}: {part!r} is a value, not a table, so {dotted!r} cannot be set")
         node = child
-    node[parts[-1]] = value
+    key = parts[-1]
+    if len(parts) == 2 and key == "backend" and parts[0] in BACKENDS and isinstance(value, str):
+        # the kind alone: its table, keeping keys this layer already set for the same kind
+        under = node.get(key)
+        same = isinstance(under, dict) and under.get("kind", value) == value
+        value = {**(under if same else {}), "kind": value}
+    node[key] = value
 
 
 def overrides_from_env(environ: Mapping[str, str]) -> list[tuple[str, str]]:
@@ -126,16 +149,20 @@ def load_config(
 
 
 def _merge(base: dict[str, Any], top: Mapping[str, Any]) -> None:
-    """``top`` over ``base``, table by table (a table replaces a non-table and vice versa)."""
+    """``top`` over ``base``, table by table (a table replaces a non-table and vice versa; a tagged
+    table naming another ``kind`` replaces the one under it)."""
     for key, value in top.items():
-        if isinstance(value, Mapping) and isinstance(base.get(key), dict):
+        under = base.get(key)
+        if (isinstance(value, Mapping) and isinstance(under, dict)
+                and value.get("kind", under.get("kind")) == under.get("kind")):
             _merge(base[key], value)
         else:
             base[key] = dict(value) if isinstance(value, Mapping) else value
 
 
 def _refuse_moved(tree: dict[str, Any], origin: str) -> dict[str, Any]:
-    """Refuse the flat keys of earlier versions, naming the key that replaced each."""
+    """Refuse the keys of earlier versions, naming the key that replaced each; a backend named by
+    its kind alone becomes its table (``{"kind": kind}``)."""
     learner = tree.get("learner")
     if isinstance(learner, dict) and isinstance(learner.get("lora"), bool):
         raise ConfigError(f"{origin}: learner.lora = {str(learner['lora']).lower()} is no longer a switch: LoRA is "
@@ -147,6 +174,19 @@ def _refuse_moved(tree: dict[str, Any], origin: str) -> dict[str, Any]:
         if isinstance(table, dict) and key in table:
             raise ConfigError(f"{origin}: {old} moved to {new} (write [{new.rsplit('.', 1)[0]}] "
                               f"{new.rsplit('.', 1)[1]} = ..., or --set {new}=...)")
+    for old, (kind, key) in INTO_BACKEND.items():
+        section, name = old.split(".")
+        table = tree.get(section)
+        if isinstance(table, dict) and name in table:
+            where = f"{section}.backend"
+            what = f"its keys in [{where}]" if not key else f"{key} = ... in it"
+            example = f"--set {where}.{key}=..." if key else f"--set {where}.KEY=..."
+            raise ConfigError(f"{origin}: {old} moved into the backend's table {where}: write [{where}] "
+                              f"kind = {kind!r} and {what} (or --set {where}={kind} {example})")
+    for section in BACKENDS:
+        table = tree.get(section)
+        if isinstance(table, dict) and isinstance(table.get("backend"), str):
+            table["backend"] = {"kind": table["backend"]}
     return tree
 
 
@@ -155,30 +195,51 @@ def _lora_on(tree: dict[str, Any]) -> bool:
 
 
 def validate(tree: Mapping[str, Any]) -> Config:
+    tree = _refuse_moved(_copy_tables(tree), "config")
     try:
         config = msgspec.convert(tree, Config, strict=False)
     except msgspec.ValidationError as exc:
-        raise ConfigError(explain(exc)) from None
+        raise ConfigError(explain(exc, tree)) from None
     return check_consistency(config)
+
+
+def _copy_tables(tree: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: _copy_tables(v) if isinstance(v, Mapping) else v for k, v in tree.items()}
 
 
 _PATH = re.compile(r"at `\$((?:\.\w+|\[\d+\])*)`")
 _UNKNOWN = re.compile(r"unknown field `([^`]+)`")
 
 
-def explain(exc: msgspec.ValidationError) -> str:
-    """A validation error rewritten to name the key and what it accepts."""
+def explain(exc: msgspec.ValidationError, tree: Mapping[str, Any] | None = None) -> str:
+    """A validation error rewritten to name the key and what it accepts (``tree``: the values
+    validated, which tell a tagged table's variant)."""
     message = str(exc)
     match = _PATH.search(message)
     path = [p for p in (match.group(1).split(".") if match else []) if p]
     owner: Any = Config
+    node: Any = tree
     for part in path:
-        owner = _struct_of(_field_type(owner, part.split("[")[0])) or owner
+        name = part.split("[")[0]
+        node = node.get(name) if isinstance(node, Mapping) else None
+        field = _field_type(owner, name)
+        variants = _variants(field)
+        if variants:
+            kind = node.get("kind") if isinstance(node, Mapping) else None
+            where = ".".join(path[: path.index(part) + 1])
+            if kind is None or kind not in variants:
+                got = "no kind" if kind is None else f"kind = {kind!r}"
+                return (f"{where!r} has {got}: a backend's table names it with kind = one of "
+                        f"{', '.join(map(repr, variants))} (e.g. {where} = {next(iter(variants))!r})")
+            owner = variants[kind]
+            continue
+        owner = _struct_of(field) or owner
     unknown = _UNKNOWN.search(message)
     if unknown:
         where = ".".join(path + [unknown.group(1)]) or unknown.group(1)
         allowed = ", ".join(_fields(owner)) if _is_struct(owner) else "?"
-        return f"unknown config key {where!r}; allowed here: {allowed}"
+        tag = owner.__struct_config__.tag if _is_struct(owner) and owner.__struct_config__.tag_field else None
+        return f"unknown config key {where!r}; allowed here{f' (kind {tag!r})' if tag else ''}: {allowed or 'none'}"
     key = ".".join(path) or "config"
     allowed = _describe(owner)
     return f"bad value for {key!r}: {message.split(' - at ')[0]}" + (f"; allowed: {allowed}" if allowed else "")
@@ -190,6 +251,14 @@ def _struct_of(tp: Any) -> Any:
         structs = [a for a in typing.get_args(tp) if _is_struct(a)]
         return structs[0] if structs else tp
     return tp
+
+
+def _variants(tp: Any) -> dict[str, Any]:
+    """A tagged union's variants by their kind ({} for any other type)."""
+    if typing.get_origin(tp) not in (typing.Union, types.UnionType):
+        return {}
+    tagged = [a for a in typing.get_args(tp) if _is_struct(a) and a.__struct_config__.tag_field]
+    return {a.__struct_config__.tag: a for a in tagged}
 
 
 def _is_struct(tp: Any) -> bool:
@@ -242,6 +311,9 @@ def to_toml(config: Config) -> str:
 
 def _table(lines: list[str], name: str, section: msgspec.Struct) -> None:
     lines.append(f"[{name}]")
+    config = type(section).__struct_config__
+    if config.tag_field:
+        lines.append(f"{config.tag_field} = {_toml_value(config.tag)}")
     nested = []
     for field in _fields(type(section)):
         value = getattr(section, field)

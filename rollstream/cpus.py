@@ -56,7 +56,7 @@ def split(config: Config, cores: Sequence[int], *, generators: int = 1, learner_
     g, lr = config.generator, config.learner
     if g.cpus or lr.cpus:
         return [], "placement: as configured (generator.cpus / learner.cpus)"
-    if not (g.backend == "transformers" and g.device == "cpu" and lr.backend == "torch" and lr.device == "cpu"):
+    if not (g.backend.kind == "transformers" and g.device == "cpu" and lr.backend.kind == "torch" and lr.device == "cpu"):
         return [], "placement: left to the kernel (the generator or the learner does not compute on this CPU)"
     if generators != 1 or learner_ranks != 1:
         return [], "placement: left to the kernel (more than one generator or learner rank)"

@@ -3,7 +3,7 @@
 For capacity planning and pipeline tests without Docker (see docs/capacity.md): a job whose code
 is one of the known reference solutions (whitespace-normalised) passes every test; code that
 compiles otherwise fails every test; code that does not compile is a syntax error. Each
-execution takes ``executor.sim_seconds``. The executor's scoring around it (reward kinds,
+execution takes ``executor.backend.seconds``. The executor's scoring around it (reward kinds,
 components, audit records) is the real one. Never use it to train a model: nothing is checked.
 """
 
@@ -29,7 +29,7 @@ def normalised(code: str) -> str:
 
 class SimSandbox:
     def __init__(self, config: Config, references: Iterable[str]) -> None:
-        self.seconds = config.executor.sim_seconds
+        self.seconds = config.executor.backend.seconds
         self.references = {normalised(code) for code in references if code}
         self._limits = limits_from_config(config.executor)
         self._judge = functools.lru_cache(maxsize=CACHE_ENTRIES)(self._verdict)

@@ -429,7 +429,7 @@ async def run(
         config.executor.concurrency,
     )
     async with AsyncExitStack() as stack:
-        if backend is None and config.executor.backend == "sim":
+        if backend is None and config.executor.backend.kind == "sim":
             from rollstream.consumers.executor.sim_sandbox import SimSandbox
 
             backend = SimSandbox.from_config(config)

@@ -57,7 +57,7 @@ from typing import Any
 
 from jinja2 import TemplateError
 
-from rollstream.config import Config, GeneratorConfig
+from rollstream.config import Config, GeneratorConfig, ScriptedConfig, SGLangConfig, SimGeneratorConfig
 from rollstream.consumers.generator.backends.base import (
     Completion,
     GenerationBackend,
@@ -206,18 +206,18 @@ def action_from(event: PromptIssued, index: int, prompt_ids: list[int], completi
 def build_backend(config: Config) -> GenerationBackend:
     """The configured backend (loads the model: slow; call it in a thread)."""
     gen = config.generator
-    if gen.backend == "scripted":
+    server = gen.backend
+    if isinstance(server, ScriptedConfig):
         from rollstream.consumers.generator.backends.scripted import ScriptedBackend
 
         return ScriptedBackend.load(config)
-    if gen.backend == "sim":
+    if isinstance(server, SimGeneratorConfig):
         from rollstream.consumers.generator.backends.scripted import SimBackend, SimDecodeBackend
 
-        sim = gen.sim
-        if sim is not None and (sim.per_forward_s or sim.per_row_s):
+        if server.per_forward_s or server.per_row_s:
             return SimDecodeBackend.load(config)
         return SimBackend.load(config)
-    if gen.backend == "transformers":
+    if not isinstance(server, SGLangConfig):
         import torch
 
         from rollstream.consumers.generator.backends.hf import TransformersBackend
@@ -234,7 +234,7 @@ def build_backend(config: Config) -> GenerationBackend:
     from rollstream.models import load_model_config, load_tokenizer, resolve_model
 
     files = resolve_model(gen.model, cache_dir=None)  # model_dir: a plain directory spec only
-    return SGLangBackend(gen.sglang, load_tokenizer(gen.model), context=max_context(load_model_config(gen.model)),
+    return SGLangBackend(server, load_tokenizer(gen.model), context=max_context(load_model_config(gen.model)),
                          model_dir=None if files.gguf_file else str(files.directory), update=gen.update)
 
 
@@ -556,7 +556,7 @@ async def run(config: Config, *, backend: GenerationBackend | None = None, redis
     infra, gen = config.infra, config.generator
     stop = stop or stop_event(config.infra.stop_grace_s)
     generator_id = f"{STAGE}-{socket.gethostname()}-{os.getpid()}"
-    log.info("generator %s: backend %s, model %s, batch <= %d prompts / %d ms", generator_id, gen.backend,
+    log.info("generator %s: backend %s, model %s, batch <= %d prompts / %d ms", generator_id, gen.backend.kind,
              gen.model, gen.max_batch_prompts, gen.batch_wait_ms)
     async with AsyncExitStack() as stack:
         if backend is None:

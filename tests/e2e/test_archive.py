@@ -67,9 +67,8 @@ max_staleness = 1
 sources = ["jsonl:{tmp_path / 'tasks.jsonl'}"]
 
 [generator]
-backend = "scripted"
+backend = {{kind = "scripted", answers = "{tmp_path / 'answers.jsonl'}"}}
 model = "{model}"
-scripted_answers = "{tmp_path / 'answers.jsonl'}"
 max_new_tokens = 96
 
 [executor]

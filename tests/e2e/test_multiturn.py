@@ -14,7 +14,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from rollstream.config import Config, ExecutorConfig
+from rollstream.config import Config, ExecutorConfig, ScriptedConfig
 from rollstream.consumers.executor import stage as executor
 from rollstream.consumers.generator import stage as generator
 from rollstream.consumers.generator.backends.scripted import LOGPROB
@@ -34,7 +34,7 @@ def scripted(config: Config, tmp_path: Path, sandbox_image: str, owner: str) -> 
     """The scripted generator on a tiny model with room for several turns, and Docker sandboxes."""
     model = make_tiny_model_dir(tmp_path / "tiny", max_positions=2048)
     return msgspec.structs.replace(
-        config, generator=msgspec.structs.replace(config.generator, backend="scripted", model=str(model)),
+        config, generator=msgspec.structs.replace(config.generator, backend=ScriptedConfig(), model=str(model)),
         executor=ExecutorConfig(image=sandbox_image, owner=owner, pool_size=2, concurrency=2)), model
 
 
@@ -149,7 +149,7 @@ async def test_the_files_an_episode_wrote_are_there_in_its_next_turn_and_no_othe
     config, _ = scripted(config, tmp_path, sandbox_image, owner)
     config = msgspec.structs.replace(
         config, sampler=msgspec.structs.replace(config.sampler, sources=[f"jsonl:{tasks}"]),
-        generator=msgspec.structs.replace(config.generator, scripted_answers=str(answers)))
+        generator=msgspec.structs.replace(config.generator, backend=ScriptedConfig(answers=str(answers))))
     [task] = load_tasks(config.sampler.sources)
     # answers in order: [READER, WRITER]; sample i, turn t gets answer (i + t - 1) mod 2
     prompt = PromptIssued(group_id="ws", task_id=task.task_id, family=task.family, messages=task.chat(), group_size=2,

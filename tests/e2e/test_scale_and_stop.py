@@ -139,8 +139,8 @@ def test_sigterm_ends_a_busy_generator_within_the_bound_and_its_prompt_is_redone
     model = make_tiny_model_dir(tmp_path / "tiny", max_positions=2048)
     port = free_port()
     slow = msgspec.structs.replace(config, generator=msgspec.structs.replace(
-        config.generator, backend="sim", model=str(model), sim=SimGeneratorConfig(base_s=120.0), metrics_port=port))
-    fast = msgspec.structs.replace(slow, generator=msgspec.structs.replace(slow.generator, sim=SimGeneratorConfig()))
+        config.generator, backend=SimGeneratorConfig(base_s=120.0), model=str(model), metrics_port=port))
+    fast = msgspec.structs.replace(slow, generator=msgspec.structs.replace(slow.generator, backend=SimGeneratorConfig()))
     (tmp_path / "slow.toml").write_text(to_toml(slow))
     (tmp_path / "fast.toml").write_text(to_toml(fast))
     asyncio.run(_produce_prompt(slow))

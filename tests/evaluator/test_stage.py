@@ -21,6 +21,7 @@ from rollstream.config import (
     ExecutorConfig,
     GeneratorConfig,
     LearnerConfig,
+    ScriptedConfig,
 )
 from rollstream.evaluator import stage
 from rollstream.evaluator.play import Player
@@ -38,7 +39,7 @@ def evaluator_config(config: Config, image: str, owner: str, tmp_path: Path) -> 
     return msgspec.structs.replace(
         config,
         sampler=msgspec.structs.replace(config.sampler, sources=["builtin"], holdout_fraction=0.05),
-        generator=GeneratorConfig(backend="scripted", model="smollm2", max_new_tokens=400),
+        generator=GeneratorConfig(backend=ScriptedConfig(), model="smollm2", max_new_tokens=400),
         eval=EvalConfig(every_versions=2, live_per_family=1, live_samples=2, samples=1, seed=3, nice=0, batch=32),
         learner=LearnerConfig(max_steps=4, checkpoint=CheckpointConfig(dir=str(tmp_path / "checkpoints"))),
         executor=ExecutorConfig(image=image, owner=owner, pool_size=2, concurrency=4))

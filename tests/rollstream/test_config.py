@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import tomllib
 from pathlib import Path
 
 import pytest
 
 from rollstream.cli import main
-from rollstream.config import Config
+from rollstream.config import (
+    Config,
+    SGLangConfig,
+    SimExecutorConfig,
+    SimGeneratorConfig,
+    SimLearnerConfig,
+    TransformersConfig,
+)
 from rollstream.config_load import load_config, to_toml, validate
 from rollstream.errors import ConfigError
 
@@ -35,18 +43,69 @@ def test_precedence_profile_file_env_set(tmp_path: Path) -> None:
 
 def test_sections_nest_what_belongs_together() -> None:
     config = load_config(None, ["learner.loss.clip_high=0.3", "learner.lora.rank=4", "generator.backend='sglang'",
-                                "generator.sglang.url='http://s:1'"], environ={})
+                                "generator.backend.url='http://s:1'"], environ={})
     assert config.learner.loss.clip_high == 0.3 and config.learner.lora.rank == 4
-    assert config.generator.sglang.url == "http://s:1" and config.generator.sglang.concurrency == 64
+    assert isinstance(config.generator.backend, SGLangConfig)
+    assert config.generator.backend.url == "http://s:1" and config.generator.backend.concurrency == 64
     plain = load_config(None, [], environ={})
-    assert plain.learner.lora is None and plain.generator.sglang is None  # off unless asked for
-    assert load_config(None, ["generator.backend='sglang'"], environ={}).generator.sglang.url  # its defaults
+    assert plain.learner.lora is None and plain.generator.backend == TransformersConfig()  # off unless asked for
+    assert load_config(None, ["generator.backend='sglang'"], environ={}).generator.backend.url  # its defaults
+
+
+def test_a_backend_is_a_table_named_by_its_kind(tmp_path: Path) -> None:
+    path = tmp_path / "sim.toml"
+    path.write_text("[generator.backend]\nkind = 'sim'\nper_row_s = 0.01\n\n"
+                    "[executor]\nbackend = {kind = 'sim', seconds = 0.5}\n\n[learner]\nbackend = 'sim'\n")
+    config = load_config(path, [], environ={})
+    assert config.generator.backend == SimGeneratorConfig(per_row_s=0.01)
+    assert config.executor.backend == SimExecutorConfig(seconds=0.5)
+    assert config.learner.backend == SimLearnerConfig() and config.learner.backend.kind == "sim"
+    # a layer naming the same kind merges into the table under it; another kind replaces it
+    same = load_config(path, ["generator.backend=sim", "generator.backend.sigma=0.1"], environ={})
+    assert same.generator.backend == SimGeneratorConfig(per_row_s=0.01, sigma=0.1)
+    other = load_config(path, [], environ={"ROLLSTREAM__GENERATOR__BACKEND": "sglang"})
+    assert other.generator.backend == SGLangConfig()
+    # the kind and its keys in either order in one layer
+    assert load_config(None, ["generator.backend.url=http://a:1", "generator.backend=sglang"],
+                       environ={}).generator.backend == SGLangConfig(url="http://a:1")
+    # written back as TOML and read again: the same config
+    assert validate(tomllib.loads(to_toml(config))) == config
+    assert "[generator.backend]\nkind = \"sim\"" in to_toml(config)
+
+
+@pytest.mark.parametrize(("sets", "message"), [
+    (["generator.backend.url=http://a:1"], r"'generator.backend' has no kind: .*'transformers', 'sglang', 'scripted', 'sim'"),
+    (["generator.backend=vllm"], r"'generator.backend' has kind = 'vllm'"),
+    (["executor.backend=gvisor"], r"'executor.backend' has kind = 'gvisor': .*'docker', 'sim'"),
+    (["generator.backend=sim", "generator.backend.url=http://a:1"],
+     r"unknown config key 'generator.backend.url'; allowed here \(kind 'sim'\): base_s"),
+    (["learner.backend=sim", "learner.backend.per_token_s=-1"], r"'learner.backend.per_token_s'.*>= 0.0"),
+])
+def test_a_wrong_backend_table_names_the_kinds_and_keys(sets: list[str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load_config(None, sets, environ={})
+
+
+@pytest.mark.parametrize(("text", "kind", "key"), [
+    ("[generator]\nbackend = 'sim'\n\n[generator.sim]\nbase_s = 0.1\n", "sim", ""),
+    ("[generator.sglang]\nurl = 'http://s:1'\n", "sglang", ""),
+    ("[generator]\nscripted_answers = 'a.jsonl'\n", "scripted", "answers"),
+    ("[executor]\nsim_seconds = 0.1\n", "sim", "seconds"),
+    ("[learner]\nsim_per_token_s = 0.1\n", "sim", "per_token_s"),
+])
+def test_the_backend_sections_before_the_tagged_tables_are_refused(tmp_path: Path, text: str, kind: str,
+                                                                   key: str) -> None:
+    path = tmp_path / "old.toml"
+    path.write_text(text)
+    section = text.strip("[").split("]")[0].split(".")[0]
+    with pytest.raises(ConfigError, match=rf"moved into the backend's table {section}.backend: write "
+                                          rf"\[{section}.backend\] kind = '{kind}'" + (f" and {key} =" if key else "")):
+        load_config(path, [], environ={})
 
 
 @pytest.mark.parametrize(("where", "text", "new"), [
     ("file", "[learner]\nlr = 3e-6\n", "learner.optim.lr"),
     ("file", "[learner]\ncheckpoint_dir = 'ck'\n", "learner.checkpoint.dir"),
-    ("file", "[generator]\nbackend = 'sglang'\nsglang_url = 'http://old:1'\n", "generator.sglang.url"),
     ("set", "learner.kl_beta=0.1", "learner.loss.kl_beta"),
     ("env", "ROLLSTREAM__LEARNER__WARMUP_STEPS=3", "learner.optim.warmup_steps"),
     ("set", "learner.lora_rank=8", "learner.lora.rank"),
@@ -67,8 +126,8 @@ def test_the_old_lora_switch_is_refused_with_the_table_to_write() -> None:
 def test_combinations_that_cannot_work_are_refused() -> None:
     with pytest.raises(ConfigError, match="adapter-only"):
         load_config(None, ["learner.lora.broadcast='adapters'"], environ={})
-    with pytest.raises(ConfigError, match="generator.backend is 'transformers'"):
-        load_config(None, ["generator.sglang.url='http://s:1'"], environ={})
+    with pytest.raises(ConfigError, match="learner.backend = 'sim' trains nothing"):
+        load_config(None, ["learner.backend=sim", "learner.ranks=2", "learner.parallel=ddp"], environ={})
 
 
 def test_the_quick_profile_is_a_shipped_file() -> None:

@@ -14,7 +14,7 @@ import msgspec
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from rollstream.config import Config, ExecutorConfig, InfraConfig
+from rollstream.config import Config, ExecutorConfig, InfraConfig, SimExecutorConfig
 from rollstream.consumers.executor.sim_sandbox import SimSandbox
 from rollstream.consumers.executor.stage import run
 from rollstream.guard import DUPLICATE, NEW, POISON, REPLAY_HEADER, SUSPECT, IntakeGuard
@@ -112,7 +112,7 @@ async def test_poison_action_is_dead_lettered_by_the_fourth_owner_and_duplicates
     config: Config, caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.INFO, logger="rollstream.guard")
-    config = msgspec.structs.replace(config, executor=ExecutorConfig(backend="sim", concurrency=1, pool_size=1))
+    config = msgspec.structs.replace(config, executor=ExecutorConfig(backend=SimExecutorConfig(), concurrency=1, pool_size=1))
     await ensure_topics(config.infra, ["actions", "rewards", "audit"])
     # one group: one partition, the poison first, the valid actions behind it
     actions = [action("p", 0, "CRASH = 1"), action("p", 1, GOOD), action("p", 2, "def add(a, b):\n    return 0")]
@@ -165,7 +165,7 @@ async def test_generator_skips_a_group_it_already_generated_unless_replayed(
     from rollstream.testing import make_prompt
 
     config = msgspec.structs.replace(config, generator=msgspec.structs.replace(
-        config.generator, backend="sim", model=str(tiny_model_dir), sim=SimGeneratorConfig()))
+        config.generator, backend=SimGeneratorConfig(), model=str(tiny_model_dir)))
     await ensure_topics(config.infra, ["prompts", "actions"])
     prompt = make_prompt("dup", group_size=2)
     stop = asyncio.Event()

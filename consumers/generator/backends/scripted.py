@@ -2,7 +2,7 @@
 its task's scripted answers, so rewards vary within a group as they do with a real policy.
 
 A task's answers, in order: its ``reference_solution``, the built-in suite's wrong solution for
-it (:func:`rollstream.tasks.sources.wrong_solutions`), and the lines of ``generator.scripted_answers``
+it (:func:`rollstream.tasks.sources.wrong_solutions`), and the lines of ``generator.backend.answers``
 for it. Sample ``i`` of a group gets answer ``i mod n`` (at turn ``t`` of an episode, ``i + t - 1 mod n``: a
 sample that failed moves on to the next answer), as a fenced Python block; a task with
 no answers gets an empty completion. The text is tokenized with the configured model's
@@ -47,17 +47,18 @@ def task_answers(config: Any) -> dict[str, list[str]]:
     for task_id, text in wrong_solutions().items():
         if task_id in answers:
             answers[task_id].append(text)
-    if config.generator.scripted_answers:
-        _add_answers(answers, Path(config.generator.scripted_answers))
+    extra = getattr(config.generator.backend, "answers", "")  # kind = "scripted"
+    if extra:
+        _add_answers(answers, Path(extra))
     return answers
 
 
 def _add_answers(answers: dict[str, list[str]], path: Path) -> None:
-    """The lines of a ``generator.scripted_answers`` file, each appended to its task's answers."""
+    """The lines of a ``generator.backend.answers`` file, each appended to its task's answers."""
     try:
         lines = path.read_text().splitlines()
     except OSError as exc:
-        raise ConfigError(f"generator.scripted_answers: cannot read {path}: {exc}") from exc
+        raise ConfigError(f"generator.backend.answers: cannot read {path}: {exc}") from exc
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
@@ -145,11 +146,11 @@ class SimBackend(ScriptedBackend):
     """``generator.backend = "sim"``: a GPU deployment's lengths and costs, without a model.
 
     Each completion is its scripted answer (as above) stretched or cut to a length drawn from a
-    log-normal around ``sim.mean_tokens`` (spread ``sim.sigma``: a long tail), seeded by the
+    log-normal around ``generator.backend.mean_tokens`` (spread ``sigma``: a long tail), seeded by the
     request's seed, at most ``max_new_tokens``: shorter than the answer, it is cut (finish reason
     ``length``, and its code usually no longer compiles, as with a real model); longer, filler
     tokens follow the answer's closed code block (the reward reads only the block). A generate call
-    sleeps ``sim.base_s + sim.per_token_s * longest completion of the call``.
+    sleeps ``base_s + per_token_s * longest completion of the call``.
     """
 
     def __init__(self, tokenizer: Any, answers: Mapping[str, list[str]], max_context: int, eos_id: int | None,
@@ -162,7 +163,7 @@ class SimBackend(ScriptedBackend):
     @classmethod
     def load(cls, config: Any) -> SimBackend:
         base = ScriptedBackend.load(config)
-        return cls(base.tokenizer, base.answers, base.max_context, base.eos_id, config.generator.sim)
+        return cls(base.tokenizer, base.answers, base.max_context, base.eos_id, config.generator.backend)
 
     def length(self, request: GenerationRequest) -> int:
         import math
@@ -235,7 +236,7 @@ class SimLoop:
 
 
 class SimDecodeBackend(ContinuousBackend):
-    """``generator.backend = "sim"`` with a per-forward cost (``sim.per_forward_s``/``per_row_s``): the
+    """``generator.backend = "sim"`` with a per-forward cost (``generator.backend.per_forward_s``/``per_row_s``): the
     sim's completions (:class:`SimBackend`), produced by a simulated continuous decode loop whose
     iteration sleeps ``per_forward_s + per_row_s x rows in the loop`` (and a prefill forward of the
     same form for the rows that join), one token per row per iteration. The cost model of a GPU

@@ -10,7 +10,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from rollstream.config import Config, ExecutorConfig, SimGeneratorConfig
+from rollstream.config import Config, ExecutorConfig, SimExecutorConfig, SimGeneratorConfig, SimLearnerConfig
 from rollstream.consumers.executor.rewards import default_registry
 from rollstream.consumers.executor.score import evaluate
 from rollstream.consumers.executor.sim_sandbox import SimSandbox
@@ -76,7 +76,7 @@ async def test_sim_decode_loop_charges_per_forward_and_row_and_rows_leave_as_the
 
 
 async def test_sim_executor_scores_by_its_rule_through_the_real_reward_code() -> None:
-    config = msgspec.structs.replace(Config(), executor=ExecutorConfig(backend="sim"))
+    config = msgspec.structs.replace(Config(), executor=ExecutorConfig(backend=SimExecutorConfig()))
     sandbox = SimSandbox(config, [ANSWERS["t/add"][0]])
     spec = RewardSpec(entry_point="add", tests=["assert add(1, 2) == 3", "assert add(0, 0) == 0"])
     verdicts = []
@@ -95,7 +95,7 @@ def test_sim_learner_step_costs_its_time_and_changes_no_weight() -> None:
 
     model = tiny_model()
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    trainer = SimTrainer(model, LearnerConfig(backend="sim", sim_per_token_s=0.002), pad_id=0, device="cpu")
+    trainer = SimTrainer(model, LearnerConfig(backend=SimLearnerConfig(per_token_s=0.002)), pad_id=0, device="cpu")
     rollouts = group("g", [1.0, -1.0, 0.5]).rollouts
     tokens = sum(len(r.rollout.completion_token_ids) for r in rollouts)
     started = time.perf_counter()
