@@ -37,6 +37,11 @@ concurrency), sides alternating ``--rounds`` times, each side a warm pool (no co
 execution). Reported: ``executions_per_s`` (runc) and ``executions_per_s_runsc``, each the median
 over the rounds, ``runsc_ratio``, and ``container_ready_s`` (one container created, started and its
 runner ready) per runtime.
+
+``--forms`` measures the warm pool on the same 3 checks written as an assert list and as a pytest
+file (``kind = "python_pytest"``: 3 test functions, run by the judge with pytest), sides alternating
+``--rounds`` times: ``executions_per_s`` (assert list), ``executions_per_s_pytest`` and
+``pytest_ratio`` (``python bench/executor.py --quick --forms --rounds 4 --json OUT``).
 """
 
 from __future__ import annotations
@@ -68,6 +73,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 CODE = "def add(a, b):\n    return a + b\n"
 TESTS = ["assert add(1, 2) == 3", "assert add(-1, 1) == 0", "assert add(2, 3) == 5"]
+# The same three checks as a pytest file (kind "python_pytest"; --forms)
+PYTEST_FILE = ("from solution import add\n\n\ndef test_a():\n    assert add(1, 2) == 3\n\n\n"
+               "def test_b():\n    assert add(-1, 1) == 0\n\n\ndef test_c():\n    assert add(2, 3) == 5\n")
 
 
 def stage_signing() -> Any:
@@ -107,18 +115,21 @@ def signing_cost_us(n: int = 2000) -> float:
     return (time.perf_counter() - started) / n * 1e6
 
 
-async def fast_path(config: ExecutorConfig, n: int, concurrency: int, *, sign: bool = False) -> tuple[float, int]:
+async def fast_path(config: ExecutorConfig, n: int, concurrency: int, *, sign: bool = False,
+                    pytest_file: bool = False) -> tuple[float, int]:
     """(executions/s, how many passed all 3 asserts) through the warm pool; with ``sign``, each
-    execution's verdict and audit record are signed as a stage with a key does."""
+    execution's verdict and audit record are signed as a stage with a key does; with
+    ``pytest_file``, the 3 checks are a pytest file's 3 test functions."""
     signer = stage_signing() if sign else None
+    form = {"tests": [PYTEST_FILE], "pytest": True} if pytest_file else {"tests": TESTS}
     async with DockerSandboxPool(config) as pool:
         for i in range(min(50, n)):  # warm-up: containers started, runner forked a few times
-            await pool.execute(Job(job_id=f"w{i}", code=CODE, tests=TESTS))
+            await pool.execute(Job(job_id=f"w{i}", code=CODE, **form))
         gate = asyncio.Semaphore(concurrency)
 
         async def one(i: int) -> bool:
             async with gate:
-                result = await pool.execute(Job(job_id=str(i), code=CODE, tests=TESTS))
+                result = await pool.execute(Job(job_id=str(i), code=CODE, **form))
             if signer is not None:
                 signer(result)
             return sum(1 for e in result.events if e.get("e") == "test" and e.get("ok")) == 3
@@ -364,6 +375,43 @@ async def compare(args: argparse.Namespace) -> None:
     print(json.dumps(figures))
 
 
+async def forms(args: argparse.Namespace) -> None:
+    """``--forms``: the warm pool on the same 3 checks as an assert list and as a pytest file,
+    alternating sides (A B A B ...)."""
+    n = 300 if args.quick else 2000
+    owner = f"bench-{uuid.uuid4().hex[:8]}"
+    sides = ("asserts", "pytest")
+    rates: dict[str, list[float]] = {side: [] for side in sides}
+    load = [round(x, 2) for x in os.getloadavg()]
+    config = ExecutorConfig(image=args.image, owner=owner, pool_size=args.pool_size, concurrency=args.concurrency,
+                            recycle_after=1_000_000)
+    try:
+        for index in range(args.rounds):
+            for side in sides if index % 2 == 0 else tuple(reversed(sides)):
+                rate, ok = await fast_path(config, n, args.concurrency, pytest_file=side == "pytest")
+                if ok != n:
+                    raise SystemExit(f"wrong results with {side}: {ok}/{n} executions passed their 3 checks")
+                rates[side].append(rate)
+                print(f"round {index + 1}/{args.rounds} {side}: {rate:.1f} executions/s", flush=True)
+    finally:
+        await cleanup(owner)
+    plain, pytest_rate = (statistics.median(rates[side]) for side in sides)
+    figures = {
+        "executions_per_s": round(plain, 1),
+        "executions_per_s_pytest": round(pytest_rate, 1),
+        "pytest_ratio": round(pytest_rate / plain, 3),
+        "executions_per_s_rounds": {side: [round(r, 1) for r in rates[side]] for side in sides},
+        "executions": n, "rounds": args.rounds, "pool_size": args.pool_size, "concurrency": args.concurrency,
+        "load_average_before": load, "head": git("rev-parse", "HEAD"),
+        "head_dirty": bool(git("status", "--porcelain", "--untracked-files=no")),
+    }
+    print(f"assert list {plain:.1f} executions/s, pytest file {pytest_rate:.1f}/s (medians of {args.rounds} rounds): "
+          f"ratio {pytest_rate / plain:.3f}")
+    from bench.common import report
+
+    report(figures, args.json)
+
+
 async def runtimes(args: argparse.Namespace) -> None:
     """``--runtime R``: the warm pool under runc and under R, the same work, alternating sides."""
     n = 300 if args.quick else 2000
@@ -418,12 +466,17 @@ def main() -> None:
     parser.add_argument("--runtime", choices=["runsc"],
                         help="the warm pool under runc and under this runtime, the same work, sides alternating "
                              "(executions_per_s, executions_per_s_RUNTIME)")
+    parser.add_argument("--forms", action="store_true",
+                        help="the warm pool on the same 3 checks as an assert list and as a pytest file, sides "
+                             "alternating (executions_per_s, executions_per_s_pytest, pytest_ratio)")
     args = parser.parse_args()
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
     if args.against and args.runtime:
         parser.error("--against and --runtime are separate runs")
-    if args.runtime:
+    if args.forms:
+        asyncio.run(forms(args))
+    elif args.runtime:
         asyncio.run(runtimes(args))
     elif args.against:
         against(args)

@@ -74,7 +74,8 @@ class Outcome:
                 continue
             verb = {"passed": "passes", "failed": "fails", "error": "errors", "skipped": "is skipped"}[now.outcome]
             why = f"{now.error_type}: {now.message}".strip(": ")
-            changes.append(f"test {now.index} now {verb} (was {old.outcome})" + (f": {why[:300]}" if why else ""))
+            name = f"test {now.index}" + (f" ({now.node_id})" if now.node_id else "")
+            changes.append(f"{name} now {verb} (was {old.outcome})" + (f": {why[:300]}" if why else ""))
         return changes
 
 

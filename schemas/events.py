@@ -189,6 +189,10 @@ class RewardSpec(msgspec.Struct, frozen=True, kw_only=True):
     define. With ``program`` the completion is a whole program: tests call
     ``run_program(stdin)`` and get its standard output. The score is the weighted sum of
     the ``weights`` components.
+
+    ``python_pytest``: the same, with each string in ``tests`` a pytest file (``from solution
+    import ...``, test functions and classes, fixtures, parametrize), run by the judge with
+    pytest; every test it collects is one test of the verdict.
     """
 
     kind: Id = "python_tests"
@@ -220,6 +224,11 @@ class RewardSpec(msgspec.Struct, frozen=True, kw_only=True):
     # Hosts the task's code may reach through the executor's egress proxy (HTTP, HTTPS CONNECT);
     # empty: network none (docs/executor.md, "Network"). An older executor ignores it: no network.
     network: Annotated[list[EgressEntry], Meta(max_length=32)] = []
+
+    def __post_init__(self) -> None:
+        if self.kind == "python_pytest" and self.program:
+            raise ValueError("kind 'python_pytest' runs pytest files against the completion's functions: "
+                             "program must be false (a stdin/stdout program's tests call run_program)")
 
 
 class WorkspaceFile(msgspec.Struct, frozen=True, kw_only=True):

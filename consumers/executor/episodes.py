@@ -47,7 +47,7 @@ from typing import Any
 
 import msgspec
 
-from rollstream.consumers.executor.rewards import extract_code, per_test_results
+from rollstream.consumers.executor.rewards import extract_code, per_test_results, tests_total
 from rollstream.schemas.events import (
     ActionGenerated,
     Continuation,
@@ -241,10 +241,11 @@ def observation(spec: RewardSpec, execution: ExecutionRecord, events: Sequence[d
     else:
         lines.append(f"Your code failed ({verdict}): {execution.error_message}".rstrip(": "))
     # the verdict's own per-test results (those of ``events`` for a record written without them)
-    results = list(execution.test_results) or per_test_results(list(events), len(spec.tests))[0]
+    results = list(execution.test_results) or per_test_results(list(events), tests_total(spec, list(events)))[0]
     failed = [r for r in results if r.outcome in ("failed", "error")]
     for result in failed[:FAILED_TESTS_SHOWN]:
-        test = spec.tests[result.index] if result.index < len(spec.tests) else "?"
+        # a pytest file's test by its node id, a statement test by its text
+        test = result.node_id or (spec.tests[result.index] if result.index < len(spec.tests) else "?")
         why = f"{result.error_type}: {result.message}".strip(": ")
         lines.append(f"Failed: {test.strip()[:300]}" + (f" ({why[:300]})" if why else ""))
     if len(failed) > FAILED_TESTS_SHOWN:

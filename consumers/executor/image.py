@@ -2,9 +2,10 @@
 
 Consumes: a Debian mirror (offline build) or a registry (Docker build); produces a local image
 tag (default ``rollstream-sandbox:latest``) holding Debian bookworm with the full ``python3``
-(stdlib included: ``json``, ``ctypes``, ...) and an empty ``/work`` mount point.
+(stdlib included: ``json``, ``ctypes``, ...), Debian's ``python3-pytest`` (the judge runs pytest
+files with it: label ``rollstream.sandbox.pytest``) and an empty ``/work`` mount point.
 
-* ``offline=True``: ``debootstrap --variant=minbase --include=python3 bookworm`` into a
+* ``offline=True``: ``debootstrap --variant=minbase --include=python3,python3-pytest bookworm`` into a
   temporary directory, trim docs/caches, then ``docker import`` the tree. Needs root and a
   Debian mirror (or proxy), but no container registry: this is what CI and air-gapped hosts use.
 * ``offline=False``: ``docker build`` of ``compose/sandbox/Dockerfile`` (pulls ``debian:bookworm-slim``).
@@ -38,6 +39,9 @@ DEFAULT_MIRROR = "http://deb.debian.org/debian"
 SUITE = "bookworm"
 SANDBOX_UID = 65534  # "nobody" in Debian; the runner and the code it runs use it
 DOCKERFILE_DIR = Path(__file__).resolve().parents[1] / "compose" / "sandbox"
+SANDBOX_PACKAGES = ("python3", "python3-pytest")
+PYTEST_LABEL = "rollstream.sandbox.pytest"
+"""An image with pytest for the judge's pytest files (images built before it lack the label)."""
 
 # Removed from the offline tree: not needed to run python, and smaller images start faster.
 _TRIM = (
@@ -58,6 +62,7 @@ _IMAGE_CHANGES = (
     "ENV LANG=C.UTF-8",
     "ENV PYTHONDONTWRITEBYTECODE=1",
     "LABEL rollstream.sandbox.image=1",
+    f"LABEL {PYTEST_LABEL}=1",
     'CMD ["python3"]',
 )
 
@@ -116,11 +121,11 @@ def build_base_image(tag: str = BASE_TAG, *, offline: bool = True, mirror: str =
 
 
 def _build_offline(tag: str, mirror: str) -> str:
-    with _debootstrap(("python3",), mirror, "the offline sandbox build") as root:
+    with _debootstrap(SANDBOX_PACKAGES, mirror, "the offline sandbox build") as root:
         (root / "work").mkdir(mode=0o755, exist_ok=True)
         os.chown(root / "work", SANDBOX_UID, SANDBOX_UID)
         check = _run(
-            ["chroot", str(root), "python3", "-c", "import json, ctypes, sys; print(sys.version)"],
+            ["chroot", str(root), "python3", "-c", "import json, ctypes, sys, pytest; print(sys.version, pytest.__version__)"],
             "python check",
         )
         log.info("sandbox image python: %s", check.stdout.decode().strip())

@@ -33,7 +33,7 @@ from collections.abc import Callable
 
 import msgspec
 
-from rollstream.consumers.executor.rewards import LOST_IN_PROCESS
+from rollstream.consumers.executor.rewards import LOST_IN_PROCESS, PYTEST_KIND, tests_total
 from rollstream.consumers.executor.sandbox import Job, RunResult, SandboxBackend
 from rollstream.schemas.events import RewardSpec
 
@@ -54,6 +54,7 @@ class ReferenceCheck(msgspec.Struct, frozen=True, kw_only=True):
     delegated: list[str] = []  # points where the tests had the candidate run code from data
     suppressed: list[str] = []  # points where the reference's __exit__ swallowed an exception
     tests: int = 0
+    pytest: bool = False  # the tests are pytest files (python_pytest): ``tests`` counts what they collected
 
     @property
     def mismatch(self) -> bool:
@@ -71,7 +72,8 @@ class ReferenceCheck(msgspec.Struct, frozen=True, kw_only=True):
             return asked
         if self.judged or not self.in_process:
             return "judge"
-        return "in_process" if len(self.judge_failing) >= self.tests else "mixed"
+        # a test of a pytest file is no statement to run apart: the whole task runs in process
+        return "in_process" if len(self.judge_failing) >= self.tests or self.pytest else "mixed"
 
     @property
     def in_process_tests(self) -> list[int]:
@@ -120,12 +122,13 @@ async def check_reference(backend: SandboxBackend, spec: RewardSpec, job_id: str
     """Run the reference under the judge (recording what crossed) and in process."""
     base = dict(code=spec.reference, setup=spec.setup, tests=list(spec.tests), timeout_s=spec.timeout_s,
                 memory_mb=spec.memory_mb, entry_point=spec.entry_point, program=spec.program,
+                pytest=spec.kind == PYTEST_KIND,
                 assets=list(spec.assets), network=list(spec.network))
     judged, in_process = await asyncio.gather(
         backend.execute(Job(job_id=f"{job_id}/reference-judged", trust="judge", rules={"mode": "record"}, **base)),
         backend.execute(Job(job_id=f"{job_id}/reference-in-process", trust="in_process", **base)),
     )
-    total = len(spec.tests)
+    total = tests_total(spec, judged.events)
     failing, why = _outcomes(judged, total)
     paths = next((e for e in judged.events if e.get("e") == "paths"), None)
     names, skips = {}, {}
@@ -139,10 +142,10 @@ async def check_reference(backend: SandboxBackend, spec: RewardSpec, job_id: str
             index, _, count = str(entry).partition(":")
             if index.isdigit() and count.lstrip("-").isdigit():
                 skips[index] = int(count)
-    return ReferenceCheck(judged=not failing, in_process=not _outcomes(in_process, total)[0],
+    return ReferenceCheck(judged=not failing, in_process=not _outcomes(in_process, tests_total(spec, in_process.events))[0],
                           failing_test=failing[0] if failing else None, message=why[:1000], judge_failing=failing,
                           recorded=paths is not None, objects=objects, names=names, skips=skips, delegated=delegated,
-                          suppressed=suppressed, tests=total)
+                          suppressed=suppressed, tests=total, pytest=spec.kind == PYTEST_KIND)
 
 
 def _points(paths: object, key: str) -> list[str]:
@@ -166,7 +169,7 @@ class ReferenceChecks:
 
     async def check(self, spec: RewardSpec, task: str = "") -> ReferenceCheck | None:
         """The check of ``spec``'s reference; None when it carries none (or is not a tests task)."""
-        if not spec.reference or spec.kind != "python_tests" or not spec.tests:
+        if not spec.reference or spec.kind not in ("python_tests", PYTEST_KIND) or not spec.tests:
             return None
         digest = spec_digest(spec)
         found = self._done.get(digest)

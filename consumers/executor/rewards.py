@@ -133,6 +133,8 @@ def skipped_tests(events: list[dict], total: int) -> int:
     return len({e["i"] for e in tests if e.get("skip") is True} - other)
 
 
+PYTEST_KIND = "python_pytest"  # each test a pytest file (consumers/executor/runtime/pytests.py)
+MAX_COLLECTED = 4096  # tests one pytest file may collect (runtime/pytests.py MAX_ITEMS)
 # Failure types that say a test's check did not hold (the rest: an exception while it ran).
 CHECK_FAILURES = frozenset({"AssertionError", "TypeMismatch", "TooLarge", "TestObject", "SkipTest"})
 MESSAGE_LIMIT = 500  # characters of one test's message
@@ -161,9 +163,22 @@ def per_test_results(events: list[dict], total: int) -> tuple[list[TestResult], 
         used += len(message)
         seconds = event.get("d")
         duration = min(float(seconds), 1e6) if isinstance(seconds, (int, float)) and seconds >= 0 else 0.0
+        node = event.get("node")
         results.append(TestResult(index=index, outcome=outcome, error_type="" if outcome == "passed" else kind,
-                                  message=message, duration_s=duration))
+                                  message=message, duration_s=duration,
+                                  node_id=node[:300] if isinstance(node, str) else ""))
     return results, omitted
+
+
+def tests_total(spec: RewardSpec, events: list[dict]) -> int:
+    """How many tests a verdict counts: one per test statement; for pytest files
+    (``python_pytest``) the tests each file collected (the judge's ``collected`` events, in file
+    order), a file that reported none (it failed, or the run ended before it) counting as one."""
+    if spec.kind != PYTEST_KIND:
+        return len(spec.tests)
+    counts = [e["n"] for e in events if e.get("e") == "collected" and type(e.get("n")) is int
+              and 1 <= e["n"] <= MAX_COLLECTED][: len(spec.tests)]
+    return sum(counts) + len(spec.tests) - len(counts)
 
 
 def _test_events(events: list[dict], total: int) -> list[dict]:
@@ -222,6 +237,7 @@ class PythonTests:
     """``python_tests``: the completion's code, then the spec's tests as statements."""
 
     components = frozenset({"tests", "format", "length"})
+    pytest_files = False  # PytestFiles: each test a pytest file
 
     def prepare(self, spec: RewardSpec, completion: str, job_id: str) -> Job | Scored:
         extraction = extract_code(completion)
@@ -245,6 +261,7 @@ class PythonTests:
             memory_mb=spec.memory_mb,
             entry_point=spec.entry_point,
             program=spec.program,
+            pytest=self.pytest_files,
             trust="judge" if spec.trust == "mixed" else spec.trust,
             assets=list(spec.assets),
             network=list(spec.network),
@@ -253,7 +270,7 @@ class PythonTests:
     def score(self, spec: RewardSpec, completion: str, result: RunResult) -> Scored:
         events = result.events
         kinds = {e.get("e") for e in events}
-        total = len(spec.tests)
+        total = tests_total(spec, events)
         passed = passed_tests(events, total)
         skipped = skipped_tests(events, total)
         results, omitted = per_test_results(events, total)
@@ -320,6 +337,15 @@ class PythonTests:
         return Scored(
             reward=weighted_reward(spec.weights, components), components=components, execution=record
         )
+
+
+class PytestFiles(PythonTests):
+    """``python_pytest``: the completion's code, then each of the spec's tests as a pytest file
+    (``from solution import ...``; test functions and classes, parametrize, fixtures, ``raises``,
+    ``approx``), run by the judge (consumers/executor/runtime/pytests.py): each collected test is
+    one test of the verdict, named by its node id. The rules are ``python_tests``'."""
+
+    pytest_files = True
 
 
 def _failure(spec: RewardSpec, result: RunResult, events: list[dict], kinds: set) -> tuple | None:
@@ -412,8 +438,8 @@ class RewardRegistry:
 
 
 def default_registry(entry_points: Iterable[metadata.EntryPoint] | None = None) -> RewardRegistry:
-    """``python_tests`` plus every kind in the ``rollstream.rewards`` entry-point group."""
-    registry = RewardRegistry({"python_tests": PythonTests()})
+    """``python_tests``, ``python_pytest`` and every kind in the ``rollstream.rewards`` entry-point group."""
+    registry = RewardRegistry({"python_tests": PythonTests(), PYTEST_KIND: PytestFiles()})
     found = metadata.entry_points(group="rollstream.rewards") if entry_points is None else entry_points
     for entry in found:
         registry.register(entry.name, entry.load()())

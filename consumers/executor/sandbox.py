@@ -61,6 +61,8 @@ from rollstream.consumers.executor.egress import (
     proxy_source,
     socket_dir_archive,
 )
+from rollstream.consumers.executor.image import PYTEST_LABEL
+from rollstream.consumers.executor.runtime.candidate import SOLUTION
 from rollstream.errors import SandboxError, SandboxLost
 from rollstream.retry import retry
 from rollstream.schemas.events import Asset, SandboxLimits
@@ -80,7 +82,7 @@ RUNNER_OVERHEAD_MB = 128  # the runner, its zygotes, the judge and the forked in
 # (under runc that limit would count every process of uid 65534 on the host). Its memory cgroup
 # holds gVisor's kernel too: RUNSC_OVERHEAD_MB more.
 RUNSC_HOST_TASKS = 4096
-RUNSC_OVERHEAD_MB = 256
+RUNSC_OVERHEAD_MB = 384  # a fork bomb peaked at 471-630 MB of 640 with 256 (2026-12-05, 10 runs)
 # Under runsc PID 1 starts as root with these capabilities only (gVisor's root, not the host's) and
 # each job's process drops to 65534 (runtime/zygotes.py JOB_IDS): gVisor's kernel
 # lets a same-uid process open a non-dumpable one's descriptors and signal its namespace's init,
@@ -119,6 +121,7 @@ class Job(msgspec.Struct, frozen=True, kw_only=True):
     names: list[str] = []
     modules: list[str] = []
     program: bool = False
+    pytest: bool = False  # each test a pytest file (runtime/pytests.py)
     trust: Literal["judge", "in_process"] = "judge"
     rules: dict[str, Any] = {}
     files: list[tuple[str, bytes]] = []  # an episode's workspace, written into /work before the code runs
@@ -143,10 +146,30 @@ def tested_names(tests: tuple[str, ...], entry_point: str = "") -> tuple[str, ..
     task's setup does not define): every name loaded anywhere in a test, but the judge's
     builtins and helpers and the names the tests bind themselves (``result = f(1)``: a global of
     the completion's called ``result`` is not the tests' result, even where their assignment did
-    not run); the entry point always. Cached: a group shares its tests."""
+    not run); the entry point always; and the names the tests take from the completion's module
+    (``from solution import add``, ``solution.add`` after ``import solution``). Cached: a group
+    shares its tests."""
     loaded, bound = _loaded_and_bound(tests)
-    names = (loaded - bound) | ({entry_point} if entry_point else set())
+    names = (loaded - bound) | ({entry_point} if entry_point else set()) | _from_solution(tests)
     return tuple(sorted(n for n in names if n == entry_point or n not in JUDGE_NAMES))
+
+
+@functools.lru_cache(maxsize=4096)
+def _from_solution(tests: tuple[str, ...]) -> frozenset[str]:
+    """The names the tests import from the completion's module, or read as attributes of it."""
+    found: set[str] = set()
+    for tree in _trees(tests):
+        aliases = set()  # what `import solution [as s]` binds
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module == SOLUTION and not node.level:
+                found.update(a.name for a in node.names if a.name != "*")
+            elif isinstance(node, ast.Import):
+                aliases.update(a.asname or a.name for a in node.names if a.name == SOLUTION)
+        if aliases:
+            found.update(node.attr for node in ast.walk(tree)
+                         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                         and node.value.id in aliases)
+    return frozenset(found)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -219,7 +242,7 @@ class SandboxBackend(Protocol):
 
 
 # The sandbox's runtime, in order: each uses the names of those before it.
-RUNTIME = ("codec.py", "channel.py", "proxies.py", "crossing.py", "fromdata.py", "candidate.py", "judge.py",
+RUNTIME = ("codec.py", "channel.py", "proxies.py", "crossing.py", "fromdata.py", "candidate.py", "judge.py", "pytests.py",
            "inprocess.py", "workspace.py", "zygotes.py", "cleanup.py", "warmup.py", "relay.py", "supervisor.py")
 # The command line carries a bootstrap; the runtime itself arrives on stdin (a -c argument is
 # capped at 128 KiB by the kernel).
@@ -470,6 +493,7 @@ class DockerSandboxPool:
         self._run_id = secrets.token_hex(3)
         self.recycled = 0
         self.image_id = ""  # the sandbox image's id (sha256:...), known once started
+        self.has_pytest = False  # the image has pytest (image.py PYTEST_LABEL), known once started
         self.runtime = ""  # runtime_identity(): what runs the containers and the runner
         self._keyed: dict[str, _Keyed] = {}  # set_key(assets) -> the pool of that set
         self._keyed_starting: dict[str, asyncio.Lock] = {}
@@ -495,6 +519,7 @@ class DockerSandboxPool:
                 ) from exc
             raise SandboxError(f"cannot use the Docker daemon: {exc}") from exc
         self.image_id = str(image.get("Id") or self.config.image)
+        self.has_pytest = PYTEST_LABEL in ((image.get("Config") or {}).get("Labels") or {})
         registered = sorted(info.get("Runtimes") or {"runc": {}})
         if self.config.runtime not in registered:
             await self._docker.close()
@@ -664,6 +689,9 @@ class DockerSandboxPool:
         return msgspec.structs.replace(result, connections=await proxy.end(token))
 
     async def _execute(self, job: Job, extra: dict[str, Any] | None = None) -> RunResult:
+        if job.pytest and not self.has_pytest:
+            raise SandboxError(f"the sandbox image {self.config.image!r} has no pytest (built before pytest files): "
+                               "rebuild it with `rollstream sandbox build --offline` (or without --offline)")
         warm = await self._acquire()
         request = {
             "id": job.job_id,
@@ -675,6 +703,7 @@ class DockerSandboxPool:
             "modules": job.modules,
             "entry_point": job.entry_point,
             "program": job.program,
+            "pytest": job.pytest,
             "trust": job.trust,
             "rules": job.rules,
             "timeout_s": job.timeout_s,

@@ -18,7 +18,7 @@ open-r1            ``prompt`` (or ``problem_statement``, ``problem``),        st
                    with ``input``, ``output``, ``type``: stdin_stdout or
                    function_call), ``gold_standard_solution`` (fenced or not)
 acecode            ``question``, ``test_cases`` (assert statements)           the asserts
-kodcode            ``question``, ``solution``, ``test`` (``test_code`` in     each ``test_*`` function
+kodcode            ``question``, ``solution``, ``test`` (``test_code`` in     the file, run by pytest
                    the earlier revision: a pytest file)
 =================  =========================================================  ==========================
 
@@ -40,9 +40,9 @@ the unpickler refuses every global (so no callable can be reached, let alone cal
 result must be a string of JSON or plain lists and dicts; anything else is refused with the row
 and field named. The decompressed size is bounded (``MAX_DECODED``).
 
-KodCode's pytest files are taken when every test is a plain ``def test_*()`` function with
-``from solution import ...`` (fixtures, ``parametrize`` and ``pytest.raises`` need the judge's
-pytest support: such a row is refused with the reason).
+KodCode's ``test`` is a pytest file, taken as it is (``kind = "python_pytest"``: the judge runs it
+with pytest, fixtures, ``parametrize`` and ``pytest.raises`` included; the entry point is the first
+name it takes from ``solution``).
 """
 
 from __future__ import annotations
@@ -373,49 +373,38 @@ def _acecode(row: Mapping[str, Any], family: str, index: int) -> TaskSpec:
                                                                                                   "test_cases")))
 
 
-def pytest_file_tests(source: str, index: int, field: str = "test") -> tuple[list[str], str]:
-    """A plain pytest file as test statements (its imports of ``solution`` dropped, each ``test_*``
-    function defined and called) and the first name it imports from ``solution``."""
+def pytest_entry_point(source: str, index: int, field: str = "test") -> str:
+    """The name a pytest file tests (the first it takes from ``solution``: ``from solution import
+    add`` or ``solution.add``); the file is refused when it does not parse, has no test function
+    or class, or takes nothing from the solution."""
     try:
         tree = ast.parse(source)
     except SyntaxError as exc:
         raise LayoutError(index, field, f"does not parse ({exc.msg}, line {exc.lineno})") from None
-    prelude, tests, imported = [], [], []
-    for node in tree.body:
-        if isinstance(node, ast.ImportFrom) and node.module == "solution":
-            imported += [a.name for a in node.names]
-            continue
-        if isinstance(node, ast.Import) and any(a.name in ("solution", "pytest") for a in node.names):
-            if any(a.name == "pytest" for a in node.names):
-                raise LayoutError(index, field, "uses pytest itself (fixtures, parametrize, raises): runs once the "
-                                                "judge runs pytest files")
-            raise LayoutError(index, field, "'import solution': only 'from solution import ...' is read for now")
-        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("pytest"):
-            raise LayoutError(index, field, "uses pytest itself: runs once the judge runs pytest files")
-        if isinstance(node, ast.FunctionDef) and node.name.startswith("test"):
-            if node.decorator_list or node.args.args or node.args.kwonlyargs or node.args.vararg:
-                raise LayoutError(index, field, f"{node.name} takes fixtures or has decorators: runs once the judge "
-                                                "runs pytest files")
-            tests.append(f"{ast.unparse(node)}\n{node.name}()")
-        elif isinstance(node, ast.ClassDef) and node.name.startswith("Test"):
-            raise LayoutError(index, field, f"test class {node.name}: runs once the judge runs pytest files")
-        else:
-            prelude.append(ast.unparse(node))
-    if not tests:
-        raise LayoutError(index, field, "no test functions")
-    if not imported:
-        raise LayoutError(index, field, "imports nothing from solution")
-    setup = "\n".join(prelude)
-    return [f"{setup}\n{t}" if setup else t for t in tests], imported[0]
+    if not any(isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("test")
+               or isinstance(node, ast.ClassDef) and node.name.startswith("Test") for node in tree.body):
+        raise LayoutError(index, field, "no test functions or classes")
+    aliases = {a.asname or a.name for node in ast.walk(tree) if isinstance(node, ast.Import)
+               for a in node.names if a.name == "solution"}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module == "solution" and not node.level:
+            names = [a.name for a in node.names if a.name != "*"]
+            if names:
+                return names[0]
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases:
+            return node.attr
+    raise LayoutError(index, field, "takes nothing from solution (from solution import ...)")
 
 
 def _kodcode(row: Mapping[str, Any], family: str, index: int) -> TaskSpec:
     field = "test" if "test" in row else "test_code"  # test_code: KodCode's earlier revision
-    tests, entry = pytest_file_tests(_text(row, field, index), index, field)
+    source = _text(row, field, index)
+    entry = pytest_entry_point(source, index, field)
     solution = row.get("solution")
     return TaskSpec(task_id=_row_id(row, family, index, "question_id", "conversation_id"), family=family,
                     prompt=_prompt(_text(row, "question", index), "", False),
-                    reward=RewardSpec(entry_point=entry, tests=_bounded(tests, index, field), timeout_s=10.0),
+                    reward=RewardSpec(kind="python_pytest", entry_point=entry, tests=_bounded([source], index, field),
+                                      timeout_s=10.0),
                     reference_solution=unfenced(solution) if isinstance(solution, str) and solution.strip() else None)
 
 

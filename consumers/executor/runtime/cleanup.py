@@ -11,31 +11,27 @@ if __name__ != "__main__":  # on the host (linters, readers): what the sandbox g
 
 MQUEUE = "/dev/mqueue"
 SHM = "/dev/shm"  # a tmpfs of its own, for multiprocessing's semaphores: wiped like /work
+DEAD = (b"Z", b"X")  # process states in /proc/<pid>/stat: a zombie, a task being released
+SETTLE_S = 1.0  # how long the job's ended processes may take to be reaped before the container is given up
 
 
 def _pids():
     return [p for p in os.listdir("/proc") if p.isdigit() and p != "1"]
 
 
-def cleanup(host, collect=None):
+def cleanup(host, collect=None, settle_s=SETTLE_S):
     """Make sure no process is left but init and the zygotes, call ``collect()`` (nothing of the
     job runs any more), then wipe the writable places. Returns (processes that outlived the job,
     problems). Three tasks in the container's pids cgroup are PID 1 and the zygotes: nothing to
-    reap or kill, the usual case. Otherwise everything but PID 1 is killed, zygotes included
-    (the container is then replaced)."""
+    reap or kill, the usual case. Otherwise what is left is reaped until it is gone (``_settle``,
+    at most ``settle_s``); if a process still lives, or zombies stay, everything but PID 1 is
+    killed, zygotes included (the container is then replaced)."""
     problems = []
     survivors = 0
-    # PID 1 (and its relay thread), the zygotes, a child forked ahead waiting for the next job
-    expected = 1 + host.threads + len(host.zygotes) + len(host.ahead)
-    if not host.zygotes or host.tasks() != expected:
-        _reap()  # zombies of the job's orphans, reparented to init, keep the count up
-        live = set(_live_pids(()))
-        for role, pid in list(host.ahead.items()):
-            if pid not in live:  # a child forked ahead that died before its job: its zygote forks anew
-                del host.ahead[role]
-        survivors = len(live - {str(pid) for pid in host.zygotes} - set(host.ahead.values()))
+    if not host.zygotes or host.tasks() != _expected(host):
+        survivors, settled = _settle(host, settle_s)
         count = host.tasks()
-        if survivors or (count is not None and count > 1 + host.threads + len(host.zygotes) + len(host.ahead)):
+        if survivors or not settled or (count is not None and count > _expected(host)):
             host.drop_zygotes()
             problems += _kill_all()
     if collect is not None:
@@ -60,6 +56,41 @@ def cleanup(host, collect=None):
     return survivors, problems
 
 
+def _expected(host):
+    """The tasks a clean container holds: PID 1 (and its relay thread), the zygotes, the children
+    forked ahead waiting for the next job."""
+    return 1 + host.threads + len(host.zygotes) + len(host.ahead)
+
+
+def _settle(host, settle_s):
+    """Reap until no process is left but init, the zygotes and the children forked ahead, or one
+    that still lives is found, or ``settle_s`` has passed. Returns (how many processes outside
+    that set still live, whether nothing outside it is left).
+
+    A zombie is no survivor but not gone either: it is reaped, and waited for until it is. Under
+    gVisor a killed process's children are handed to init only once it has finished exiting, which
+    can be after one round of reaping; a single reap followed by a scan that passes over zombies
+    left them in the container as PID 1's unreaped children, seen by the next job (a fork bomb's
+    dozens of them, about one run in eight). A process still exiting is listed as running: it is
+    a survivor, as is one a process group's kill missed (gVisor's ``clone`` does not check for a
+    pending SIGKILL as Linux's does), and the caller kills everything."""
+    deadline = time.monotonic() + settle_s
+    while True:
+        _reap()
+        states = _states()
+        for role, pid in list(host.ahead.items()):
+            if states.get(pid, b"Z") in DEAD:  # a child forked ahead that died before its job: its zygote forks anew
+                del host.ahead[role]
+        spare = {str(pid) for pid in host.zygotes} | set(host.ahead.values())
+        left = [state for pid, state in states.items() if pid not in spare]
+        live = sum(1 for state in left if state not in DEAD)
+        if live or not left:
+            return live, not left
+        if time.monotonic() >= deadline:
+            return 0, False
+        time.sleep(0.0005)
+
+
 def _reap():
     while True:
         try:
@@ -70,20 +101,16 @@ def _reap():
             return
 
 
-def _live_pids(spare):
-    """Processes other than init and ``spare`` that are not zombies."""
-    live = []
+def _states():
+    """Every process but init: its pid (text) -> its state letter (``R``, ``S``, ``Z``, ...)."""
+    states = {}
     for p in _pids():
-        if p in spare:
-            continue
         try:
             with open(f"/proc/{p}/stat", "rb") as f:
-                state = f.read().rsplit(b")", 1)[1].split()[0]
+                states[p] = f.read().rsplit(b")", 1)[1].split()[0]
         except (OSError, IndexError):
-            continue
-        if state != b"Z":
-            live.append(p)
-    return live
+            continue  # gone meanwhile
+    return states
 
 
 def _kill_all():

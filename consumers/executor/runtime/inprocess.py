@@ -18,9 +18,10 @@ if __name__ != "__main__":  # on the host; in the sandbox these names come from 
     from rollstream.consumers.executor.runtime.codec import _text, run_setup
     from rollstream.consumers.executor.runtime.judge import explain
     from rollstream.consumers.executor.runtime.proxies import raises
+    from rollstream.consumers.executor.runtime.pytests import run_pytest_files
 
 
-def harness(code, setup, tests, report, program=False, out_cap=1 << 16):
+def harness(code, setup, tests, report, program=False, out_cap=1 << 16, pytest_files=False):
     """``trust: "in_process"``: run setup, code and tests in this one process; ``report(dict)``
     writes one event. The completion shares the tests' interpreter, so it can fake its own
     verdicts: the execution record says so.
@@ -28,7 +29,7 @@ def harness(code, setup, tests, report, program=False, out_cap=1 << 16):
     ``setup`` and ``tests`` are the task's sources compiled by the runner (a code object, or the
     compile error as text; ``setup`` None when there is none); only the completion's ``code``
     is compiled here. With ``program`` the code is not run as a module: tests call
-    ``run_program(stdin)``.
+    ``run_program(stdin)``. With ``pytest_files`` each test is a pytest file (runtime/pytests.py).
     """
     module = type(sys)("solution")  # unittest.main() and pickle find the names here, as in a script
     namespace = module.__dict__
@@ -65,6 +66,10 @@ def harness(code, setup, tests, report, program=False, out_cap=1 << 16):
             report({"e": "code_error", "type": type(exc).__name__, "msg": _text(exc, 500), "line": _line_of(exc)})
             return 1
     report({"e": "code_ok"})
+    if pytest_files:
+        run_pytest_files(namespace, tests, report)
+        report({"e": "done"})
+        return 0
     for index, test in enumerate(tests):
         started = time.perf_counter()
         try:

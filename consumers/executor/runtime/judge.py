@@ -41,6 +41,7 @@ import types
 from operator import is_not
 
 if __name__ != "__main__":  # on the host; in the sandbox these names come from the files above
+    from rollstream.consumers.executor.runtime.candidate import SOLUTION
     from rollstream.consumers.executor.runtime.channel import LinkDown
     from rollstream.consumers.executor.runtime.codec import (
         NEVER_IMPORT,
@@ -514,7 +515,7 @@ def install_guards(out_fds=(1, 2)):
     builtins.open = io.open = guarded_open
     os.open = guarded_os_open
     stdlib = _stdlib_dirs()
-    sys.meta_path.insert(0, ImportGuard(stdlib))
+    sys.meta_path.insert(0, ImportGuard(stdlib + _CACHE.get("trusted_dirs", ())))
     sys.addaudithook(ExecGuard(lambda: Guards.current, (_tests_eval.__code__, _tests_exec.__code__),
                                lambda path: _inside(os.path.normpath(path), stdlib, resolve=False)))
     if "logging.config" in sys.modules:
@@ -749,6 +750,19 @@ def _find_stdlib_dirs():
                  | {os.path.realpath(p) for p in sys.path if p and "lib-dynload" in p})
 
 
+def _package_dirs(names):
+    """Where the imported packages (or single-file modules) ``names`` live: the image's own
+    read-only code the judge may import from besides the standard library (pytest's)."""
+    found = set()
+    for name in names:
+        module = sys.modules.get(name)
+        path = getattr(module, "__file__", None)
+        if type(path) is str:
+            path = os.path.realpath(path)
+            found.add(os.path.dirname(path) if getattr(module, "__path__", None) is not None else path)
+    return tuple(sorted(found))
+
+
 def _allowed_devices():
     """The sandbox's own filesystems: its root, ``/work`` and a keyed pool's read-only ``/assets``
     (computed once, like the above)."""
@@ -781,7 +795,8 @@ def judge_main(part, read_fd, write_fd, report, guarded=True):
     """Run one job's setup and tests against the candidate at the other end of the pipes;
     ``report(dict)`` records events. ``part`` is what the runner sent (trusted). ``guarded``:
     install the guards if this process has not (off only for the runner's warm-up)."""
-    setup, tests, names, entry_point, modules, rules = part
+    setup, tests, names, entry_point, modules, rules, *form = part
+    pytest_files = bool(form and form[0])  # each test a pytest file (runtime/pytests.py)
     preimported = preimport(modules)
     namespace_module = types.ModuleType(TEST_MODULE)
     namespace = namespace_module.__dict__
@@ -827,10 +842,14 @@ def judge_main(part, read_fd, write_fd, report, guarded=True):
         if status != "ok" or len(detail) != 1:
             raise ProtocolError("an unknown ready status")
         bind(judge, namespace, detail[0], set(names), entry_point, preimported)
+        sys.modules[SOLUTION] = solution_module(namespace, names)
     except ProtocolError as exc:
         judge.set_tamper("protocol", exc)
         return finish(judge, report, tests, 0)
     report({"e": "code_ok"})
+    if pytest_files:
+        _pytest_files()(namespace, tests, report, judge)
+        return finish(judge, report)
     for index, test in enumerate(tests):
         if judge.gone is not None:  # nothing more will be answered: the rest fail unrun
             return finish(judge, report, tests, index, gone_reported=True)
@@ -841,6 +860,26 @@ def judge_main(part, read_fd, write_fd, report, guarded=True):
         if judge.gone is not None and judge.tamper is None:
             report({"e": "gone", "i": index, "msg": judge.gone[:300]})
     return finish(judge, report)
+
+
+def _pytest_files():
+    """runtime/pytests.py's runner (loaded after this file in the sandbox; imported on the host)."""
+    if __name__ != "__main__":
+        from rollstream.consumers.executor.runtime.pytests import run_pytest_files
+
+        return run_pytest_files
+    return globals()["run_pytest_files"]
+
+
+def solution_module(namespace, names):
+    """The completion's module as the tests import it (``from solution import add``, ``import
+    solution``): the names the tests read, each as :func:`bind` bound it (the task's setup's
+    own where it defines one); a name the completion does not define is not there (an
+    ``ImportError``, as in Python)."""
+    module = types.ModuleType(SOLUTION)
+    module.__dict__.update({name: namespace[name] for name in names
+                            if name in namespace and name not in ("raises", "run_program", "__assert_explain__")})
+    return module
 
 
 def run_test(judge, guards, namespace, index, test):

@@ -57,6 +57,7 @@ import time
 
 if __name__ != "__main__":  # on the host (linters, readers): what the sandbox gets from the files above
     from rollstream.consumers.executor.runtime.cleanup import (
+        SETTLE_S,
         _kill_all,
         cleanup,
         install_seccomp,
@@ -89,6 +90,7 @@ CHILD_ENV = {
 }
 MAX_REPORT_BYTES = 1 << 20
 REPORT_DRAIN_S = 0.02  # how often the report pipe is emptied while a job runs (it wakes nobody)
+CANDIDATE_STATUS_S = 0.5  # a candidate that died on its own before its judge ended: its status is awaited this long
 # The container's pids cgroup counter (v1, v2): every task in the container, zombies included.
 TASK_COUNTERS = ("/sys/fs/cgroup/pids/pids.current", "/sys/fs/cgroup/pids.current")
 # OOM kills in the container's memory cgroup (v2, or v1 on kernels >= 4.13).
@@ -325,7 +327,8 @@ def run_job(host, job):
     if job.get("trust") == "in_process":
         key = os.urandom(8).hex()
         report_fd = 64 + os.urandom(1)[0] % 128  # a random descriptor above the runner's own
-        _write_part(host.candidate_part, (code, setup, tests, key, report_fd, limits, program, cap))
+        _write_part(host.candidate_part, (code, setup, tests, key, report_fd, limits, program, cap,
+                                          bool(job.get("pytest"))))
         socket.send_fds(host.candidate_cmd, [b"i"], [])
         host.ahead.pop(b"C", None)
         supervisor.expect(b"C")
@@ -333,7 +336,7 @@ def run_job(host, job):
         names = [str(n) for n in job.get("names", [])]
         modules = [str(n) for n in job.get("modules", [])]
         rules = job.get("rules") if isinstance(job.get("rules"), dict) else {}
-        judge_part = (setup, tests, names, str(job.get("entry_point", "")), modules, rules)
+        judge_part = (setup, tests, names, str(job.get("entry_point", "")), modules, rules, bool(job.get("pytest")))
         hook = job.get("test_hook") if host.test_hooks else None
         _write_part(host.judge_part, (judge_part, limits, hook))
         _write_part(host.candidate_part, (code, setup, names, program, cap, limits))
@@ -359,7 +362,9 @@ def run_job(host, job):
     def collect():
         collected.extend(collect_workspace(workspace_bytes))
 
-    survivors, problems = cleanup(host, collect=collect if job.get("collect_files") else None)
+    # a zygote lost or stopped reaps nothing: no waiting for its children, the container goes anyway
+    survivors, problems = cleanup(host, collect=collect if job.get("collect_files") else None,
+                                  settle_s=0 if zygote_lost else SETTLE_S)
     if survivors and not result["timed_out"] and not result["output_limit"] and not zygote_lost:
         violations.append(f"stray_processes:{survivors}")  # a daemonised child, a fork bomb
     # Every writer is gone now (the zygotes write only pids and statuses): empty the pipes.
@@ -429,6 +434,7 @@ class Supervisor:
         self.problem = None
         self.killed_at = None
         self.ended = False  # the candidate was ended by the runner after the judge exited
+        self.candidate_due = None  # the candidate had died on its own when the judge ended: its status is due by then
         self.streams = {host.out_r: out, host.err_r: err, host.jout_r: out, host.jerr_r: err}
 
     def expect(self, *roles):
@@ -464,7 +470,11 @@ class Supervisor:
             return
         else:
             self.kill()  # processes whose pid arrived after the kill
+        if self.candidate_due is not None and now >= self.candidate_due and b"C" in self.waiting:
+            self._end_candidate()  # its status never came: ended as any other
         until = self.deadline if self.killed_at is None else self.killed_at + ZYGOTE_GRACE_S
+        if self.candidate_due is not None:
+            until = min(until, self.candidate_due)
         wait = max(min(until - now, REPORT_DRAIN_S), 0.001)
         for fd, _ in host.poller.poll(wait * 1000):
             if fd in host.zygotes.values():
@@ -509,11 +519,17 @@ class Supervisor:
                 self.waiting.discard(role)
                 self.statuses[role] = status
                 if role == b"J" and b"C" in self.waiting:  # the verdicts are in: end the candidate
-                    self.ended = True
                     self._pids()
-                    _kill(self.processes.get(b"C", 0))
+                    if _ended(self.processes.get(b"C", 0)):  # it died on its own first: its status is its own
+                        self.candidate_due = time.monotonic() + CANDIDATE_STATUS_S
+                    else:
+                        self._end_candidate()
                 elif role == b"C" and self.killed_at is None and not self.ended:
                     self._candidate_status(status)
+
+    def _end_candidate(self):
+        self.ended = True
+        _kill(self.processes.get(b"C", 0))
 
     def _candidate_status(self, status):
         """The candidate's own end (not the runner's)."""
@@ -521,6 +537,19 @@ class Supervisor:
             self.result["signal"] = os.WTERMSIG(status)
         elif os.WIFEXITED(status):
             self.result["exit_code"] = os.WEXITSTATUS(status)
+
+
+def _ended(pid):
+    """Whether the process ``pid`` has ended (a zombie, or reaped already): a candidate that died
+    by a signal before its judge exited keeps that signal as its verdict's, whichever zygote
+    reports first."""
+    if not pid:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] in (b"Z", b"X")
+    except (OSError, IndexError):
+        return True
 
 
 def _reset_shared_fds(host):

@@ -25,6 +25,7 @@ if __name__ != "__main__":  # on the host (linters, readers): what the sandbox g
     from rollstream.consumers.executor.runtime.codec import Decoder, Encoder, Table, dumps, loads
     from rollstream.consumers.executor.runtime.inprocess import harness
     from rollstream.consumers.executor.runtime.judge import install_guards, judge_main
+    from rollstream.consumers.executor.runtime.pytests import warm_pytest
 
 MAX_TESTS = 1000  # RewardSpec's own limit on tests per task
 ZYGOTE_GRACE_S = 2.0  # how long the zygote may take to report after its job was killed
@@ -127,6 +128,7 @@ def zygote_main(host, role):
             os.close(fd)
         if role == b"J":  # judges inherit: every catchable signal ignored, the guards in
             _ignore_signals()
+            warm_pytest()  # pytest files: the image's pytest, warm in every judge (not in any candidate)
             install_guards(out_fds=(host.jout_w, host.jerr_w))
             gc.freeze()
         sys.stdin = host.stdin  # what every child has (an empty stdin, its argv): set once, here
@@ -291,7 +293,7 @@ class Reporter:
 def child_main(host, link):
     """``trust: "in_process"``: setup, code and tests in this one forked process. Never returns."""
     def run():
-        code, setup, tests, key, report_fd, limits, program, out_cap = load_part(host.candidate_part)
+        code, setup, tests, key, report_fd, limits, program, out_cap, pytest_files = load_part(host.candidate_part)
         # The report channel sits on a random descriptor and every event carries a per-job key:
         # code that just writes to fd 3 cannot fake test results.
         _enter(host, limits, host.out_w, host.err_w, host.rep_w)
@@ -302,7 +304,7 @@ def child_main(host, link):
         def report(event, _write=os.write, _encode=_event_line):
             _write(report_fd, _encode(event, key))
 
-        return harness(code, setup, tests, report, program, out_cap)
+        return harness(code, setup, tests, report, program, out_cap, pytest_files)
 
     _completion_process(run)
 
@@ -331,6 +333,8 @@ def _event_line(event, key=None):
             text = "false"
         elif type(value) is int:
             text = int.__repr__(value)
+        elif type(value) is float:  # a test's duration ("d")
+            text = float.__repr__(value) if value - value == 0 else "null"  # finite, else null
         elif type(value) is list:
             text = "[" + ",".join(_json_string(v) for v in value if type(v) is str) + "]"
         else:

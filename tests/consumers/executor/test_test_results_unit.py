@@ -92,3 +92,20 @@ def test_failed_test_lines_and_replay_s_diff() -> None:
     outcome = Outcome(Item(0, 0, 0, make_action(), old), new)
     assert outcome.test_changes == ["test 1 now fails (was passed): AssertionError: 4 == 5"]
     assert Outcome(Item(0, 0, 0, make_action(), before), new).test_changes == []  # nothing recorded before
+
+
+def test_a_pytest_file_s_tests_are_counted_as_collected_and_named_by_node_id() -> None:
+    from rollstream.consumers.executor.rewards import tests_total
+    from rollstream.consumers.executor.runtime.zygotes import _event_line
+    from rollstream.schemas.events import RewardSpec
+
+    spec = RewardSpec(kind="python_pytest", tests=["file 0", "file 1", "file 2"])
+    events = [{"e": "collected", "n": 3}, {"e": "collected", "n": 1}]  # the third file never reported
+    assert tests_total(spec, events) == 3 + 1 + 1
+    assert tests_total(spec, [{"e": "collected", "n": 10**9}]) == 3  # out of bounds: the file counts as one
+    assert tests_total(RewardSpec(tests=["assert 1", "assert 2"]), events) == 2  # statements: one each
+    event = {"e": "test", "i": 1, "ok": False, "node": "test_solution.py::test_a[2]", "type": "AssertionError",
+             "msg": "4 == 5", "d": 0.25}
+    decoded = __import__("json").loads(_event_line(event))  # as the runner writes it: the duration a number
+    (result,), _ = per_test_results([decoded], 5)
+    assert (result.node_id, result.duration_s, result.outcome) == ("test_solution.py::test_a[2]", 0.25, "failed")

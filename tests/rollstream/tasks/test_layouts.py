@@ -18,12 +18,16 @@ import pytest
 from rollstream.errors import ConfigError
 from rollstream.schemas.tasks import TaskSpec
 from rollstream.tasks import layouts
-from rollstream.tasks.layouts import LayoutError, decode_test_cases, pytest_file_tests
+from rollstream.tasks.layouts import LayoutError, decode_test_cases, pytest_entry_point
 from rollstream.tasks.sources import load_tasks, task_from_row
 
 pytestmark = pytest.mark.unit
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "layouts"
+
+
+def _row(name: str, index: int) -> dict:
+    return json.loads((FIXTURES / name).read_text().splitlines()[index])
 
 
 def _load(name: str) -> dict[str, TaskSpec]:
@@ -74,8 +78,9 @@ def test_acecode_and_kodcode_rows() -> None:
     kod = _load("kodcode.jsonl")
     reverse = kod["kodcode/Prefill_900"]
     assert reverse.reward.entry_point == "reverse" and reverse.reference_solution == "def reverse(s):\n    return s[::-1]\n"
-    assert reverse.reward.tests[0].endswith("test_reverse_word()") and "from solution" not in reverse.reward.tests[0]
-    assert kod["kodcode/Leetcode_901"].reward.tests[0].startswith("CASES = ")  # the file's own names come along
+    assert reverse.reward.kind == "python_pytest" and reverse.reward.tests == [_row("kodcode.jsonl", 0)["test"]]
+    ports = kod["kodcode/Apps_902"]  # fixtures, parametrize, raises, a test class: pytest's own
+    assert ports.reward.entry_point == "parse_port" and ports.reward.tests[0].startswith("import pytest\n")
 
 
 def test_compressed_test_cases_run_nothing_and_refuse_what_is_not_plain_data(tmp_path: Path) -> None:
@@ -120,16 +125,14 @@ def test_errors_name_the_row_and_the_field_and_nothing_is_half_loaded(tmp_path: 
         task_from_row(uneven, "x", 0)
 
 
-def test_a_pytest_file_that_needs_pytest_is_refused_with_the_reason() -> None:
-    for source, reason in (("import pytest\nfrom solution import f\n\ndef test_a():\n    assert f()\n", "uses pytest"),
-                           ("from solution import f\n\ndef test_a(tmp_path):\n    assert f()\n", "takes fixtures"),
-                           ("from solution import f\n\nclass TestF:\n    def test_a(self):\n        assert f()\n",
-                            "test class"),
-                           ("def test_a():\n    assert True\n", "imports nothing from solution")):
+def test_a_pytest_file_s_entry_point_is_what_it_takes_from_solution() -> None:
+    for source, reason in (("def test_a(:\n", "row 9: field 'test': does not parse"),
+                           ("from solution import f\nX = f\n", "no test functions or classes"),
+                           ("def test_a():\n    assert True\n", "takes nothing from solution")):
         with pytest.raises(LayoutError, match=reason):
-            pytest_file_tests(source, 9)
-    tests, entry = pytest_file_tests("from solution import f, g\nX = 2\n\ndef test_a():\n    assert f(X) == g()\n", 0)
-    assert entry == "f" and tests == ["X = 2\ndef test_a():\n    assert f(X) == g()\ntest_a()"]
+            pytest_entry_point(source, 9)
+    assert pytest_entry_point("import pytest\nfrom solution import f, g\n\ndef test_a(tmp_path):\n    assert f()\n", 0) == "f"
+    assert pytest_entry_point("import solution as s\n\nclass TestF:\n    def test_a(self):\n        assert s.h()\n", 0) == "h"
 
 
 def test_export_writes_what_a_source_yields_and_it_loads_back(tmp_path: Path, capsys) -> None:
@@ -141,5 +144,5 @@ def test_export_writes_what_a_source_yields_and_it_loads_back(tmp_path: Path, ca
     exported = load_tasks([f"jsonl:{out}"])
     original = load_tasks([f"hf:{FIXTURES / 'taco.jsonl'}", f"hf:{FIXTURES / 'kodcode.jsonl'}"])
     assert {t.task_id: msgspec.to_builtins(t) for t in exported} == {t.task_id: msgspec.to_builtins(t) for t in original}
-    assert "wrote 5 tasks (kodcode, taco)" in capsys.readouterr().err
+    assert "wrote 6 tasks (kodcode, taco)" in capsys.readouterr().err
     assert main(["tasks", "export", f"hf:{FIXTURES / 'taco.jsonl'}"]) == 2  # no -o: a clear error

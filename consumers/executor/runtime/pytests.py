@@ -1,0 +1,346 @@
+"""pytest files under the judge: a task whose tests are pytest files (``RewardSpec.pytest``).
+
+Runs INSIDE the sandbox after ``judge.py`` (standard library only at import: pytest, from the
+sandbox image, is imported by the warm-up before the zygotes fork and by the judge when it runs a
+file; on the host, an ordinary module, tested there too).
+
+Each file is the tests' own module: the runner compiled it (its asserts explained as in every test
+form, supervisor.py ``explained_asserts``: pytest's own rewriting is off, so no ``repr`` of an
+object of the completion's writes a message), the judge runs it in a module of its own, holding
+the task's setup and the completion's names as bound for every test form (``from solution import
+add`` reads the judge's ``solution`` module, judge.py :func:`solution_module`), then hands that
+module object to pytest, which collects and runs it: test functions and classes, parametrize,
+fixtures (the file's own, ``tmp_path``, ``capsys``/``capfd``, ``monkeypatch``, ``caplog``),
+``pytest.raises``/``warns``/``approx``, markers. Each collected test is one test of the verdict,
+named by its node id (``test_solution.py::test_add[1-2]``).
+
+What keeps the verdict the tests':
+
+* **Nothing the completion writes is collected or configures pytest.** The file is never read
+  from disk: pytest is given the module object (the collector's path is the standard library's
+  ``os.py``, read-only, only to satisfy collection), with no conftest (``--noconftest``), no
+  plugin autoload, no cache, and a root directory in the read-only image, so no ``pytest.ini``,
+  ``conftest.py`` or plugin in ``/work`` counts. Only the file's own functions and classes are
+  collected (a completion object bound under a test's name is not a test).
+* **The completion cannot skip, xfail, fail or stop a test.** Its process has its own pytest;
+  what it raises crosses as an object of the completion's (a mirror, not the judge's
+  ``Skipped``/``XFailed``/``Exit``), so pytest counts it as an error of that test. A skip
+  or xfail the tests declare themselves (markers, ``pytest.skip`` in a test) is the tests'.
+* **Reports are the judge's:** each phase's report is made here from the exception itself (its
+  type and ``str``, as every test form reports it), never by pytest's failure formatting (which
+  would ``repr`` arguments). A call the judge refused (``type_mismatch``, an object of the tests
+  crossing) fails the test even where the test caught its exception, as in every test form.
+"""
+
+import os
+import sys
+import time
+import types
+
+if __name__ != "__main__":  # on the host; in the sandbox these names come from the files above
+    from rollstream.consumers.executor.runtime.codec import _text
+    from rollstream.consumers.executor.runtime.judge import _CACHE, _failure_type, _package_dirs
+    from rollstream.consumers.executor.runtime.proxies import MirrorMeta
+
+PYTEST_MODULE = "test_solution"  # the tests' module name (node ids read test_solution.py::...)
+PYTEST_ARGS = ("-p", "no:cacheprovider", "-p", "no:stepwise", "-p", "no:doctest", "-p", "no:junitxml",
+               "-p", "no:pastebin", "-p", "no:faulthandler", "-p", "no:terminal", "-p", "no:warnings",
+               "-p", "no:debugging", "-p", "no:nose", "--noconftest", "--capture=no", "--assert=plain")
+PYTEST_ENV = ("PYTEST_ADDOPTS", "PYTEST_PLUGINS", "PYTEST_CURRENT_TEST")
+# pluggy's hook options, as pytest.hookimpl(tryfirst=True) writes them (pytest is not imported here)
+_FIRST = {"hookwrapper": False, "optionalhook": False, "tryfirst": True, "trylast": False, "specname": None}
+
+
+# Packages of the image's pytest: the judge may import from them too (judge.py ``_package_dirs``).
+PYTEST_PACKAGES = ("pytest", "_pytest", "pluggy", "iniconfig", "py", "packaging", "attr", "attrs", "exceptiongroup",
+                   "more_itertools", "tomli")
+WARM_FILE = """
+import pytest
+
+@pytest.fixture
+def pair():
+    return (1, 2)
+
+@pytest.mark.parametrize("x", [1, 2.5])
+def test_values(x, pair, capsys):
+    print(x)
+    assert capsys.readouterr().out.strip() == str(x)
+    assert sum(pair) == pytest.approx(3)
+    with pytest.raises(ValueError):
+        int("x")
+
+class TestKind:
+    @pytest.mark.skip(reason="made up")
+    def test_skipped(self):
+        pass
+"""
+
+
+def warm_pytest():
+    """In the judge zygote, before its guards and before any job: import the image's pytest and
+    run a made-up file once (pytest's first run builds what every later one reuses), so each
+    judge forks with it warm; the candidate's processes never import it. Nothing if the image
+    has no pytest (its pytest jobs are refused on the host: sandbox.py)."""
+    if pytest_available() is None:
+        return
+    _CACHE["trusted_dirs"] = _package_dirs(PYTEST_PACKAGES)
+    try:
+        run_pytest_file(compile(WARM_FILE, "<warm pytest>", "exec"), {"__builtins__": __builtins__}, lambda *a: None)
+    finally:
+        sys.modules.pop(PYTEST_MODULE, None)
+
+
+def pytest_available():
+    """pytest's version in this interpreter, or None (an image built before pytest files). The
+    runner starts without ``site``: the image's site directories (Debian's ``python3-pytest`` is in
+    ``/usr/lib/python3/dist-packages``) are added to the path here, after the standard library."""
+    try:
+        import pytest
+    except ImportError:
+        import site
+
+        sys.path.extend(p for p in site.getsitepackages() if os.path.isdir(p) and p not in sys.path)
+        try:
+            import pytest
+        except ImportError:
+            return None
+    return getattr(pytest, "__version__", "?")
+
+
+MAX_ITEMS = 4096  # tests one file may collect
+
+
+def run_pytest_files(namespace, files, report, judge=None):
+    """A task's pytest files, run by the judge (judge.py ``judge_main``) or, with ``judge`` None,
+    in the completion's own process (inprocess.py): per file a ``collected`` event (``n``
+    tests; a file that fails before its tests run counts as one failed test), then a ``test``
+    event per test as it ends (``i`` numbered across the files, ``node`` its node id). With a
+    reference, a test the reference's run did not skip fails when it skips (a skip the
+    completion caused never passes)."""
+    rules = judge.rules if judge is not None else None
+    base = 0
+    state = {"gone": False}
+    for code in files:
+        count = [0]
+
+        def on_start(node, count=count, base=base):
+            if judge is not None:
+                judge.test = str(base + count[0])
+
+        def on_collected(n):
+            report({"e": "collected", "n": n})
+
+        def on_test(node, ok, skip, kind, msg, duration, count=count, base=base):
+            index = base + count[0]
+            count[0] += 1
+            if skip and rules is not None and rules.record:
+                judge.skips[str(index)] = -1
+            elif skip and rules is not None and rules.mode == "reference" and rules.skips.get(str(index), 0) != -1:
+                ok, skip, kind = False, False, "SkipTest"
+                msg = "skipped: the test skipped where the task's reference ran it (a skip the completion caused never passes)"
+            event = {"e": "test", "i": index, "ok": ok, "node": node[:300], "d": round(duration, 6)}
+            if not ok:
+                event.update(type=kind[:100] or "Error", msg=(msg or "")[:300])
+                if skip:
+                    event["skip"] = True
+            report(event)
+            if judge is not None and judge.gone is not None and judge.tamper is None and not state["gone"]:
+                state["gone"] = True
+                report({"e": "gone", "i": index, "msg": judge.gone[:300]})
+
+        if isinstance(code, str):  # the runner could not compile it
+            outcome = (0, "SyntaxError", f"the task's test file does not compile: {code[:250]}")
+        elif judge is not None and judge.gone is not None:
+            outcome = (0, "FailedCall", judge.gone[:300])
+        else:
+            outcome = run_pytest_file(code, namespace, on_test, on_start, judge, on_collected)
+        if type(outcome) is tuple:
+            report({"e": "collected", "n": 1})
+            report({"e": "test", "i": base, "ok": False, "type": outcome[1][:100], "msg": outcome[2][:300]})
+            base += 1
+        else:
+            base += outcome
+
+
+def run_pytest_file(code, namespace, on_test, on_start=None, judge=None, on_collected=None):
+    """Run one pytest file (``code``, compiled by the runner) in a module holding ``namespace``
+    (the task's setup and the completion's names); ``on_collected(n)`` once collected,
+    ``on_test(node_id, ok, skip, type, msg, duration)`` for each collected test as it ends,
+    ``on_start(node_id)`` before each. Returns how many tests were collected, or ``(0, type,
+    msg)`` when the file itself failed before its tests ran (or collected none)."""
+    if pytest_available() is None:  # the host refuses pytest jobs on such an image: a made-up one
+        return 0, "NoPytest", "the sandbox image has no pytest: rebuild it (rollstream sandbox build)"
+    import pytest
+
+    module = types.ModuleType(PYTEST_MODULE)
+    module.__dict__.update({k: v for k, v in namespace.items() if k not in ("__name__", "__file__", "__spec__")})
+    module.__dict__["__name__"] = PYTEST_MODULE
+    sys.modules[PYTEST_MODULE] = module
+    try:
+        exec(code, module.__dict__)
+    except BaseException as exc:
+        if judge is not None and judge.failed is not None:
+            return 0, _failure_type(judge.failed), judge.failed[:300]
+        return 0, type(exc).__name__, f"the test file did not run: {_text(exc, 280)}"
+    plugin = _Plugin(pytest, module, code.co_filename, on_test, on_start, judge, on_collected)
+    saved = {name: os.environ.pop(name) for name in PYTEST_ENV if name in os.environ}
+    os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+    try:
+        anchor = os.path.realpath(os.__file__)
+        pytest.main([*PYTEST_ARGS, "--rootdir", os.path.dirname(anchor), anchor], plugins=[plugin])
+    finally:
+        os.environ.pop("PYTEST_DISABLE_PLUGIN_AUTOLOAD", None)
+        os.environ.update(saved)
+    if plugin.problem is not None:
+        return (0, *plugin.problem)
+    plugin.flush()
+    if not plugin.items:
+        return 0, "NoTests", "the test file collects no tests"
+    return len(plugin.items)
+
+
+class _Plugin:
+    """The judge's pytest plugin for one file (see the module docstring)."""
+
+    def __init__(self, pytest, module, filename, on_test, on_start, judge, on_collected):
+        self.pytest, self.module, self.filename = pytest, module, filename
+        self.on_test, self.on_start, self.judge, self.on_collected = on_test, on_start, judge, on_collected
+        self.items = []  # node ids, in run order
+        self.results = {}  # node id -> [ok, skip, type, msg, duration]
+        self.reported = set()
+        self.problem = None  # (type, msg): the file itself failed to collect
+        self.started = {}
+
+        plugin = self
+
+        class TestModule(pytest.Module):
+            """The tests' module as the judge ran it: collected, never imported from disk."""
+
+            def _getobj(self):
+                return plugin.module
+
+            def collect(self):
+                return [node for node in super().collect() if plugin.own(getattr(node, "obj", None))]
+
+        self.module_class = TestModule
+
+    def own(self, obj):
+        """Whether ``obj`` is the test file's own function or class (never the completion's)."""
+        if isinstance(obj, type):
+            return not isinstance(obj, MirrorMeta) and obj.__module__ == PYTEST_MODULE
+        code = getattr(obj, "__code__", None)
+        return type(obj) is types.FunctionType and code is not None and code.co_filename == self.filename
+
+    def pytest_pycollect_makemodule(self, module_path, parent):
+        return self.module_class.from_parent(parent, path=module_path, name=f"{PYTEST_MODULE}.py",
+                                             nodeid=f"{PYTEST_MODULE}.py")
+    pytest_pycollect_makemodule.pytest_impl = _FIRST
+
+    def pytest_collection_modifyitems(self, items):
+        if len(items) > MAX_ITEMS:
+            self.problem = self.problem or ("TooLarge", f"the test file collects {len(items)} tests (at most {MAX_ITEMS})")
+        if self.problem is not None:
+            items[:] = []  # nothing runs
+        self.items = [item.nodeid for item in items]
+
+    def pytest_collection_finish(self, session):
+        if self.problem is None and self.items and self.on_collected is not None:
+            self.on_collected(len(self.items))
+
+    def pytest_make_collect_report(self, collector):
+        """A collector's report, its failure written from the exception (never pytest's formatting)."""
+        from _pytest.reports import CollectReport
+        from _pytest.runner import CallInfo
+
+        call = CallInfo.from_call(lambda: list(collector.collect()), "collect")
+        if call.excinfo is None:
+            return CollectReport(collector.nodeid, "passed", None, call.result)
+        exc = call.excinfo.value
+        if isinstance(exc, self.pytest.skip.Exception) and self.judge_clean():
+            return CollectReport(collector.nodeid, "skipped", (self.filename, 0, _text(exc, 280)), [])
+        self.problem = self.problem or self.failure(exc, f"collecting {collector.nodeid or 'the file'}: ")
+        return CollectReport(collector.nodeid, "failed", self.problem[1], [])
+    pytest_make_collect_report.pytest_impl = _FIRST
+
+    def pytest_runtest_setup(self, item):
+        self.started[item.nodeid] = time.perf_counter()
+        if self.judge is not None:
+            self.judge.failed = None
+            self.judge.test = item.nodeid
+        if self.on_start is not None:
+            self.on_start(item.nodeid)
+    pytest_runtest_setup.pytest_impl = _FIRST
+
+    def pytest_runtest_makereport(self, item, call):
+        """The phase's report from the exception itself: type and ``str``, as every test form."""
+        from _pytest.reports import TestReport
+
+        outcome, longrepr, failure = "passed", None, None
+        if call.excinfo is not None:
+            exc = call.excinfo.value
+            if isinstance(exc, self.pytest.skip.Exception) and self.judge_clean():
+                outcome, longrepr = "skipped", (self.filename, item.reportinfo()[1] or 0, _text(exc, 280))
+            else:
+                outcome, failure = "failed", self.failure(exc)
+                longrepr = f"{failure[0]}: {failure[1]}"
+        report = TestReport(item.nodeid, item.location, {k: 1 for k in item.keywords}, outcome, longrepr, call.when,
+                            [], call.duration, user_properties=item.user_properties)
+        report.rollstream_failure = failure  # (type, message): pytest's xfail handling may change the outcome
+        return report
+    pytest_runtest_makereport.pytest_impl = _FIRST
+
+    def pytest_runtest_logreport(self, report):
+        """One phase's outcome folded into its test's: the first failure stands."""
+        result = self.results.setdefault(report.nodeid, [True, False, "", "", 0.0])
+        failed_call = self.judge is not None and self.judge.failed is not None
+        if failed_call and result[0]:  # a call the judge refused fails the test whatever it caught
+            result[:4] = [False, False, _failure_type(self.judge.failed), self.judge.failed[:300]]
+        elif report.failed and result[0]:
+            failure = getattr(report, "rollstream_failure", None) or ("Failed", str(report.longrepr)[:300])
+            result[:4] = [False, False, *failure]
+        elif report.skipped and result[0] and not result[1]:
+            xfail = getattr(report, "wasxfail", None)
+            result[1:4] = [True, "Skipped", report.longrepr[2] if isinstance(report.longrepr, tuple) else ""] \
+                if xfail is None else [True, "XFail", f"expected to fail: {xfail}" if xfail else "expected to fail"]
+        if report.when == "teardown":
+            result[4] = time.perf_counter() - self.started.get(report.nodeid, time.perf_counter())
+            self.emit(report.nodeid)
+            if self.judge is not None and self.judge.gone is not None:
+                report_session = getattr(self, "session", None)
+                if report_session is not None:
+                    report_session.shouldstop = "the candidate is gone"
+
+    def pytest_sessionstart(self, session):
+        self.session = session
+
+    def emit(self, nodeid):
+        if nodeid in self.reported:
+            return
+        self.reported.add(nodeid)
+        ok, skip, kind, msg, duration = self.results.get(nodeid, [False, False, "FailedCall", "not run", 0.0])
+        self.on_test(nodeid, ok and not skip, skip and ok, kind, msg, duration)
+
+    def pytest_keyboard_interrupt(self, excinfo):
+        self.interrupted = (type(excinfo.value).__name__, _text(excinfo.value, 280))
+
+    def flush(self):
+        """The collected tests that did not run to their end fail: the one a stop interrupted (a
+        ``KeyboardInterrupt`` the completion raised) with the stop, the rest unrun."""
+        why = (self.judge.gone if self.judge is not None and self.judge.gone else "not run: the run stopped")[:300]
+        interrupted = getattr(self, "interrupted", None)
+        for nodeid in self.items:
+            if nodeid in self.reported:
+                continue
+            if nodeid in self.results and interrupted is not None:
+                self.results[nodeid] = [False, False, interrupted[0], interrupted[1], 0.0]
+            else:
+                self.results[nodeid] = [False, False, "FailedCall", why, 0.0]
+            self.emit(nodeid)
+
+    def judge_clean(self):
+        return self.judge is None or self.judge.failed is None
+
+    def failure(self, exc, prefix=""):
+        if self.judge is not None and self.judge.failed is not None:
+            return _failure_type(self.judge.failed), prefix + self.judge.failed[:300]
+        return type(exc).__name__, prefix + _text(exc, 300)

@@ -1,0 +1,252 @@
+"""pytest files under the judge (issue 40 item 2): a task's tests given as pytest files
+(``kind = "python_pytest"``) run through the real sandbox with the image's pytest: test functions
+and classes, parametrize, fixtures, ``raises``/``warns``/``approx``, ``tmp_path``,
+``capsys``/``capfd``, ``monkeypatch`` and ``caplog`` keep their meaning for honest code, each
+collected test is one test of the verdict named by its node id, and the completion can neither
+skip, xfail or stop a test nor get anything it writes collected."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from rollstream.consumers.executor.score import evaluate
+from rollstream.schemas.events import RewardSpec
+
+pytestmark = pytest.mark.sandbox
+
+SOLUTION = '''\
+import logging, os, warnings
+
+def add(a, b):
+    return a + b
+
+def mean(xs):
+    if not xs:
+        raise ValueError("empty")
+    return sum(xs) / len(xs)
+
+def shout(name):
+    print(f"HELLO {name.upper()}")
+
+def read_first_line(path):
+    with open(path) as f:
+        return f.readline().rstrip("\\n")
+
+def greeting():
+    return f"hi {os.environ.get('USER_NAME', 'nobody')}"
+
+def ask():
+    return input("name? ").strip().title()
+
+def cwd_files():
+    return sorted(os.listdir("."))
+
+def old_api():
+    warnings.warn("use new_api", DeprecationWarning)
+    return 1
+
+def noisy():
+    logging.getLogger("solution").warning("careful")
+    return 2
+
+class Counter:
+    def __init__(self):
+        self.n = 0
+    def inc(self):
+        self.n += 1
+        return self.n
+'''
+
+HONEST = '''\
+import pytest
+from solution import add, mean, shout, read_first_line, greeting, ask, cwd_files, old_api, noisy, Counter
+import solution
+
+
+@pytest.fixture
+def counter():
+    return Counter()
+
+
+@pytest.mark.parametrize("a, b, expected", [(1, 2, 3), (-1, 1, 0), ("a", "b", "ab")])
+def test_add(a, b, expected):
+    assert add(a, b) == expected
+
+
+def test_mean_and_approx():
+    assert mean([0.1, 0.2]) == pytest.approx(0.15)
+    with pytest.raises(ValueError, match="empty"):
+        mean([])
+
+
+def test_fixture(counter):
+    counter.inc()
+    assert counter.inc() == 2
+
+
+def test_printed(capsys):
+    shout("bob")
+    assert capsys.readouterr().out == "HELLO BOB\\n"
+
+
+def test_printed_fd(capfd):
+    shout("amy")
+    assert "HELLO AMY" in capfd.readouterr().out
+
+
+def test_files(tmp_path):
+    path = tmp_path / "data.txt"
+    path.write_text("first\\nsecond\\n")
+    assert read_first_line(str(path)) == "first"
+
+
+def test_environment(monkeypatch):
+    monkeypatch.setenv("USER_NAME", "zoe")
+    assert greeting() == "hi zoe"
+
+
+def test_input(monkeypatch):
+    monkeypatch.setattr("builtins.input", lambda prompt="": "  ada lovelace ")
+    assert ask() == "Ada Lovelace"
+
+
+def test_chdir(monkeypatch, tmp_path):
+    (tmp_path / "b.txt").write_text("")
+    (tmp_path / "a.txt").write_text("")
+    monkeypatch.chdir(tmp_path)
+    assert cwd_files() == ["a.txt", "b.txt"]
+
+
+def test_warns():
+    with pytest.warns(DeprecationWarning):
+        assert old_api() == 1
+
+
+def test_logs(caplog):
+    assert noisy() == 2
+    assert "careful" in caplog.text
+
+
+def test_module_attribute():
+    assert solution.add(2, 2) == 4
+
+
+class TestCounter:
+    def test_starts_at_zero(self, counter):
+        assert counter.n == 0
+
+    def test_counts(self):
+        c = Counter()
+        assert [c.inc(), c.inc()] == [1, 2]
+
+
+@pytest.mark.skip(reason="the tests' own skip")
+def test_skipped():
+    assert False
+
+
+@pytest.mark.xfail(reason="known", strict=True)
+def test_expected_failure():
+    assert add(1, 1) == 3
+'''
+HONEST_TESTS = 18  # collected by HONEST (add: 3 parameter sets)
+
+
+async def score(pool, registry, code, files, **spec):
+    evaluation = await evaluate(pool, registry, RewardSpec(kind="python_pytest", tests=files, timeout_s=20.0, **spec),
+                                f"```python\n{code}```", f"pytest/{uuid.uuid4().hex[:6]}")
+    return evaluation.scored
+
+
+@pytest.mark.parametrize("trust", ["judge", "in_process"])
+async def test_an_honest_pytest_file_scores_full(pool, registry, trust: str) -> None:
+    scored = await score(pool, registry, SOLUTION, [HONEST], entry_point="add", trust=trust)
+    e = scored.execution
+    assert e.tests_total == HONEST_TESTS, e.test_results
+    assert scored.reward == 1.0, [r for r in e.test_results if r.outcome != "passed"]
+    outcomes = {r.node_id: r.outcome for r in e.test_results}
+    assert outcomes["test_solution.py::test_add[a-b-ab]"] == "passed"
+    assert outcomes["test_solution.py::TestCounter::test_counts"] == "passed"
+    assert outcomes["test_solution.py::test_skipped"] == "skipped"
+    assert outcomes["test_solution.py::test_expected_failure"] == "skipped"  # xfailed: the tests' own
+    assert e.tests_skipped == 2 and e.tests_passed == HONEST_TESTS - 2
+    skipped = {r.node_id: (r.error_type, r.message) for r in e.test_results if r.outcome == "skipped"}
+    assert skipped == {"test_solution.py::test_skipped": ("Skipped", "the tests' own skip"),
+                       "test_solution.py::test_expected_failure": ("XFail", "expected to fail: known")}
+    assert all(r.duration_s > 0 for r in e.test_results if r.outcome == "passed")
+
+
+async def test_with_a_reference_too(pool, registry) -> None:
+    scored = await score(pool, registry, SOLUTION, [HONEST], entry_point="add", reference=SOLUTION)
+    assert scored.reward == 1.0, [r for r in scored.execution.test_results if r.outcome != "passed"]
+    cheat = SOLUTION.replace("    return a + b", "    class Yes:\n        def __eq__(self, o):\n            return True\n"
+                                               "    return Yes()")
+    scored = await score(pool, registry, cheat, [HONEST], entry_point="add", reference=SOLUTION)
+    failed = {r.node_id for r in scored.execution.test_results if r.outcome == "failed"}
+    assert {f"test_solution.py::test_add[{p}]" for p in ("1-2-3", "-1-1-0", "a-b-ab")} <= failed, failed
+
+
+async def test_a_failing_test_is_named_by_its_node_id_with_both_sides(pool, registry) -> None:
+    wrong = SOLUTION.replace("return a + b", "return a * b")
+    scored = await score(pool, registry, wrong, [HONEST], entry_point="add")
+    results = {r.node_id: r for r in scored.execution.test_results}
+    failed = results["test_solution.py::test_add[1-2-3]"]
+    assert failed.outcome == "failed" and failed.error_type == "AssertionError" and failed.message == "2 == 3", failed
+    assert results["test_solution.py::test_add[a-b-ab]"].error_type == "TypeError"
+    assert 0 < scored.reward < 1
+
+
+@pytest.mark.parametrize("move", [  # pytest is the judge's: the completion's process cannot even import it
+    "import pytest\n    pytest.skip('nothing to see')",
+    "import pytest\n    pytest.xfail('expected')",
+    "import pytest\n    pytest.exit('stop the run')",
+    "import pytest\n    pytest.fail('failed on purpose')",
+    "raise KeyboardInterrupt",
+    "raise SystemExit(0)",
+    "import unittest\n    raise unittest.SkipTest('skip')",
+])
+async def test_the_completion_cannot_skip_xfail_or_stop_a_test(pool, registry, move: str) -> None:
+    code = SOLUTION.replace("def add(a, b):\n    return a + b", f"def add(a, b):\n    {move}")
+    scored = await score(pool, registry, code, [HONEST], entry_point="add")
+    e = scored.execution
+    assert e.tests_total == HONEST_TESTS
+    adds = [r for r in e.test_results if r.node_id.startswith("test_solution.py::test_add[")]
+    assert [r.outcome for r in adds] == ["error"] * 3, adds
+    skipped = {r.node_id for r in e.test_results if r.outcome == "skipped"}
+    assert skipped <= {"test_solution.py::test_skipped", "test_solution.py::test_expected_failure"}, skipped
+    assert e.tests_passed <= HONEST_TESTS - 2 - 3 and scored.reward < 1.0
+
+
+async def test_nothing_the_completion_writes_is_collected_or_configures_pytest(pool, registry) -> None:
+    planted = (
+        "import os\n"
+        "for d in ('/work', os.getcwd()):\n"
+        "    try:\n"
+        "        open(os.path.join(d, 'conftest.py'), 'w').write("
+        "'import pytest\\n@pytest.hookimpl(hookwrapper=True)\\ndef pytest_runtest_makereport(item, call):\\n"
+        "    out = yield\\n    out.get_result().outcome = \"passed\"\\n')\n"
+        "        open(os.path.join(d, 'pytest.ini'), 'w').write('[pytest]\\naddopts = -p no:python -k nothing\\n')\n"
+        "        open(os.path.join(d, 'test_planted.py'), 'w').write('def test_free():\\n    pass\\n')\n"
+        "    except OSError:\n"
+        "        pass\n"
+        "def test_own():\n    pass\n"
+    )
+    wrong = SOLUTION.replace("return a + b", "return None") + planted
+    scored = await score(pool, registry, wrong, ["from solution import *\n" + HONEST], entry_point="add")
+    e = scored.execution
+    nodes = [r.node_id for r in e.test_results]
+    assert e.tests_total == HONEST_TESTS and not any("planted" in n or "test_own" in n or "free" in n for n in nodes)
+    assert [r.outcome for r in e.test_results if "test_add[" in r.node_id] == ["failed", "failed", "failed"]
+
+
+async def test_a_file_that_cannot_run_is_one_failed_test(pool, registry) -> None:
+    scored = await score(pool, registry, SOLUTION, ["from solution import subtract\n\ndef test_x():\n    assert subtract(2, 1) == 1\n",
+                                                  "def helper():\n    return 1\n",
+                                                  "def test_ok():\n    from solution import add\n    assert add(1, 1) == 2\n"])
+    e = scored.execution
+    assert e.tests_total == 3 and e.tests_passed == 1, e.test_results
+    first, second, third = e.test_results
+    assert first.outcome == "error" and first.error_type == "ImportError" and "did not run" in first.message
+    assert second.error_type == "NoTests" and third.outcome == "passed" and third.node_id == "test_solution.py::test_ok"
