@@ -88,6 +88,33 @@ def warm_pytest():
         run_pytest_file(compile(WARM_FILE, "<warm pytest>", "exec"), {"__builtins__": __builtins__}, lambda *a: None)
     finally:
         sys.modules.pop(PYTEST_MODULE, None)
+    _CACHE["pytest_config"] = _prepared_config()  # parsed once here: each judge forks with its own copy
+
+
+def _prepared_config():
+    """pytest's configuration for the judge's runs (the arguments below, plugins loaded, not yet
+    configured): building it is over half of a run's cost, and it holds nothing of any job."""
+    from _pytest.config import _prepareconfig
+
+    with _pytest_environment():
+        return _prepareconfig(list(_args()), plugins=[])
+
+
+def _args():
+    anchor = os.path.realpath(os.__file__)  # read-only, in the image: only the collector's path
+    return (*PYTEST_ARGS, "--rootdir", os.path.dirname(anchor), anchor)
+
+
+class _pytest_environment:
+    """No plugin autoload and none of pytest's environment options while pytest reads its setup."""
+
+    def __enter__(self):
+        self.saved = {name: os.environ.pop(name) for name in PYTEST_ENV if name in os.environ}
+        os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+
+    def __exit__(self, *exc):
+        os.environ.pop("PYTEST_DISABLE_PLUGIN_AUTOLOAD", None)
+        os.environ.update(self.saved)
 
 
 def pytest_available():
@@ -183,14 +210,16 @@ def run_pytest_file(code, namespace, on_test, on_start=None, judge=None, on_coll
             return 0, _failure_type(judge.failed), judge.failed[:300]
         return 0, type(exc).__name__, f"the test file did not run: {_text(exc, 280)}"
     plugin = _Plugin(pytest, module, code.co_filename, on_test, on_start, judge, on_collected)
-    saved = {name: os.environ.pop(name) for name in PYTEST_ENV if name in os.environ}
-    os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
-    try:
-        anchor = os.path.realpath(os.__file__)
-        pytest.main([*PYTEST_ARGS, "--rootdir", os.path.dirname(anchor), anchor], plugins=[plugin])
-    finally:
-        os.environ.pop("PYTEST_DISABLE_PLUGIN_AUTOLOAD", None)
-        os.environ.update(saved)
+    config = _CACHE.pop("pytest_config", None)  # the zygote's, once per judge; else made here
+    if config is None:
+        with _pytest_environment():
+            pytest.main(list(_args()), plugins=[plugin])
+    else:
+        config.pluginmanager.register(plugin, "rollstream-judge")
+        try:
+            config.hook.pytest_cmdline_main(config=config)
+        finally:
+            config._ensure_unconfigure()
     if plugin.problem is not None:
         return (0, *plugin.problem)
     plugin.flush()
