@@ -22,7 +22,7 @@ def _pids():
 def cleanup(host, collect=None, settle_s=SETTLE_S):
     """Make sure no process is left but init and the zygotes, call ``collect()`` (nothing of the
     job runs any more), then wipe the writable places. Returns (processes that outlived the job,
-    problems). Three tasks in the container's pids cgroup are PID 1 and the zygotes: nothing to
+    problems). Tasks in the container's pids cgroup that are PID 1, the zygotes and the children forked ahead: nothing to
     reap or kill, the usual case. Otherwise what is left is reaped until it is gone (``_settle``,
     at most ``settle_s``); if a process still lives, or zombies stay, everything but PID 1 is
     killed, zygotes included (the container is then replaced)."""

@@ -1,8 +1,8 @@
 """pytest files under the judge: a task whose tests are pytest files (``RewardSpec.pytest``).
 
 Runs INSIDE the sandbox after ``judge.py`` (standard library only at import: pytest, from the
-sandbox image, is imported by the warm-up before the zygotes fork and by the judge when it runs a
-file; on the host, an ordinary module, tested there too).
+sandbox image, is imported by the pytest zygote before any job, runtime/zygotes.py; on the host,
+an ordinary module, tested there too).
 
 Each file is the tests' own module: the runner compiled it (its asserts explained as in every test
 form, supervisor.py ``explained_asserts``: pytest's own rewriting is off, so no ``repr`` of an
@@ -77,10 +77,11 @@ class TestKind:
 
 
 def warm_pytest():
-    """In the judge zygote, before its guards and before any job: import the image's pytest and
-    run a made-up file once (pytest's first run builds what every later one reuses), so each
-    judge forks with it warm; the candidate's processes never import it. Nothing if the image
-    has no pytest (its pytest jobs are refused on the host: sandbox.py)."""
+    """In the pytest zygote, before its guards and before any job: import the image's pytest, run
+    a made-up file once (pytest's first run builds what every later one reuses) and parse its
+    configuration, so each judge of a pytest file forks with it warm; no other judge and none of
+    the candidate's processes import it. Nothing if the image has no pytest (its pytest jobs are
+    refused on the host: sandbox.py)."""
     if pytest_available() is None:
         return
     _CACHE["trusted_dirs"] = _package_dirs(PYTEST_PACKAGES)

@@ -17,9 +17,10 @@ Protocol (over the container's attach stream, one JSON object per line):
   "violations", "clean"}`` (+ ``"files"``, ``"workspace_truncated"``, ``"workspace_problem"``)
 
 Processes. PID 1 warms up (imports, one made-up exchange of each side, so that what every job
-runs is built and specialised once and shared copy-on-write), then forks, once, two *zygotes*
+runs is built and specialised once and shared copy-on-write), then forks, once, three *zygotes*
 that have never loaded a job and never will: the judge zygote (which installs the judge's
-guards, consumers/executor/runtime/judge.py) and the candidate zygote. Per judged job (``trust`` ``judge``) each
+guards, consumers/executor/runtime/judge.py), the candidate zygote, and the pytest zygote (a judge
+zygote with the image's pytest warm: the judges of pytest files, runtime/pytests.py). Per judged job (``trust`` ``judge``) each
 forks one fresh process: a *judge* and a *candidate* (consumers/executor/runtime/candidate.py); they talk over
 two pipes and PID 1 never reads a word of it. Each reads only its own part of the job from its
 own in-memory file, written by PID 1 before the fork, so the candidate's memory holds no test
@@ -37,7 +38,7 @@ signalled from inside; the judge zygote, and so every judge, ignores every catch
 candidate zygote keeps Python's dispositions, which its candidates inherit (it can be killed by
 the candidates, like a judge: the job then fails, and the container is replaced).
 
-Cleanup: when the container's pids cgroup counts exactly three tasks (PID 1 and the zygotes)
+Cleanup: when the container's pids cgroup counts exactly PID 1, the zygotes and the children forked ahead
 nothing outlived the job, the usual case, checked with one read. Otherwise something did (a
 daemonised child, a fork bomb): PID 1 ``kill(-1)``s everything but itself (atomic with respect
 to fork), zygotes included, reaps, and replies ``clean: false``: the host replaces the
@@ -76,6 +77,7 @@ if __name__ != "__main__":  # on the host (linters, readers): what the sandbox g
         ZYGOTE_GRACE_S,
         _high,
         _write_part,
+        await_zygotes,
         drop_to,
         prefork,
         start_zygotes,
@@ -90,6 +92,7 @@ CHILD_ENV = {
 }
 MAX_REPORT_BYTES = 1 << 20
 REPORT_DRAIN_S = 0.02  # how often the report pipe is emptied while a job runs (it wakes nobody)
+PYTEST_WARM_S = 60.0  # the most a first pytest file waits for the pytest zygote to be warm (gVisor: seconds)
 CANDIDATE_STATUS_S = 0.5  # a candidate that died on its own before its judge ended: its status is awaited this long
 # The container's pids cgroup counter (v1, v2): every task in the container, zombies included.
 TASK_COUNTERS = ("/sys/fs/cgroup/pids/pids.current", "/sys/fs/cgroup/pids.current")
@@ -192,6 +195,7 @@ class Host:
         # exit as an end of file, and nothing a job leaves in them reaches another).
         self.judge_cmd, self.judge_cmd_zygote = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.candidate_cmd, self.candidate_cmd_zygote = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.pytest_cmd, self.pytest_cmd_zygote = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.pid_r, self.pid_w = os.pipe()  # zygotes -> PID 1: "J <pid>" / "C <pid>"
         self.status_r, self.status_w = os.pipe()  # zygotes -> PID 1: "J E <status>", "J S", ...
         self.null = _high(self.null)  # every descriptor here sits above the ones a job's process uses
@@ -210,6 +214,7 @@ class Host:
         self.own = None  # in a zygote and its children: the zygote's command socket
         self.ahead = {}  # role -> pid of its zygote's child forked ahead, waiting for its job
         self.zygotes_started = False
+        self.pytest_ready = False  # the pytest zygote said it is warm (runtime/zygotes.py "P R")
         self.test_hooks = False
         self.separated = os.getuid() == 0  # jobs under uids of their own (runtime/zygotes.py JOB_IDS)
         self.threads = 0  # PID 1's threads besides its own: the egress relay (runtime/relay.py)
@@ -243,6 +248,18 @@ class Host:
             except (OSError, ValueError):
                 pass
         return 0
+
+    def command_socket(self, role):
+        """PID 1's end of the command socket of the zygote ``role`` (J, C, P)."""
+        return {b"J": self.judge_cmd, b"C": self.candidate_cmd, b"P": self.pytest_cmd}[role]
+
+    def zygote_socket(self, role):
+        """The zygote's own end of its command socket."""
+        return {b"J": self.judge_cmd_zygote, b"C": self.candidate_cmd_zygote, b"P": self.pytest_cmd_zygote}[role]
+
+    def command_sockets(self):
+        return (self.judge_cmd, self.candidate_cmd, self.pytest_cmd,
+                self.judge_cmd_zygote, self.candidate_cmd_zygote, self.pytest_cmd_zygote)
 
     def drop_zygotes(self):
         for fd in self.zygotes.values():
@@ -321,8 +338,10 @@ def run_job(host, job):
     relay = host.relay if job.get("egress_token") else None
     if relay is not None:
         relay.begin(str(job["egress_token"]))
+    if job.get("pytest") and not host.pytest_ready:  # its judge forks from the pytest zygote, once it is warm:
+        await_zygotes(host, set(), pytest=True, wait_s=PYTEST_WARM_S)  # the wait is not the job's time
     start = time.monotonic()
-    supervisor = Supervisor(host, start + timeout, cap, out, err, rep)
+    supervisor = Supervisor(host, start + timeout, cap, out, err, rep, judge=b"P" if job.get("pytest") else b"J")
     key = None
     if job.get("trust") == "in_process":
         key = os.urandom(8).hex()
@@ -344,12 +363,13 @@ def run_job(host, job):
         resp_r, resp_w = os.pipe()  # candidate -> judge
         try:
             socket.send_fds(host.candidate_cmd, [b"c"], [req_r, resp_w])
-            socket.send_fds(host.judge_cmd, [b"j"], [resp_r, req_w])
-            host.ahead.clear()
+            socket.send_fds(host.command_socket(supervisor.judge), [b"j"], [resp_r, req_w])
+            host.ahead.pop(b"C", None)
+            host.ahead.pop(supervisor.judge, None)  # a pytest file's judge forks from its zygote now
         finally:
             for fd in (req_r, req_w, resp_r, resp_w):
                 os.close(fd)
-        supervisor.expect(b"C", b"J")
+        supervisor.expect(b"C", supervisor.judge)
     result, judge_status, problem = supervisor.finish()
     if relay is not None:
         relay.end()
@@ -422,8 +442,9 @@ class Supervisor:
     """Watches one job: pumps its output, enforces the deadline and the output cap, ends the
     candidate once the judge has exited, and waits for the zygotes' reports."""
 
-    def __init__(self, host, deadline, cap, out, err, rep):
+    def __init__(self, host, deadline, cap, out, err, rep, judge=b"J"):
         self.host, self.deadline, self.cap = host, deadline, cap
+        self.judge = judge  # the judge's role: J, or P (a pytest file's judge, from the pytest zygote)
         self.out, self.err, self.rep = out, err, rep
         self.result = {"exit_code": None, "signal": None, "timed_out": False, "output_limit": False}
         self.status = b""
@@ -446,13 +467,13 @@ class Supervisor:
         """Pump until every process of the job has ended: (result, judge status, problem)."""
         while self.waiting and not (self.problem or "").startswith("runner_zygote"):
             self.pump()
-        return self.result, self.statuses.get(b"J"), self.problem
+        return self.result, self.statuses.get(self.judge), self.problem
 
-    def kill(self, roles=(b"J", b"C")):
+    def kill(self):
         if self.killed_at is None:
             self.killed_at = time.monotonic()
         self._pids()
-        for role in roles:
+        for role in (self.judge, b"C"):
             pid = self.processes.get(role)
             if pid is not None and role in self.waiting:
                 _kill(pid)
@@ -508,17 +529,20 @@ class Supervisor:
         while b"\n" in self.status:
             line, self.status = self.status.split(b"\n", 1)
             fields = line.split()
+            if fields[:2] == [b"P", b"R"]:
+                self.host.pytest_ready = True
+                continue
             # "R S pid" / "R E pid status"; a line about another process (a child forked ahead
             # that never got this job) is not this job's
             if len(fields) < 3 or self.processes.get(fields[0]) != int(fields[2]):
                 continue
-            if fields[:2] == [b"J", b"S"]:
+            if fields[:2] == [self.judge, b"S"]:
                 self.problem = self.problem or "judge_stopped"
             elif len(fields) == 4 and fields[1] == b"E":
                 role, status = fields[0], int(fields[3])
                 self.waiting.discard(role)
                 self.statuses[role] = status
-                if role == b"J" and b"C" in self.waiting:  # the verdicts are in: end the candidate
+                if role == self.judge and b"C" in self.waiting:  # the verdicts are in: end the candidate
                     self._pids()
                     if _ended(self.processes.get(b"C", 0)):  # it died on its own first: its status is its own
                         self.candidate_due = time.monotonic() + CANDIDATE_STATUS_S

@@ -1,10 +1,12 @@
 """The zygotes and the job's processes, in the sandbox (part of the runtime's one source, see
 consumers/executor/runtime/supervisor.py; standard library only).
 
-PID 1 forks two zygotes once; each forks one child per job, ahead of it when it can: a judge
+PID 1 forks three zygotes once; each forks one child per job, ahead of it when it can: a judge
 (consumers/executor/runtime/judge.py), a candidate (consumers/executor/runtime/candidate.py) or,
 for ``trust = "in_process"``, one child that runs setup, code and tests together
-(consumers/executor/runtime/inprocess.py). Each child reads its own part of the job from an
+(consumers/executor/runtime/inprocess.py). The third, the pytest zygote, is a judge zygote with
+the image's pytest imported and warm (runtime/pytests.py): the judges of pytest files fork from
+it, on demand, so the other judges fork from a zygote without pytest's pages. Each child reads its own part of the job from an
 in-memory file PID 1 wrote, enters its limits and descriptors, and exits with a status that says
 how it ended."""
 
@@ -28,6 +30,8 @@ if __name__ != "__main__":  # on the host (linters, readers): what the sandbox g
     from rollstream.consumers.executor.runtime.pytests import warm_pytest
 
 MAX_TESTS = 1000  # RewardSpec's own limit on tests per task
+ZYGOTES = (b"C", b"J", b"P")  # the candidate zygote, the judge zygote, the pytest files' judge zygote
+JUDGES = (b"J", b"P")
 ZYGOTE_GRACE_S = 2.0  # how long the zygote may take to report after its job was killed
 PR_SET_DUMPABLE = 4
 FIRST_HOST_FD = 10  # the runner's descriptors sit at or above this; a job's process uses 0-5
@@ -58,7 +62,7 @@ def _high(fd):
 
 
 def start_zygotes(host):
-    """Fork the two zygotes, once per container: the runner's heap holds jobs once it has served
+    """Fork the zygotes (``ZYGOTES``), once per container: the runner's heap holds jobs once it has served
     one and a zygote must never hold any, so a container that lost a zygote is replaced."""
     if host.zygotes_started:
         raise RuntimeError("a zygote is gone; this container must be replaced")
@@ -66,8 +70,8 @@ def start_zygotes(host):
     # Each zygote holds the only write end of a pipe of its own: its exit (or kill) closes it and
     # PID 1's poll sees the read end hang up. A pidfd would say the same, but gVisor has no
     # pidfd_open (ENOSYS), and one mechanism serves both runtimes.
-    pipes = {role: tuple(_high(fd) for fd in os.pipe()) for role in (b"C", b"J")}
-    for role in (b"C", b"J"):
+    pipes = {role: tuple(_high(fd) for fd in os.pipe()) for role in ZYGOTES}
+    for role in ZYGOTES:
         pid = os.fork()
         if pid == 0:
             for other, (r, w) in pipes.items():
@@ -89,13 +93,21 @@ def prefork(host, roles):
     (a child that is not one of them outlived its job)."""
     asked = set()
     for role in roles:
+        if role in host.ahead:  # its child forked ahead still waits (the last job's judge was the pytest zygote's)
+            continue
         try:
-            socket.send_fds(host.judge_cmd if role == b"J" else host.candidate_cmd, [b"p"], [])
+            socket.send_fds(host.command_socket(role), [b"p"], [])
         except OSError:
             continue
         asked.add(role)
-    pending, deadline = b"", time.monotonic() + ZYGOTE_GRACE_S
-    while asked and time.monotonic() < deadline:
+    await_zygotes(host, asked)
+
+
+def await_zygotes(host, asked, pytest=False, wait_s=ZYGOTE_GRACE_S):
+    """Read the zygotes' status lines until each role in ``asked`` has said it forked its child
+    ahead and, with ``pytest``, the pytest zygote has said it is warm ("P R"), or ``wait_s`` passed."""
+    pending, deadline = b"", time.monotonic() + wait_s
+    while (asked or (pytest and not host.pytest_ready)) and time.monotonic() < deadline:
         if not select.select([host.status_r], [], [], max(0.0, deadline - time.monotonic()))[0]:
             break
         try:
@@ -108,6 +120,8 @@ def prefork(host, roles):
             if len(fields) == 3 and fields[1] == b"F" and fields[0] in asked:
                 host.ahead[fields[0]] = fields[2].decode()
                 asked.discard(fields[0])
+            elif fields[:2] == [b"P", b"R"]:
+                host.pytest_ready = True
 
 
 def zygote_main(host, role):
@@ -120,17 +134,20 @@ def zygote_main(host, role):
     try:
         for fd in (0, 1, 2):  # never hold the runner's channel to the host
             os.dup2(host.null, fd)
-        own, other = ((host.judge_cmd_zygote, host.candidate_cmd_zygote) if role == b"J"
-                      else (host.candidate_cmd_zygote, host.judge_cmd_zygote))
-        for sock in (host.judge_cmd, host.candidate_cmd, other):
-            sock.close()
+        own = host.zygote_socket(role)
+        for sock in host.command_sockets():  # PID 1's ends, and the other zygotes' own
+            if sock is not own:
+                sock.close()
         for fd in (host.pid_r, host.status_r, host.out_r, host.err_r, host.jout_r, host.jerr_r, host.rep_r):
             os.close(fd)
-        if role == b"J":  # judges inherit: every catchable signal ignored, the guards in
+        if role in JUDGES:  # judges inherit: every catchable signal ignored, the guards in
             _ignore_signals()
-            warm_pytest()  # pytest files: the image's pytest, warm in every judge (not in any candidate)
+            if role == b"P":
+                warm_pytest()  # the image's pytest, warm in every judge of a pytest file (in no candidate)
             install_guards(out_fds=(host.jout_w, host.jerr_w))
             gc.freeze()
+            if role == b"P":
+                os.write(host.status_w, b"P R 0\n")  # warm: PID 1 starts a pytest file's clock from here
         sys.stdin = host.stdin  # what every child has (an empty stdin, its argv): set once, here
         sys.argv = ["solution"]
         host.own = own
