@@ -110,17 +110,18 @@ def median(values: list[float]) -> float | None:
 
 def run_trl(steps: int, gradient_checkpointing: bool, bf16: bool = False) -> dict[str, Any]:
     """TRL for ``steps + 1`` steps in a child process; per-step times and breakdown."""
-    out = Path(tempfile.mkdtemp(prefix="bench-trl-")) / "result.json"
-    spec = {"steps": steps + 1, "gradient_checkpointing": gradient_checkpointing, "bf16": bf16,
-            "settings": SETTINGS, "tasks": str(TASKS), "out": str(out)}
-    started = time.time()
-    proc = subprocess.Popen([sys.executable, str(REPO / "bench" / "vs_trl_trl.py"), json.dumps(spec)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    with probe.Sampler(pids={"trl": proc.pid}) as sampler:
-        tail = proc.communicate(timeout=7200)[0]
-    if proc.returncode != 0:
-        raise RuntimeError(f"TRL worker failed ({proc.returncode}):\n{tail[-4000:]}")
-    result = json.loads(out.read_text())
+    with tempfile.TemporaryDirectory(prefix="bench-trl-") as work:  # the worker's result and TRL's output_dir
+        out = Path(work) / "result.json"
+        spec = {"steps": steps + 1, "gradient_checkpointing": gradient_checkpointing, "bf16": bf16,
+                "settings": SETTINGS, "tasks": str(TASKS), "out": str(out)}
+        started = time.time()
+        proc = subprocess.Popen([sys.executable, str(REPO / "bench" / "vs_trl_trl.py"), json.dumps(spec)],
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        with probe.Sampler(pids={"trl": proc.pid}) as sampler:
+            tail = proc.communicate(timeout=7200)[0]
+        if proc.returncode != 0:
+            raise RuntimeError(f"TRL worker failed ({proc.returncode}):\n{tail[-4000:]}")
+        result = json.loads(out.read_text())
     records = result.pop("steps")
     timed = []
     for before, after in zip(records, records[1:]):

@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-import tempfile
 import threading
 import time
 import uuid
@@ -150,7 +149,7 @@ def main(spec: dict[str, Any]) -> None:
         return not marks
 
     args = GRPOConfig(
-        output_dir=tempfile.mkdtemp(prefix="bench-trl-"), per_device_train_batch_size=s["group_size"] *
+        output_dir=str(Path(spec["out"]).parent / "trl-output"), per_device_train_batch_size=s["group_size"] *
         s["groups_per_step"], num_generations=s["group_size"], gradient_accumulation_steps=1,
         max_completion_length=s["max_new_tokens"], temperature=s["temperature"], top_p=s["top_p"], top_k=s["top_k"],
         learning_rate=s["lr"], lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0,
