@@ -195,16 +195,12 @@ def _lora_on(tree: dict[str, Any]) -> bool:
 
 
 def validate(tree: Mapping[str, Any]) -> Config:
-    tree = _refuse_moved(_copy_tables(tree), "config")
+    """The config a tree of tables makes (each backend a table: :func:`load_config` makes them)."""
     try:
         config = msgspec.convert(tree, Config, strict=False)
     except msgspec.ValidationError as exc:
         raise ConfigError(explain(exc, tree)) from None
     return check_consistency(config)
-
-
-def _copy_tables(tree: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: _copy_tables(v) if isinstance(v, Mapping) else v for k, v in tree.items()}
 
 
 _PATH = re.compile(r"at `\$((?:\.\w+|\[\d+\])*)`")

@@ -120,9 +120,9 @@ def _outcomes(result: RunResult, total: int) -> tuple[list[int], str]:
 
 async def check_reference(backend: SandboxBackend, spec: RewardSpec, job_id: str) -> ReferenceCheck:
     """Run the reference under the judge (recording what crossed) and in process."""
+    pytest_files = spec.kind == PYTEST_KIND
     base = dict(code=spec.reference, setup=spec.setup, tests=list(spec.tests), timeout_s=spec.timeout_s,
-                memory_mb=spec.memory_mb, entry_point=spec.entry_point, program=spec.program,
-                pytest=spec.kind == PYTEST_KIND,
+                memory_mb=spec.memory_mb, entry_point=spec.entry_point, program=spec.program, pytest=pytest_files,
                 assets=list(spec.assets), network=list(spec.network))
     judged, in_process = await asyncio.gather(
         backend.execute(Job(job_id=f"{job_id}/reference-judged", trust="judge", rules={"mode": "record"}, **base)),
@@ -145,7 +145,7 @@ async def check_reference(backend: SandboxBackend, spec: RewardSpec, job_id: str
     return ReferenceCheck(judged=not failing, in_process=not _outcomes(in_process, tests_total(spec, in_process.events))[0],
                           failing_test=failing[0] if failing else None, message=why[:1000], judge_failing=failing,
                           recorded=paths is not None, objects=objects, names=names, skips=skips, delegated=delegated,
-                          suppressed=suppressed, tests=total, pytest=spec.kind == PYTEST_KIND)
+                          suppressed=suppressed, tests=total, pytest=pytest_files)
 
 
 def _points(paths: object, key: str) -> list[str]:

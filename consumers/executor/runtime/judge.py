@@ -795,8 +795,7 @@ def judge_main(part, read_fd, write_fd, report, guarded=True):
     """Run one job's setup and tests against the candidate at the other end of the pipes;
     ``report(dict)`` records events. ``part`` is what the runner sent (trusted). ``guarded``:
     install the guards if this process has not (off only for the runner's warm-up)."""
-    setup, tests, names, entry_point, modules, rules, *form = part
-    pytest_files = bool(form and form[0])  # each test a pytest file (runtime/pytests.py)
+    setup, tests, names, entry_point, modules, rules, pytest_files = part  # pytest_files: runtime/pytests.py
     preimported = preimport(modules)
     namespace_module = types.ModuleType(TEST_MODULE)
     namespace = namespace_module.__dict__

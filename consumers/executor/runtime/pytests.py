@@ -1,4 +1,4 @@
-"""pytest files under the judge: a task whose tests are pytest files (``RewardSpec.pytest``).
+"""pytest files under the judge: a task whose tests are pytest files (``kind = "python_pytest"``).
 
 Runs INSIDE the sandbox after ``judge.py`` (standard library only at import: pytest, from the
 sandbox image, is imported by the pytest zygote before any job, runtime/zygotes.py; on the host,
@@ -22,10 +22,10 @@ What keeps the verdict the tests':
   plugin autoload, no cache, and a root directory in the read-only image, so no ``pytest.ini``,
   ``conftest.py`` or plugin in ``/work`` counts. Only the file's own functions and classes are
   collected (a completion object bound under a test's name is not a test).
-* **The completion cannot skip, xfail, fail or stop a test.** Its process has its own pytest;
-  what it raises crosses as an object of the completion's (a mirror, not the judge's
-  ``Skipped``/``XFailed``/``Exit``), so pytest counts it as an error of that test. A skip
-  or xfail the tests declare themselves (markers, ``pytest.skip`` in a test) is the tests'.
+* **The completion cannot skip, xfail, fail or stop a test.** pytest is not importable in its
+  process; a ``unittest.SkipTest`` it raises fails the test (crossing.py), a
+  ``KeyboardInterrupt`` fails its test and the tests the stop leaves unrun. A skip or xfail the
+  tests declare themselves (markers, ``pytest.skip`` in a test) is the tests'.
 * **Reports are the judge's:** each phase's report is made here from the exception itself (its
   type and ``str``, as every test form reports it), never by pytest's failure formatting (which
   would ``repr`` arguments). A call the judge refused (``type_mismatch``, an object of the tests
@@ -34,7 +34,6 @@ What keeps the verdict the tests':
 
 import os
 import sys
-import time
 import types
 
 if __name__ != "__main__":  # on the host; in the sandbox these names come from the files above
@@ -148,15 +147,16 @@ def run_pytest_files(namespace, files, report, judge=None):
     rules = judge.rules if judge is not None else None
     base = 0
     state = {"gone": False}
+
+    def on_collected(n):
+        report({"e": "collected", "n": n})
+
     for code in files:
         count = [0]
 
         def on_start(node, count=count, base=base):
             if judge is not None:
-                judge.test = str(base + count[0])
-
-        def on_collected(n):
-            report({"e": "collected", "n": n})
+                judge.test = str(base + count[0])  # what the judge records a call under: the test's index
 
         def on_test(node, ok, skip, kind, msg, duration, count=count, base=base):
             index = base + count[0]
@@ -207,9 +207,8 @@ def run_pytest_file(code, namespace, on_test, on_start=None, judge=None, on_coll
     try:
         exec(code, module.__dict__)
     except BaseException as exc:
-        if judge is not None and judge.failed is not None:
-            return 0, _failure_type(judge.failed), judge.failed[:300]
-        return 0, type(exc).__name__, f"the test file did not run: {_text(exc, 280)}"
+        refused = judge is not None and judge.failed is not None  # a refused call says so itself
+        return (0, *_failure_of(judge, exc, "" if refused else "the test file did not run: "))
     plugin = _Plugin(pytest, module, code.co_filename, on_test, on_start, judge, on_collected)
     config = _CACHE.pop("pytest_config", None)  # the zygote's, once per judge; else made here
     if config is None:
@@ -236,10 +235,11 @@ class _Plugin:
         self.pytest, self.module, self.filename = pytest, module, filename
         self.on_test, self.on_start, self.judge, self.on_collected = on_test, on_start, judge, on_collected
         self.items = []  # node ids, in run order
-        self.results = {}  # node id -> [ok, skip, type, msg, duration]
+        self.results = {}  # node id -> [ok, skip, type, msg, seconds of its phases]
         self.reported = set()
         self.problem = None  # (type, msg): the file itself failed to collect
-        self.started = {}
+        self.session = None
+        self.interrupted = None  # (type, msg) of a KeyboardInterrupt that stopped the run
 
         plugin = self
 
@@ -288,15 +288,13 @@ class _Plugin:
         exc = call.excinfo.value
         if isinstance(exc, self.pytest.skip.Exception) and self.judge_clean():
             return CollectReport(collector.nodeid, "skipped", (self.filename, 0, _text(exc, 280)), [])
-        self.problem = self.problem or self.failure(exc, f"collecting {collector.nodeid or 'the file'}: ")
+        self.problem = self.problem or _failure_of(self.judge, exc, f"collecting {collector.nodeid or 'the file'}: ")
         return CollectReport(collector.nodeid, "failed", self.problem[1], [])
     pytest_make_collect_report.pytest_impl = _FIRST
 
     def pytest_runtest_setup(self, item):
-        self.started[item.nodeid] = time.perf_counter()
         if self.judge is not None:
             self.judge.failed = None
-            self.judge.test = item.nodeid
         if self.on_start is not None:
             self.on_start(item.nodeid)
     pytest_runtest_setup.pytest_impl = _FIRST
@@ -311,7 +309,7 @@ class _Plugin:
             if isinstance(exc, self.pytest.skip.Exception) and self.judge_clean():
                 outcome, longrepr = "skipped", (self.filename, item.reportinfo()[1] or 0, _text(exc, 280))
             else:
-                outcome, failure = "failed", self.failure(exc)
+                outcome, failure = "failed", _failure_of(self.judge, exc)
                 longrepr = f"{failure[0]}: {failure[1]}"
         report = TestReport(item.nodeid, item.location, {k: 1 for k in item.keywords}, outcome, longrepr, call.when,
                             [], call.duration, user_properties=item.user_properties)
@@ -322,9 +320,9 @@ class _Plugin:
     def pytest_runtest_logreport(self, report):
         """One phase's outcome folded into its test's: the first failure stands."""
         result = self.results.setdefault(report.nodeid, [True, False, "", "", 0.0])
-        failed_call = self.judge is not None and self.judge.failed is not None
-        if failed_call and result[0]:  # a call the judge refused fails the test whatever it caught
-            result[:4] = [False, False, _failure_type(self.judge.failed), self.judge.failed[:300]]
+        result[4] += report.duration
+        if not self.judge_clean() and result[0]:  # a call the judge refused fails the test whatever it caught
+            result[:4] = [False, False, *_failure_of(self.judge, None)]
         elif report.failed and result[0]:
             failure = getattr(report, "rollstream_failure", None) or ("Failed", str(report.longrepr)[:300])
             result[:4] = [False, False, *failure]
@@ -333,12 +331,9 @@ class _Plugin:
             result[1:4] = [True, "Skipped", report.longrepr[2] if isinstance(report.longrepr, tuple) else ""] \
                 if xfail is None else [True, "XFail", f"expected to fail: {xfail}" if xfail else "expected to fail"]
         if report.when == "teardown":
-            result[4] = time.perf_counter() - self.started.get(report.nodeid, time.perf_counter())
             self.emit(report.nodeid)
-            if self.judge is not None and self.judge.gone is not None:
-                report_session = getattr(self, "session", None)
-                if report_session is not None:
-                    report_session.shouldstop = "the candidate is gone"
+            if self.judge is not None and self.judge.gone is not None and self.session is not None:
+                self.session.shouldstop = "the candidate is gone"
 
     def pytest_sessionstart(self, session):
         self.session = session
@@ -357,12 +352,11 @@ class _Plugin:
         """The collected tests that did not run to their end fail: the one a stop interrupted (a
         ``KeyboardInterrupt`` the completion raised) with the stop, the rest unrun."""
         why = (self.judge.gone if self.judge is not None and self.judge.gone else "not run: the run stopped")[:300]
-        interrupted = getattr(self, "interrupted", None)
         for nodeid in self.items:
             if nodeid in self.reported:
                 continue
-            if nodeid in self.results and interrupted is not None:
-                self.results[nodeid] = [False, False, interrupted[0], interrupted[1], 0.0]
+            if nodeid in self.results and self.interrupted is not None:
+                self.results[nodeid] = [False, False, *self.interrupted, 0.0]
             else:
                 self.results[nodeid] = [False, False, "FailedCall", why, 0.0]
             self.emit(nodeid)
@@ -370,7 +364,9 @@ class _Plugin:
     def judge_clean(self):
         return self.judge is None or self.judge.failed is None
 
-    def failure(self, exc, prefix=""):
-        if self.judge is not None and self.judge.failed is not None:
-            return _failure_type(self.judge.failed), prefix + self.judge.failed[:300]
-        return type(exc).__name__, prefix + _text(exc, 300)
+
+def _failure_of(judge, exc, prefix=""):
+    """(type, message) of a failure: the call the judge refused, if one was, else ``exc``."""
+    if judge is not None and judge.failed is not None:
+        return _failure_type(judge.failed), prefix + judge.failed[:300]
+    return type(exc).__name__, prefix + _text(exc, 300)

@@ -75,11 +75,13 @@ if __name__ != "__main__":  # on the host (linters, readers): what the sandbox g
         MAX_TESTS,
         PR_SET_DUMPABLE,
         ZYGOTE_GRACE_S,
+        ZYGOTES,
         _high,
         _write_part,
         await_zygotes,
         drop_to,
         prefork,
+        pytest_warm,
         start_zygotes,
     )
 
@@ -193,9 +195,8 @@ class Host:
         # PID 1 -> each zygote: a command, and for a judged job the ends of that job's own pipes
         # between judge and candidate (fresh per job, held by nobody else: each sees the other's
         # exit as an end of file, and nothing a job leaves in them reaches another).
-        self.judge_cmd, self.judge_cmd_zygote = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        self.candidate_cmd, self.candidate_cmd_zygote = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        self.pytest_cmd, self.pytest_cmd_zygote = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        # role -> (PID 1's end, the zygote's end)
+        self.commands = {role: socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET) for role in ZYGOTES}
         self.pid_r, self.pid_w = os.pipe()  # zygotes -> PID 1: "J <pid>" / "C <pid>"
         self.status_r, self.status_w = os.pipe()  # zygotes -> PID 1: "J E <status>", "J S", ...
         self.null = _high(self.null)  # every descriptor here sits above the ones a job's process uses
@@ -250,16 +251,8 @@ class Host:
         return 0
 
     def command_socket(self, role):
-        """PID 1's end of the command socket of the zygote ``role`` (J, C, P)."""
-        return {b"J": self.judge_cmd, b"C": self.candidate_cmd, b"P": self.pytest_cmd}[role]
-
-    def zygote_socket(self, role):
-        """The zygote's own end of its command socket."""
-        return {b"J": self.judge_cmd_zygote, b"C": self.candidate_cmd_zygote, b"P": self.pytest_cmd_zygote}[role]
-
-    def command_sockets(self):
-        return (self.judge_cmd, self.candidate_cmd, self.pytest_cmd,
-                self.judge_cmd_zygote, self.candidate_cmd_zygote, self.pytest_cmd_zygote)
+        """PID 1's end of the command socket of the zygote ``role`` (``ZYGOTES``)."""
+        return self.commands[role][0]
 
     def drop_zygotes(self):
         for fd in self.zygotes.values():
@@ -338,31 +331,31 @@ def run_job(host, job):
     relay = host.relay if job.get("egress_token") else None
     if relay is not None:
         relay.begin(str(job["egress_token"]))
-    if job.get("pytest") and not host.pytest_ready:  # its judge forks from the pytest zygote, once it is warm:
-        await_zygotes(host, set(), pytest=True, wait_s=PYTEST_WARM_S)  # the wait is not the job's time
+    pytest_files = bool(job.get("pytest"))  # each test a pytest file: its judge is the pytest zygote's
+    if pytest_files and not host.pytest_ready:  # once that zygote is warm: the wait is not the job's time
+        await_zygotes(host, set(), pytest=True, wait_s=PYTEST_WARM_S)
     start = time.monotonic()
-    supervisor = Supervisor(host, start + timeout, cap, out, err, rep, judge=b"P" if job.get("pytest") else b"J")
+    supervisor = Supervisor(host, start + timeout, cap, out, err, rep, judge=b"P" if pytest_files else b"J")
     key = None
     if job.get("trust") == "in_process":
         key = os.urandom(8).hex()
         report_fd = 64 + os.urandom(1)[0] % 128  # a random descriptor above the runner's own
-        _write_part(host.candidate_part, (code, setup, tests, key, report_fd, limits, program, cap,
-                                          bool(job.get("pytest"))))
-        socket.send_fds(host.candidate_cmd, [b"i"], [])
+        _write_part(host.candidate_part, (code, setup, tests, key, report_fd, limits, program, cap, pytest_files))
+        socket.send_fds(host.command_socket(b"C"), [b"i"], [])
         host.ahead.pop(b"C", None)
         supervisor.expect(b"C")
     else:
         names = [str(n) for n in job.get("names", [])]
         modules = [str(n) for n in job.get("modules", [])]
         rules = job.get("rules") if isinstance(job.get("rules"), dict) else {}
-        judge_part = (setup, tests, names, str(job.get("entry_point", "")), modules, rules, bool(job.get("pytest")))
+        judge_part = (setup, tests, names, str(job.get("entry_point", "")), modules, rules, pytest_files)
         hook = job.get("test_hook") if host.test_hooks else None
         _write_part(host.judge_part, (judge_part, limits, hook))
         _write_part(host.candidate_part, (code, setup, names, program, cap, limits))
         req_r, req_w = os.pipe()  # judge -> candidate
         resp_r, resp_w = os.pipe()  # candidate -> judge
         try:
-            socket.send_fds(host.candidate_cmd, [b"c"], [req_r, resp_w])
+            socket.send_fds(host.command_socket(b"C"), [b"c"], [req_r, resp_w])
             socket.send_fds(host.command_socket(supervisor.judge), [b"j"], [resp_r, req_w])
             host.ahead.pop(b"C", None)
             host.ahead.pop(supervisor.judge, None)  # a pytest file's judge forks from its zygote now
@@ -529,8 +522,7 @@ class Supervisor:
         while b"\n" in self.status:
             line, self.status = self.status.split(b"\n", 1)
             fields = line.split()
-            if fields[:2] == [b"P", b"R"]:
-                self.host.pytest_ready = True
+            if pytest_warm(self.host, fields):
                 continue
             # "R S pid" / "R E pid status"; a line about another process (a child forked ahead
             # that never got this job) is not this job's

@@ -105,7 +105,7 @@ def _warm_protocol(rounds=12):
     tests = [compile(t, f"<warm {i}>", "exec") for i, t in enumerate(WARM_TESTS)]
     names = ["S", "f", "g", "s"]
     part = (None, tests, names, "f", [], {"mode": "reference", "objects": ["1|S()"],
-                                         "names": {"S": "o", "f": "o", "g": "o"}})
+                                         "names": {"S": "o", "f": "o", "g": "o"}}, False)
     try:
         for side in ("judge", "candidate"):
             for _ in range(rounds):

@@ -120,8 +120,16 @@ def await_zygotes(host, asked, pytest=False, wait_s=ZYGOTE_GRACE_S):
             if len(fields) == 3 and fields[1] == b"F" and fields[0] in asked:
                 host.ahead[fields[0]] = fields[2].decode()
                 asked.discard(fields[0])
-            elif fields[:2] == [b"P", b"R"]:
-                host.pytest_ready = True
+            else:
+                pytest_warm(host, fields)
+
+
+def pytest_warm(host, fields):
+    """Whether a status line says the pytest zygote is warm ("P R"); notes it on ``host``."""
+    if fields[:2] != [b"P", b"R"]:
+        return False
+    host.pytest_ready = True
+    return True
 
 
 def zygote_main(host, role):
@@ -134,10 +142,11 @@ def zygote_main(host, role):
     try:
         for fd in (0, 1, 2):  # never hold the runner's channel to the host
             os.dup2(host.null, fd)
-        own = host.zygote_socket(role)
-        for sock in host.command_sockets():  # PID 1's ends, and the other zygotes' own
-            if sock is not own:
-                sock.close()
+        own = host.commands[role][1]
+        for ends in host.commands.values():  # PID 1's ends, and the other zygotes' own
+            for sock in ends:
+                if sock is not own:
+                    sock.close()
         for fd in (host.pid_r, host.status_r, host.out_r, host.err_r, host.jout_r, host.jerr_r, host.rep_r):
             os.close(fd)
         if role in JUDGES:  # judges inherit: every catchable signal ignored, the guards in

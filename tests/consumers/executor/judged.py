@@ -47,7 +47,7 @@ def judged(code: str, tests: list[str], *, setup: str = "", entry_point: str = "
             for fd in (req_r, resp_w, rep_r):
                 os.close(fd)
             lines: list[str] = []
-            part = (setup_code, compiled, names, entry_point, modules, dict(rules or {}))
+            part = (setup_code, compiled, names, entry_point, modules, dict(rules or {}), False)
             judge.judge_main(part, resp_r, req_w, lambda event: lines.append(json.dumps(event)))
             data = ("\n".join(lines) + "\n").encode()
             while data:
