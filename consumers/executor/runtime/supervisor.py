@@ -96,6 +96,10 @@ MAX_REPORT_BYTES = 1 << 20
 REPORT_DRAIN_S = 0.02  # how often the report pipe is emptied while a job runs (it wakes nobody)
 PYTEST_WARM_S = 60.0  # the most a first pytest file waits for the pytest zygote to be warm (gVisor: seconds)
 CANDIDATE_STATUS_S = 0.5  # a candidate that died on its own before its judge ended: its status is awaited this long
+# A child forked ahead that ended during a job without saying its pid (killed by the job's candidate,
+# the one process of its uid, between taking the job's command and reporting): if its zygote says no
+# new pid by then, the child had taken the job and its end is the job's process's end
+AHEAD_TAKEN_S = 0.5
 # The container's pids cgroup counter (v1, v2): every task in the container, zombies included.
 TASK_COUNTERS = ("/sys/fs/cgroup/pids/pids.current", "/sys/fs/cgroup/pids.current")
 # OOM kills in the container's memory cgroup (v2, or v1 on kernels >= 4.13).
@@ -295,8 +299,11 @@ class Capture:
 # Tests only (a runner started with --test-hooks): ways to make the machinery fail on purpose.
 # lose_zygotes: the zygotes are lost at the end of the job (as when cleanup must kill them);
 # lose_zygotes_idle: ... after its reply, while the container waits; exit_before_reply: PID 1
-# exits with the job done but unanswered; raise: PID 1 fails handling the job.
-RUNNER_HOOKS = ("lose_zygotes", "lose_zygotes_idle", "exit_before_reply", "raise")
+# exits with the job done but unanswered; raise: PID 1 fails handling the job; judge_slow_to_say_pid:
+# the judge waits JUDGE_PID_DELAY_S between taking the job and saying its pid (a candidate that kills
+# it then: the runner must not wait for a pid that never comes).
+RUNNER_HOOKS = ("lose_zygotes", "lose_zygotes_idle", "exit_before_reply", "raise", "judge_slow_to_say_pid")
+JUDGE_PID_DELAY_S = 0.5
 
 
 def _lose_zygotes(host):
@@ -342,7 +349,6 @@ def run_job(host, job):
         report_fd = 64 + os.urandom(1)[0] % 128  # a random descriptor above the runner's own
         _write_part(host.candidate_part, (code, setup, tests, key, report_fd, limits, program, cap, pytest_files))
         socket.send_fds(host.command_socket(b"C"), [b"i"], [])
-        host.ahead.pop(b"C", None)
         supervisor.expect(b"C")
     else:
         names = [str(n) for n in job.get("names", [])]
@@ -350,19 +356,18 @@ def run_job(host, job):
         rules = job.get("rules") if isinstance(job.get("rules"), dict) else {}
         judge_part = (setup, tests, names, str(job.get("entry_point", "")), modules, rules, pytest_files)
         hook = job.get("test_hook") if host.test_hooks else None
-        _write_part(host.judge_part, (judge_part, limits, hook))
+        slow = JUDGE_PID_DELAY_S if host.test_hooks and job.get("runner_hook") == "judge_slow_to_say_pid" else 0.0
+        _write_part(host.judge_part, (judge_part, limits, hook, slow))
         _write_part(host.candidate_part, (code, setup, names, program, cap, limits))
         req_r, req_w = os.pipe()  # judge -> candidate
         resp_r, resp_w = os.pipe()  # candidate -> judge
         try:
             socket.send_fds(host.command_socket(b"C"), [b"c"], [req_r, resp_w])
             socket.send_fds(host.command_socket(supervisor.judge), [b"j"], [resp_r, req_w])
-            host.ahead.pop(b"C", None)
-            host.ahead.pop(supervisor.judge, None)  # a pytest file's judge forks from its zygote now
+            supervisor.expect(b"C", supervisor.judge)
         finally:
             for fd in (req_r, req_w, resp_r, resp_w):
                 os.close(fd)
-        supervisor.expect(b"C", supervisor.judge)
     result, judge_status, problem = supervisor.finish()
     if relay is not None:
         relay.end()
@@ -444,6 +449,8 @@ class Supervisor:
         self.pids = b""
         self.waiting = set()  # roles whose process has not ended yet
         self.processes = {}  # role -> pid
+        self.ahead = {}  # role -> pid of its child forked ahead when the job was sent (the one to take it)
+        self.ahead_ended = {}  # role -> (wait status, when it counts): that child ended before saying its pid
         self.statuses = {}  # role -> wait status
         self.problem = None
         self.killed_at = None
@@ -452,9 +459,15 @@ class Supervisor:
         self.streams = {host.out_r: out, host.err_r: err, host.jout_r: out, host.jerr_r: err}
 
     def expect(self, *roles):
-        """The roles whose processes take this job: each says its pid when it takes it (a child
-        forked ahead that died before has no say: its zygote forks anew)."""
+        """The roles whose processes take this job (their commands sent): each says its pid when
+        it takes it. A child forked ahead that died before taking it has no say (its zygote forks
+        anew, and that child says its pid); one that ended before saying its pid took it, unless a
+        new pid comes within AHEAD_TAKEN_S."""
         self.waiting.update(roles)
+        for role in roles:
+            pid = self.host.ahead.pop(role, None)  # a pytest file's judge forks from its zygote now
+            if pid is not None:
+                self.ahead[role] = int(pid)
 
     def finish(self):
         """Pump until every process of the job has ended: (result, judge status, problem)."""
@@ -486,9 +499,16 @@ class Supervisor:
             self.kill()  # processes whose pid arrived after the kill
         if self.candidate_due is not None and now >= self.candidate_due and b"C" in self.waiting:
             self._end_candidate()  # its status never came: ended as any other
+        if self.ahead_ended:
+            self._pids()  # a new pid: the zygote forked anew (its child forked ahead had not taken the job)
+        for role, (status, due) in list(self.ahead_ended.items()):
+            if now >= due:  # no new pid came: the child forked ahead had taken the job
+                del self.ahead_ended[role]
+                self._role_ended(role, status)
         until = self.deadline if self.killed_at is None else self.killed_at + ZYGOTE_GRACE_S
-        if self.candidate_due is not None:
-            until = min(until, self.candidate_due)
+        for due in [self.candidate_due] + [due for _, due in self.ahead_ended.values()]:
+            if due is not None:
+                until = min(until, due)
         wait = max(min(until - now, REPORT_DRAIN_S), 0.001)
         for fd, _ in host.poller.poll(wait * 1000):
             if fd in host.zygotes.values():
@@ -512,6 +532,7 @@ class Supervisor:
             role, pid = line.split()
             if role in self.waiting:
                 self.processes[role] = int(pid)
+                self.ahead_ended.pop(role, None)  # its zygote forked anew: this one took the job
 
     def _status(self):
         try:
@@ -526,22 +547,31 @@ class Supervisor:
                 continue
             # "R S pid" / "R E pid status"; a line about another process (a child forked ahead
             # that never got this job) is not this job's
-            if len(fields) < 3 or self.processes.get(fields[0]) != int(fields[2]):
+            if len(fields) < 3:
+                continue
+            role, pid = fields[0], int(fields[2])
+            if self.processes.get(role) != pid:
+                if len(fields) == 4 and fields[1] == b"E" and role in self.waiting and role not in self.processes \
+                        and self.ahead.get(role) == pid:
+                    self.ahead_ended[role] = (int(fields[3]), time.monotonic() + AHEAD_TAKEN_S)
                 continue
             if fields[:2] == [self.judge, b"S"]:
                 self.problem = self.problem or "judge_stopped"
             elif len(fields) == 4 and fields[1] == b"E":
-                role, status = fields[0], int(fields[3])
-                self.waiting.discard(role)
-                self.statuses[role] = status
-                if role == self.judge and b"C" in self.waiting:  # the verdicts are in: end the candidate
-                    self._pids()
-                    if _ended(self.processes.get(b"C", 0)):  # it died on its own first: its status is its own
-                        self.candidate_due = time.monotonic() + CANDIDATE_STATUS_S
-                    else:
-                        self._end_candidate()
-                elif role == b"C" and self.killed_at is None and not self.ended:
-                    self._candidate_status(status)
+                self._role_ended(role, int(fields[3]))
+
+    def _role_ended(self, role, status):
+        """The job's process of ``role`` ended with wait status ``status``."""
+        self.waiting.discard(role)
+        self.statuses[role] = status
+        if role == self.judge and b"C" in self.waiting:  # the verdicts are in: end the candidate
+            self._pids()
+            if _ended(self.processes.get(b"C", 0)):  # it died on its own first: its status is its own
+                self.candidate_due = time.monotonic() + CANDIDATE_STATUS_S
+            else:
+                self._end_candidate()
+        elif role == b"C" and self.killed_at is None and not self.ended:
+            self._candidate_status(status)
 
     def _end_candidate(self):
         self.ended = True

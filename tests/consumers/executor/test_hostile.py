@@ -87,7 +87,8 @@ async def assert_clean(pool: DockerSandboxPool, registry: RewardRegistry, after:
 
 def expect(evaluation: Evaluation, kind: str, reward: float) -> None:
     record = evaluation.scored.execution
-    assert (record.error_kind, evaluation.scored.reward) == (kind, reward), record
+    failed = [(t.index, t.outcome, t.message) for t in record.test_results if t.outcome != "passed"]
+    assert (record.error_kind, evaluation.scored.reward) == (kind, reward), (record.error_message, failed, record)
 
 
 async def test_fork_bomb(pool, registry):
@@ -437,10 +438,15 @@ async def test_a_call_through_another_abi_kills_its_process(pool, registry, sand
 async def test_no_other_process_descriptor_opens_through_proc(pool, registry):
     """The judge's part of the job (its tests) sits in PID 1's in-memory file, the verdicts on
     pipes of PID 1's and the judge's: through /proc/<pid>/fd the code opens none of them (runc:
-    they are non-dumpable; runsc: another uid's, and the parts 0600)."""
+    they are non-dumpable; runsc: another uid's, and the parts 0600). What it may open there is
+    what it could open by a path of its own, with the same access: a file of the image anyone
+    may read by its path (under runsc the pytest zygote, root's, may be importing pytest while the first jobs
+    run, and gVisor checks such a reopen against the file's mode alone) or /dev/null; never a
+    pipe, a socket, an in-memory or deleted file."""
     code = (
-        "import os\n"
+        "import os, stat\n"
         "opened = []\n"
+        "null, image = os.stat('/dev/null'), os.stat('/usr').st_dev\n"
         "for pid in (p for p in os.listdir('/proc') if p.isdigit() and int(p) != os.getpid()):\n"
         "    try:\n"
         "        fds = os.listdir(f'/proc/{pid}/fd')\n"
@@ -448,17 +454,21 @@ async def test_no_other_process_descriptor_opens_through_proc(pool, registry):
         "        continue\n"
         "    for fd in fds:\n"
         "        path = f'/proc/{pid}/fd/{fd}'\n"
-        "        for mode in (os.O_RDONLY, os.O_WRONLY):\n"
+        "        for mode, anyone in ((os.O_RDONLY, stat.S_IROTH), (os.O_WRONLY, stat.S_IWOTH)):\n"
         "            try:\n"
-        "                os.close(os.open(path, mode))\n"
+        "                held = os.open(path, mode)\n"
         "            except OSError:\n"
         "                continue\n"
-        "            try:\n"
-        "                target = os.readlink(path)\n"
-        "            except OSError:\n"
-        "                target = '?'\n"
-        "            if target != '/dev/null':\n"
-        "                opened.append((pid, fd, target))\n"
+        "            st = os.fstat(held)\n"
+        "            os.close(held)\n"
+        "            public = (st.st_dev, st.st_ino) == (null.st_dev, null.st_ino) or (\n"
+        "                stat.S_ISREG(st.st_mode) and st.st_dev == image and st.st_nlink > 0)\n"
+        "            if not (public and st.st_mode & anyone):\n"
+        "                try:\n"
+        "                    target = os.readlink(path)\n"
+        "                except OSError:\n"
+        "                    target = '?'\n"
+        "                opened.append((pid, fd, target, oct(st.st_mode), st.st_uid, st.st_nlink))\n"
         "def f(x):\n    return x + 1\n"
     )
     evaluation, _ = await attack(

@@ -153,3 +153,36 @@ async def test_what_the_job_does_is_its_own_verdict_never_infra(pool, registry, 
         assert evaluation.scored.reward < 0
     assert outcome_of(record.error_kind, record.passed) in (outcome, "oom") and not evaluation.lost, record
     await full(pool, registry, "own/1")
+
+
+KILL_THE_JUDGE = (  # every process of the job's but itself: its judge (a zygote's child other than itself)
+    "import os, time\n"
+    "time.sleep(0.2)\n"
+    "me, zygote = os.getpid(), os.getppid()\n"
+    "for p in os.listdir('/proc'):\n"
+    "    if p.isdigit() and int(p) not in (1, me, zygote):\n"
+    "        try:\n"
+    "            if int(open(f'/proc/{p}/stat').read().rsplit(')', 1)[1].split()[1]) != 1:\n"
+    "                os.kill(int(p), 9)\n"
+    "        except OSError:\n"
+    "            pass\n"
+    "def f(x):\n    return x + 1\n"
+)
+
+
+async def test_a_judge_killed_before_it_says_its_pid_is_a_violation_at_once(sandbox_image, owner, registry):
+    """The judge forked ahead takes the job's command, then says its pid: a candidate that kills
+    it in between (the one process of its uid; here the hook widens the gap) leaves the runner no
+    pid to wait for. Its zygote's report of that child's end is the judge's end: a violation,
+    without the wait to the deadline and the zygotes' grace that once made it
+    runner_zygote_unresponsive."""
+    async with DockerSandboxPool(config(sandbox_image, owner), test_hooks=True) as pool:
+        spec = msgspec.structs.replace(SPEC, timeout_s=5.0)
+        hooked = Hooked(pool, "judge_slow_to_say_pid")
+        evaluation = await evaluate(hooked, registry, spec, f"```python\n{KILL_THE_JUDGE}\n```", "slow/0", attempts=1)
+        record = evaluation.scored.execution
+        assert outcome_of(record.error_kind, record.passed) == "violation" and evaluation.scored.reward < 0, record
+        assert "judge_killed:9" in record.error_message and "runner_zygote" not in record.error_message, record
+        assert record.duration_s < spec.timeout_s, record  # no wait for the deadline
+        assert not evaluation.lost  # the job's own verdict, never infra
+        await full(Hooked(pool, "judge_slow_to_say_pid"), registry, "slow/1")  # the hook alone costs nothing
