@@ -6,7 +6,8 @@ kind, entry point, tests, setup, program, a chain's steps, weights) and of the c
 (:func:`code_digest`), the sandbox image's id and the runtime (the container runtime and the
 digest of the sandbox's runner source), and an Ed25519 signature (the ``cryptography`` package)
 over them together with the verdict (:func:`reward_payload`, :func:`audit_payload`: outcome,
-reward, components, error kind, test counts; the rollout id binds it to its rollout).
+reward, components, error kind, test counts, each test's result where the record has them; the
+rollout id binds it to its rollout).
 
 Keys: the private key is read from a file or an environment variable whose *name* is in the
 config (``executor.attest.key_file`` / ``key_env``), never from the config itself, so it is never
@@ -60,10 +61,14 @@ def _claims(attestation: Attestation) -> list[str]:
 def reward_payload(reward: RewardScored, attestation: Attestation) -> bytes:
     """The bytes a verdict's signature is over (the attestation's own signature left out)."""
     e = reward.execution
-    return msgspec.msgpack.encode([
-        REWARD_DOMAIN, reward.rollout.rollout_id, reward.outcome, float(reward.reward),
-        sorted((k, float(v)) for k, v in reward.components.items()), e.error_kind, e.tests_passed, e.tests_total,
-        e.tests_skipped, *_claims(attestation)])
+    fields = [REWARD_DOMAIN, reward.rollout.rollout_id, reward.outcome, float(reward.reward),
+              sorted((k, float(v)) for k, v in reward.components.items()), e.error_kind, e.tests_passed, e.tests_total,
+              e.tests_skipped, *_claims(attestation)]
+    if e.test_results or e.test_results_omitted:  # each test's result (appended only then: older signatures hold)
+        fields.append([[r.index, r.outcome, r.error_type, r.message, float(r.duration_s), r.node_id]
+                       for r in e.test_results])
+        fields.append(e.test_results_omitted)
+    return msgspec.msgpack.encode(fields)
 
 
 def audit_payload(audit: SandboxAudit, attestation: Attestation) -> bytes:

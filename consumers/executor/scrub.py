@@ -1,7 +1,7 @@
 """Scrubbing what leaves a sandbox: personal data and secrets out of the executor's records.
 
 What a completion prints, and what its errors say, goes into ``RewardScored`` (stdout/stderr
-tails, the error message), ``SandboxAudit`` (violations) and, for a multi-turn episode, the
+tails, the error message, each test's result's message), ``SandboxAudit`` (violations) and, for a multi-turn episode, the
 observation fed back to the model; from there into the run archive. With ``intake.scrub``
 (on by default) every e-mail address, phone number, IP address, credit-card number and secret
 (API keys, tokens, private keys) in those fields is replaced by a typed placeholder
@@ -24,7 +24,14 @@ from collections.abc import Sequence
 import msgspec
 
 from rollstream.metrics import StageMetrics
-from rollstream.schemas.events import Message, PromptIssued, RewardScored, RewardSpec, SandboxAudit
+from rollstream.schemas.events import (
+    Message,
+    PromptIssued,
+    RewardScored,
+    RewardSpec,
+    SandboxAudit,
+    TestResult,
+)
 from rollstream.tasks import pii
 
 
@@ -55,7 +62,7 @@ class Scrubber:
         the recognisers up to ~0.3 s, which must not stall the stage's loop."""
         execution = reward.execution
         texts = [execution.stdout_tail, execution.stderr_tail, execution.error_message,
-                 *(v for a in audits for v in a.violations)]
+                 *(r.message for r in execution.test_results), *(v for a in audits for v in a.violations)]
         if not self.enabled or not any(t and pii.maybe_sensitive(t) for t in texts):
             return reward, audits
         return await asyncio.to_thread(lambda: (self.reward(reward, spec), [self.audit(a, spec) for a in audits]))
@@ -83,9 +90,18 @@ class Scrubber:
         exempt = task_text(spec)
         fields = {name: self.text(getattr(execution, name), exempt)
                   for name in ("stdout_tail", "stderr_tail", "error_message")}
-        if all(fields[name] is getattr(execution, name) for name in fields):
+        results = [self._result(r, exempt) for r in execution.test_results]
+        changed = {name: text for name, text in fields.items() if text is not getattr(execution, name)}
+        if any(a is not b for a, b in zip(results, execution.test_results)):
+            changed["test_results"] = results
+        if not changed:
             return reward
-        return msgspec.structs.replace(reward, execution=msgspec.structs.replace(execution, **fields))
+        return msgspec.structs.replace(reward, execution=msgspec.structs.replace(execution, **changed))
+
+    def _result(self, result: TestResult, exempt: Sequence[str]) -> TestResult:
+        """A test's result with its message scrubbed (a failing assert's sides are the data it compared)."""
+        message = self.text(result.message, exempt)
+        return result if message is result.message else msgspec.structs.replace(result, message=message)
 
     def audit(self, audit: SandboxAudit, spec: RewardSpec) -> SandboxAudit:
         exempt = task_text(spec)

@@ -7,13 +7,22 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from rollstream.attest import Keyring, Signer, code_digest, load_signer, new_keypair, spec_digest
+from rollstream.attest import (
+    Keyring,
+    Signer,
+    code_digest,
+    load_signer,
+    new_keypair,
+    reward_payload,
+    spec_digest,
+)
 from rollstream.cli.verify import check_audits, check_verdicts, compare, conditions, last_turns
 from rollstream.config import AttestConfig, Config, ExecutorConfig
 from rollstream.config_load import to_toml
 from rollstream.consumers.executor.episodes import turn_code
 from rollstream.errors import ConfigError
 from rollstream.schemas import RewardScored, SandboxAudit, SandboxLimits, codec
+from rollstream.schemas.events import TestResult
 from rollstream.testing import make_action, make_reward
 
 pytestmark = pytest.mark.unit
@@ -64,6 +73,42 @@ def test_tampering_with_a_verdict_or_its_claims_breaks_the_signature(keys) -> No
         "_key"], "exec-1")  # another key claiming exec-1's id
     assert keyring.check_reward(signed(other)[1]) == "the signature does not match the verdict"
     assert Keyring().check_reward(verdict) == "signed with an unknown key 'exec-1'"
+
+
+def test_each_tests_result_is_signed_and_a_record_without_them_signs_as_before(keys) -> None:
+    """``rollstream replay`` and the report's failed tests read ``test_results``: a failing test
+    rewritten as passed, its message or its node id changed, or one dropped, breaks the signature.
+    A record without them is signed over exactly what an older executor signed (its signatures hold)."""
+    private, public, key_id = keys
+    signer = load_signer(AttestConfig(key_file=str(private), key_id=key_id))
+    keyring = Keyring.load(public.parent)
+    action, bare, claims = signed(signer, reward=0.5)
+    results = [TestResult(index=0, outcome="passed", duration_s=0.001, node_id="test_x.py::test_a"),
+               TestResult(index=1, outcome="failed", error_type="AssertionError", message="assert 2 == 3",
+                          duration_s=0.002, node_id="test_x.py::test_b")]
+    execution = msgspec.structs.replace(bare.execution, tests_passed=1, tests_total=2, test_results=results)
+    verdict = signer.sign_reward(msgspec.structs.replace(bare, execution=execution, attestation=None, outcome=None),
+                                 **claims)
+    decoded = codec(RewardScored).decode(codec(RewardScored).encode(verdict))
+    assert keyring.check_reward(decoded) is None
+
+    def forged(**change):
+        records = [msgspec.structs.replace(results[1], **change)] if change else []
+        return msgspec.structs.replace(verdict, execution=msgspec.structs.replace(
+            execution, test_results=[results[0], *records]))
+
+    for forgery in (forged(outcome="passed", error_type="", message=""), forged(message="assert 3 == 3"),
+                    forged(node_id="test_x.py::test_c"), forged(duration_s=0.5), forged(),
+                    msgspec.structs.replace(verdict, execution=msgspec.structs.replace(execution,
+                                                                                       test_results_omitted=3))):
+        assert keyring.check_reward(forgery) == "the signature does not match the verdict"
+    old = msgspec.msgpack.encode([  # the payload before per-test results were signed
+        "rollstream/verdict/v1", bare.rollout.rollout_id, bare.outcome, float(bare.reward),
+        sorted((k, float(v)) for k, v in bare.components.items()), bare.execution.error_kind,
+        bare.execution.tests_passed, bare.execution.tests_total, bare.execution.tests_skipped,
+        bare.attestation.key_id, bare.attestation.spec_sha256, bare.attestation.code_sha256, bare.attestation.image,
+        bare.attestation.runtime])
+    assert reward_payload(bare, bare.attestation) == old and keyring.check_reward(bare) is None
 
 
 def test_keys_rotate_by_id(tmp_path) -> None:

@@ -9,7 +9,14 @@ import pytest
 
 from rollstream.consumers.executor.scrub import Scrubber
 from rollstream.metrics import StageMetrics
-from rollstream.schemas.events import ExecutionRecord, RewardScored, RewardSpec, SandboxAudit, SandboxLimits
+from rollstream.schemas.events import (
+    ExecutionRecord,
+    RewardScored,
+    RewardSpec,
+    SandboxAudit,
+    SandboxLimits,
+    TestResult,
+)
 from rollstream.testing import make_rollout
 
 pytestmark = pytest.mark.unit
@@ -62,3 +69,24 @@ async def test_the_stage_s_path_scrubs_off_the_event_loop_only_what_the_prefilte
     leaky = scored("from 8.8.4.4")
     reward, audits = await scrubber.outgoing(leaky, [], SPEC)
     assert reward.execution.stderr_tail == "from <IP_ADDRESS>" and audits == []
+
+
+async def test_each_test_s_result_message_is_scrubbed_and_the_rest_of_it_kept() -> None:
+    """A failing assert's message carries both sides it compared: what the completion returned
+    (an address it printed back, a key it leaked) is scrubbed there as in the tails; the task's
+    own text, the other fields and the clean results stay as they were."""
+    metrics = StageMetrics("executor")
+    results = [TestResult(index=0, outcome="passed", duration_s=0.001),
+               TestResult(index=1, outcome="failed", error_type="AssertionError", duration_s=0.002,
+                          message="assert 'mail a.b@corp-mail.com from 93.184.216.34' == 4", node_id="t.py::test_b"),
+               TestResult(index=2, outcome="failed", error_type="AssertionError", message="assert 12 == 13")]
+    record = ExecutionRecord(sandbox_id="s", exit_code=0, duration_s=0.1, error_kind="none", tests_passed=1,
+                             tests_total=3, test_results=results)
+    leaky = RewardScored(rollout=make_rollout("g", 0), reward=1 / 3, components={}, execution=record,
+                         executor_id="e", scored_at=time.time())
+    reward, _ = await Scrubber(metrics).outgoing(leaky, [], SPEC)  # the prefilter reads the messages too
+    out = reward.execution.test_results
+    assert out[1].message == "assert 'mail <EMAIL> from 93.184.216.34' == 4" and count(metrics, "EMAIL") == 1
+    assert msgspec.structs.replace(out[1], message=results[1].message) == results[1]
+    assert out[0] is results[0] and out[2] is results[2]
+    assert msgspec.structs.replace(reward.execution, test_results=results) == record
