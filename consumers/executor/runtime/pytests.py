@@ -1,7 +1,8 @@
 """pytest files under the judge: a task whose tests are pytest files (``kind = "python_pytest"``).
 
 Runs INSIDE the sandbox after ``judge.py`` (standard library only at import: pytest, from the
-sandbox image, is imported by the pytest zygote before any job, runtime/zygotes.py; on the host,
+sandbox image, is imported by the pytest zygote before the container's first pytest file,
+runtime/zygotes.py; on the host,
 an ordinary module, tested there too).
 
 Each file is the tests' own module: the runner compiled it (its asserts explained as in every test
@@ -76,10 +77,10 @@ class TestKind:
 
 
 def warm_pytest():
-    """In the pytest zygote, before its guards and before any job: import the image's pytest, run
-    a made-up file once (pytest's first run builds what every later one reuses) and parse its
-    configuration, so each judge of a pytest file forks with it warm; no other judge and none of
-    the candidate's processes import it. Nothing if the image has no pytest (its pytest jobs are
+    """In the pytest zygote, before its guards and its first child (when PID 1 first needs it):
+    import the image's pytest, run a made-up file once (pytest's first run builds what every
+    later one reuses) and parse its configuration, so each judge of a pytest file forks with it
+    warm; no other judge and none of the candidate's processes import it. Nothing if the image has no pytest (its pytest jobs are
     refused on the host: sandbox.py)."""
     if pytest_available() is None:
         return

@@ -20,7 +20,8 @@ Processes. PID 1 warms up (imports, one made-up exchange of each side, so that w
 runs is built and specialised once and shared copy-on-write), then forks, once, three *zygotes*
 that have never loaded a job and never will: the judge zygote (which installs the judge's
 guards, consumers/executor/runtime/judge.py), the candidate zygote, and the pytest zygote (a judge
-zygote with the image's pytest warm: the judges of pytest files, runtime/pytests.py). Per judged job (``trust`` ``judge``) each
+zygote that warms the image's pytest up when the container's first pytest file comes: the judges
+of pytest files, runtime/pytests.py). Per judged job (``trust`` ``judge``) each
 forks one fresh process: a *judge* and a *candidate* (consumers/executor/runtime/candidate.py); they talk over
 two pipes and PID 1 never reads a word of it. Each reads only its own part of the job from its
 own in-memory file, written by PID 1 before the fork, so the candidate's memory holds no test
@@ -220,6 +221,7 @@ class Host:
         self.ahead = {}  # role -> pid of its zygote's child forked ahead, waiting for its job
         self.zygotes_started = False
         self.pytest_ready = False  # the pytest zygote said it is warm (runtime/zygotes.py "P R")
+        self.pytest_asked = False  # it was told to warm up ("w", at the first pytest file)
         self.test_hooks = False
         self.separated = os.getuid() == 0  # jobs under uids of their own (runtime/zygotes.py JOB_IDS)
         self.threads = 0  # PID 1's threads besides its own: the egress relay (runtime/relay.py)
@@ -340,6 +342,9 @@ def run_job(host, job):
         relay.begin(str(job["egress_token"]))
     pytest_files = bool(job.get("pytest"))  # each test a pytest file: its judge is the pytest zygote's
     if pytest_files and not host.pytest_ready:  # once that zygote is warm: the wait is not the job's time
+        if not host.pytest_asked:  # it imports pytest when the container's first pytest file comes
+            socket.send_fds(host.command_socket(b"P"), [b"w"], [])
+            host.pytest_asked = True
         await_zygotes(host, set(), pytest=True, wait_s=PYTEST_WARM_S)
     start = time.monotonic()
     supervisor = Supervisor(host, start + timeout, cap, out, err, rep, judge=b"P" if pytest_files else b"J")

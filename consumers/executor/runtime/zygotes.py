@@ -6,7 +6,9 @@ PID 1 forks three zygotes once; each forks one child per job, ahead of it when i
 for ``trust = "in_process"``, one child that runs setup, code and tests together
 (consumers/executor/runtime/inprocess.py). The third, the pytest zygote, is a judge zygote with
 the image's pytest imported and warm (runtime/pytests.py): the judges of pytest files fork from
-it, on demand, so the other judges fork from a zygote without pytest's pages. Each child reads its own part of the job from an
+it, on demand, so the other judges fork from a zygote without pytest's pages. It imports pytest
+when PID 1 first needs it (a container's first pytest file), so a container that never runs one
+never holds pytest's pages at all. Each child reads its own part of the job from an
 in-memory file PID 1 wrote, enters its limits and descriptors, and exits with a status that says
 how it ended."""
 
@@ -133,7 +135,8 @@ def pytest_warm(host, fields):
 
 
 def zygote_main(host, role):
-    """Forks this zygote's children, one at a time. Commands on its socket: "p" forks the next
+    """Forks this zygote's children, one at a time. Commands on its socket: "w" (the pytest
+    zygote: import pytest now; any first command does, and "P R" says it is done); "p" forks the next
     child ahead of its job (the runner sends it once the last job is cleaned up, so the fork and
     the child's setup happen while the container waits for work); the child itself then takes
     the job's command ("j": a judge; "c": a candidate; "i": an in-process child) and the job's pipe
@@ -151,17 +154,21 @@ def zygote_main(host, role):
             os.close(fd)
         if role in JUDGES:  # judges inherit: every catchable signal ignored, the guards in
             _ignore_signals()
-            if role == b"P":
-                warm_pytest()  # the image's pytest, warm in every judge of a pytest file (in no candidate)
-            install_guards(out_fds=(host.jout_w, host.jerr_w))
-            gc.freeze()
-            if role == b"P":
-                os.write(host.status_w, b"P R 0\n")  # warm: PID 1 starts a pytest file's clock from here
+        if role == b"J":
+            _guard(host)
         sys.stdin = host.stdin  # what every child has (an empty stdin, its argv): set once, here
         sys.argv = ["solution"]
         host.own = own
+        warm = role != b"P"
         while True:
             command, fds, _, _ = socket.recv_fds(own, 1, 2)
+            if not warm:  # the pytest zygote's first command: PID 1's "w", before the first pytest file's job
+                warm_pytest()  # the image's pytest, warm in every judge of a pytest file (in no candidate)
+                _guard(host)
+                warm = True
+                os.write(host.status_w, b"P R 0\n")  # warm: PID 1 starts a pytest file's clock from here
+            if command == b"w":
+                continue
             if command != b"p" and command not in JOB_MAINS:
                 break
             pid = os.fork()
@@ -180,6 +187,13 @@ def zygote_main(host, role):
     except BaseException:
         pass
     os._exit(0)
+
+
+def _guard(host):
+    """A judge zygote, before its first child: the judge's guards in, its heap frozen (a fork
+    copies none of it for the collector)."""
+    install_guards(out_fds=(host.jout_w, host.jerr_w))
+    gc.freeze()
 
 
 def _job_process(host, role, command, fds):

@@ -440,8 +440,8 @@ async def test_no_other_process_descriptor_opens_through_proc(pool, registry):
     pipes of PID 1's and the judge's: through /proc/<pid>/fd the code opens none of them (runc:
     they are non-dumpable; runsc: another uid's, and the parts 0600). What it may open there is
     what it could open by a path of its own, with the same access: a file of the image anyone
-    may read by its path (under runsc the pytest zygote, root's, may be importing pytest while the first jobs
-    run, and gVisor checks such a reopen against the file's mode alone) or /dev/null; never a
+    may read by its path (under runsc the pytest zygote, root's, may be importing pytest while a job runs,
+    and gVisor checks such a reopen against the file's mode alone) or /dev/null; never a
     pipe, a socket, an in-memory or deleted file."""
     code = (
         "import os, stat\n"

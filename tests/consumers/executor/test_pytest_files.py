@@ -7,6 +7,7 @@ skip, xfail or stop a test nor get anything it writes collected."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 
 import pytest
@@ -250,3 +251,42 @@ async def test_a_file_that_cannot_run_is_one_failed_test(pool, registry) -> None
     first, second, third = e.test_results
     assert first.outcome == "error" and first.error_type == "ImportError" and "did not run" in first.message
     assert second.error_type == "NoTests" and third.outcome == "passed" and third.node_id == "test_solution.py::test_ok"
+
+
+PYTEST_ZYGOTE_RSS = '''\
+import os
+
+def _parent(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
+
+def pytest_zygote_rss_kb():
+    """The pytest zygote: the one child of PID 1 with no child (mine is my zygote; the judge's its zygote's)."""
+    procs = [int(p) for p in os.listdir("/proc") if p.isdigit()]
+    parents = {p: _parent(p) for p in procs if p != 1}
+    zygotes = [p for p, parent in parents.items() if parent == 1 and p not in parents.values()]
+    assert len(zygotes) == 1, parents
+    with open(f"/proc/{zygotes[0]}/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+
+print("RSS", pytest_zygote_rss_kb())
+'''
+
+
+async def test_a_container_loads_pytest_only_when_its_first_pytest_file_comes(pool, registry) -> None:
+    """The pytest zygote imports pytest when the container's first pytest file comes, not at its
+    start: a container that never runs one never holds pytest's pages (some 10 MB a container)."""
+
+    async def rss_kb() -> int:
+        evaluation = await evaluate(pool, registry, RewardSpec(tests=["assert True"], timeout_s=20.0),
+                                    f"```python\n{PYTEST_ZYGOTE_RSS}```", f"rss/{uuid.uuid4().hex[:6]}")
+        assert evaluation.scored.reward == 1.0, evaluation.scored.execution
+        return int(evaluation.scored.execution.stdout_tail.split()[1])
+
+    before = await rss_kb()
+    await asyncio.sleep(3.0)  # an idle container: time enough for a zygote warming up at start to show it
+    idle = await rss_kb()  # still none: a job of statement tests never warms it
+    scored = await score(pool, registry, SOLUTION, [HONEST], entry_point="add")
+    assert scored.reward == 1.0, [r for r in scored.execution.test_results if r.outcome != "passed"]
+    after = await rss_kb()
+    assert idle - before < 1024 and after - idle > 4096, (before, idle, after)
