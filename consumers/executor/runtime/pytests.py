@@ -2,8 +2,7 @@
 
 Runs INSIDE the sandbox after ``judge.py`` (standard library only at import: pytest, from the
 sandbox image, is imported by the pytest zygote before the container's first pytest file,
-runtime/zygotes.py; on the host,
-an ordinary module, tested there too).
+runtime/zygotes.py; on the host, an ordinary module, tested there too).
 
 Each file is the tests' own module: the runner compiled it (its asserts explained as in every test
 form, supervisor.py ``explained_asserts``: pytest's own rewriting is off, so no ``repr`` of an
@@ -80,8 +79,8 @@ def warm_pytest():
     """In the pytest zygote, before its guards and its first child (when PID 1 first needs it):
     import the image's pytest, run a made-up file once (pytest's first run builds what every
     later one reuses) and parse its configuration, so each judge of a pytest file forks with it
-    warm; no other judge and none of the candidate's processes import it. Nothing if the image has no pytest (its pytest jobs are
-    refused on the host: sandbox.py)."""
+    warm; no other judge and none of the candidate's processes import it. Nothing if the image
+    has no pytest (its pytest jobs are refused on the host: sandbox.py)."""
     if pytest_available() is None:
         return
     _CACHE["trusted_dirs"] = _package_dirs(PYTEST_PACKAGES)

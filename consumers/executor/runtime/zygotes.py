@@ -136,8 +136,8 @@ def pytest_warm(host, fields):
 
 def zygote_main(host, role):
     """Forks this zygote's children, one at a time. Commands on its socket: "w" (the pytest
-    zygote: import pytest now; any first command does, and "P R" says it is done); "p" forks the next
-    child ahead of its job (the runner sends it once the last job is cleaned up, so the fork and
+    zygote: import pytest now; any first command does, and "P R" says it is done); "p" forks the
+    next child ahead of its job (the runner sends it once the last job is cleaned up, so the fork and
     the child's setup happen while the container waits for work); the child itself then takes
     the job's command ("j": a judge; "c": a candidate; "i": an in-process child) and the job's pipe
     ends from the same socket. A job command that reaches the zygote (no child was waiting) is
@@ -178,6 +178,8 @@ def zygote_main(host, role):
                 os.close(fd)
             if command == b"p":  # the runner counts it as this zygote's until a job takes it
                 os.write(host.status_w, b"%s F %d\n" % (role, pid))
+            else:  # forked for its job: its pid said here, before its end can be (the job's code may kill it at once)
+                os.write(host.pid_w, b"%s %d\n" % (role, pid))
             while True:
                 _, status = os.waitpid(pid, os.WUNTRACED)
                 if not os.WIFSTOPPED(status):
@@ -198,7 +200,8 @@ def _guard(host):
 
 def _job_process(host, role, command, fds):
     """A zygote's child: its own process group; forked ahead of its job ("p"), it waits for the
-    job's command on the zygote's socket; it reports its pid and runs the job. Never returns."""
+    job's command on the zygote's socket and reports its pid (a child forked for its job has its
+    pid reported by the zygote); it runs the job. Never returns."""
     os.close(host.alive_w)  # the zygote's alone: its pipe hangs up when the zygote ends
     os.setpgid(0, 0)  # its own process group (killed as one)
     drop_to(host)
@@ -207,9 +210,9 @@ def _job_process(host, role, command, fds):
         command, fds, _, _ = socket.recv_fds(host.own, 1, 2)
         if command not in JOB_MAINS:  # the runner went away
             os._exit(0)
-    if host.test_hooks and command == b"j":  # tests only: a judge slow to say its pid
-        time.sleep(marshal.loads(os.pread(host.judge_part, os.fstat(host.judge_part).st_size, 0))[3])
-    os.write(host.pid_w, b"%s %d\n" % (role, os.getpid()))
+        if host.test_hooks and command == b"j":  # tests only: a judge slow to say its pid
+            time.sleep(marshal.loads(os.pread(host.judge_part, os.fstat(host.judge_part).st_size, 0))[3])
+        os.write(host.pid_w, b"%s %d\n" % (role, os.getpid()))
     JOB_MAINS[command](host, [_high(fd) for fd in fds])
 
 
