@@ -1,10 +1,10 @@
 """Scrubbing what leaves a sandbox: personal data and secrets out of the executor's records.
 
 What a completion prints, and what its errors say, goes into ``RewardScored`` (stdout/stderr
-tails, the error message, each test's result's message), ``SandboxAudit`` (violations) and, for a multi-turn episode, the
-observation fed back to the model; from there into the run archive. With ``intake.scrub``
-(on by default) every e-mail address, phone number, IP address, credit-card number and secret
-(API keys, tokens, private keys) in those fields is replaced by a typed placeholder
+tails, the error message, each test's result's message), ``SandboxAudit`` (violations) and, for
+a multi-turn episode, the observation fed back to the model; from there into the run archive.
+With ``intake.scrub`` (on by default) every e-mail address, phone number, IP address, credit-card
+number and secret (API keys, tokens, private keys) in those fields is replaced by a typed placeholder
 (``<EMAIL>``, ``<SECRET>``, ...: rollstream/tasks/pii.py) before the records are produced,
 and counted per kind in ``rollstream_executor_scrubbed_total{kind}``.
 

@@ -470,7 +470,7 @@ class Supervisor:
         new pid comes within AHEAD_TAKEN_S."""
         self.waiting.update(roles)
         for role in roles:
-            pid = self.host.ahead.pop(role, None)  # a pytest file's judge forks from its zygote now
+            pid = self.host.ahead.pop(role, None)  # the child forked ahead for it takes this job (none for P)
             if pid is not None:
                 self.ahead[role] = int(pid)
 
@@ -511,9 +511,10 @@ class Supervisor:
                 del self.ahead_ended[role]
                 self._role_ended(role, status)
         until = self.deadline if self.killed_at is None else self.killed_at + ZYGOTE_GRACE_S
-        for due in [self.candidate_due] + [due for _, due in self.ahead_ended.values()]:
-            if due is not None:
-                until = min(until, due)
+        if self.candidate_due is not None:
+            until = min(until, self.candidate_due)
+        for _, due in self.ahead_ended.values():
+            until = min(until, due)
         wait = max(min(until - now, REPORT_DRAIN_S), 0.001)
         for fd, _ in host.poller.poll(wait * 1000):
             if fd in host.zygotes.values():
