@@ -7,7 +7,8 @@ Staleness uses ``Rollout.policy_version_first``: the version of the weights that
 rollout's *first* token. It is the oldest policy any token of the rollout came from (a generator
 may swap weights mid-completion, so ``policy_version_last`` can be newer), so bounding it bounds
 the lag of every token; it is what AReaL's eta bounds. A rollout is stale when
-``current_version - policy_version_first > max_staleness`` and is dropped and counted.
+``current_version - policy_version_first > max_staleness`` (``rollstream.weights.versions_past``,
+the one staleness rule) and is dropped and counted.
 A rollout from a *newer* version than the learner's (possible only after a resume, from a dead
 lineage's weights) is not stale: its behaviour log-probs are recorded, so the IS weight corrects it.
 """
@@ -22,6 +23,7 @@ import torch
 
 from rollstream.schemas.arrays import PackedArray
 from rollstream.schemas.events import AdvantagedRollout, GroupAdvantaged
+from rollstream.weights import versions_past
 
 _TORCH_OF = {"i": torch.int32, "f": torch.float32, "B": torch.uint8}  # array typecode -> dtype
 
@@ -80,7 +82,7 @@ def select_rollouts(
         for item in group.rollouts:
             lag = staleness(current_version, item)
             selection.lags.append(lag)
-            if lag > max_staleness:
+            if versions_past(current_version, item.rollout.policy_version_first, max_staleness):
                 selection.stale += 1
             elif not any(generated_mask(item)):
                 selection.empty += 1

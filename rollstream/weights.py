@@ -35,6 +35,13 @@ Chunking and assembly are pure functions (:func:`pack`, :func:`unpack`).
   by :class:`WeightStore` once a version is complete, announced on ``weights:published``): what a
   generator can load. The two differ while a version is being written.
 
+**Staleness**, one rule for every stage (:func:`versions_past`): a rollout's lag is the learner's
+version less the oldest policy version that generated any of its tokens; the learner trains it only
+while the lag is at most ``rl.max_staleness``. The learner drops what is past it, the executor ends
+an episode that is already past it (its next turns could never be trained), and a generator that
+refuses stale weights holds while a rollout it would start now is past it after one more learner
+step (``ahead=1``: the learner is always working on its next step).
+
 The ``policy`` topic carries each ``WeightsPublished`` as the record of what was published (the
 evaluator follows it). This module imports torch only when tensors are packed or built, so a
 stage without a model (the sampler, the executor) reads the version facts without it.
@@ -80,6 +87,13 @@ async def published_version(client: aioredis.Redis, key_prefix: str) -> int | No
     with converted("reading the latest weights version", into=WeightStoreError):
         value = await client.get(f"{key_prefix}{PUBLISHED_VERSION}")
     return int(value) if value is not None else None
+
+
+def versions_past(learner_version: int, oldest_version: int, max_staleness: int, *, ahead: int = 0) -> int:
+    """How many versions past ``max_staleness`` a rollout whose oldest weights are ``oldest_version``
+    lags behind ``learner_version`` once the learner has taken ``ahead`` more steps; 0 while it may
+    still be trained (lag <= max_staleness), so ``versions_past(...) > 0`` is "too stale"."""
+    return max(0, learner_version + ahead - oldest_version - max_staleness)
 
 
 _DTYPE_NAMES = ("float32", "bfloat16", "float16", "int64", "int32", "uint8", "bool")

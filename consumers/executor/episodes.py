@@ -58,6 +58,7 @@ from rollstream.schemas.events import (
     RewardSpec,
     WorkspaceFile,
 )
+from rollstream.weights import versions_past
 
 OBSERVATION_CHARS = 2000  # an observation's size cap
 FAILED_TESTS_SHOWN = 5
@@ -186,12 +187,11 @@ def _progress(steps: int, subtask_index: int, execution: ExecutionRecord) -> flo
 def stale_lag(action: ActionGenerated, learner_version: int, max_staleness: int) -> int | None:
     """How many versions past ``max_staleness`` the episode's oldest weights already are behind the
     learner's (None: within it). The learner's version only grows and it drops a rollout whose
-    oldest version lags more than ``rl.max_staleness`` (learner/batch.py), so such an episode can
+    oldest version lags more than ``rl.max_staleness`` (``rollstream.weights.versions_past``), so such an episode can
     never be trained: its next turns would be generated, executed and thrown away, holding one of
     the sampler's slots meanwhile. The executor ends it instead (as if its turns were spent)."""
     oldest = min([*action.policy_versions, action.rollout.policy_version_first])
-    over = learner_version - oldest - max_staleness
-    return over if over > 0 else None
+    return versions_past(learner_version, oldest, max_staleness) or None
 
 
 def after_turn(action: ActionGenerated, scored: RewardScored, events: Sequence[dict[str, Any]] = (),

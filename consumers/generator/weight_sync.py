@@ -37,6 +37,7 @@ from typing import Any, Protocol
 from rollstream.consumers.generator.backends.base import GenerationBackend
 from rollstream.errors import BackendError, WeightStoreError
 from rollstream.retry import Backoff, retry
+from rollstream.weights import versions_past
 
 log = logging.getLogger(__name__)
 
@@ -238,7 +239,9 @@ class WeightSync:
         while True:
             learner = await self.learner_version()
             lag = learner - self.backend.policy_version
-            if lag <= 0 or lag < self.max_staleness or (stop is not None and stop.is_set()):
+            # what it would start now is trained at the learner's next step at the earliest
+            fresh = not versions_past(learner, self.backend.policy_version, self.max_staleness, ahead=1)
+            if lag <= 0 or fresh or (stop is not None and stop.is_set()):
                 return time.monotonic() - started
             if not warned:
                 log.warning("refusing to generate: weights v%d are %d versions behind the learner (max %d)",
