@@ -175,8 +175,8 @@ async def publish_overlap(model: torch.nn.Module, items: list[AdvantagedRollout]
                 for _ in range(2):
                     await asyncio.to_thread(trainer.step, items)
                     loop.lineage.version += 1
-                    await loop.publish(overlap=loop.overlap)
-                await loop.publish_done()
+                    await loop.publisher.publish(overlap=loop.publisher.overlap)
+                await loop.publisher.done()
                 elapsed = time.perf_counter() - started
                 print(f"rep {rep} publish {mode}: {elapsed:.2f} s for 2 steps + 2 publishes", flush=True)
                 if rep:

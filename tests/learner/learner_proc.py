@@ -21,17 +21,17 @@ def crash_points(args: argparse.Namespace) -> None:
     import os
     import signal
 
-    from rollstream.learner import checkpoint, train
+    from rollstream.learner import checkpoint, publish
 
     if args.kill_after_publishing is not None:
-        publish_version = train.set_learner_version
+        publish_version = publish.set_learner_version
 
         async def publish_then_die(client, infra, version: int) -> None:  # type: ignore[no-untyped-def]
             await publish_version(client, infra, version)
             if version == args.kill_after_publishing:
                 os.kill(os.getpid(), signal.SIGKILL)
 
-        train.set_learner_version = publish_then_die  # type: ignore[assignment]
+        publish.set_learner_version = publish_then_die  # type: ignore[assignment]
     if args.term_after_step is not None:
         append = checkpoint.append_step_log
 

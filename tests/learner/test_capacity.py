@@ -15,7 +15,7 @@ import pytest
 
 from rollstream.config import CheckpointConfig, Config, LearnerConfig, OptimConfig, RLConfig
 from rollstream.kafka import EventProducer, ensure_topics
-from rollstream.learner import ledger, train
+from rollstream.learner import ledger, publish, train
 from rollstream.schemas import GroupAdvantaged
 from tests.helpers import group
 
@@ -51,7 +51,8 @@ async def test_capacity_follows_publication(config: Config, learner_model_dir: s
 
     monkeypatch.setattr(train, "set_groups_consumed", released)
     monkeypatch.setattr(ledger, "set_groups_consumed", released)  # the ledger's release
-    monkeypatch.setattr(train, "set_learner_version", published)
+    monkeypatch.setattr(train, "set_learner_version", published)  # a lineage's first version
+    monkeypatch.setattr(publish, "set_learner_version", published)  # every publish
     await asyncio.wait_for(train.run(config), 300)
 
     version = 0

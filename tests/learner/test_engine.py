@@ -181,14 +181,15 @@ async def overlapped_publish_then_step(model: torch.nn.Module, trainer: Trainer,
     metrics = SimpleNamespace(broadcast_seconds=recorder, publish_peak_extra=SimpleNamespace(set=lambda _: None))
     loop = LearnerLoop(config, trainer, None, Lineage(step=1, version=1), None, recorder, store, recorder,
                        metrics, "run-1")  # type: ignore[arg-type]
-    assert loop.overlap
+    publisher = loop.publisher
+    assert publisher.overlap
     updated_at = []
     trainer.before_update = (lambda wait: lambda: (wait(), updated_at.append(time.perf_counter())))(
         trainer.before_update)
-    await loop.publish(overlap=True)
-    assert loop.publishing is not None and not loop.publishing.done()  # the step runs while it publishes
+    await publisher.publish(overlap=True)
+    assert publisher.publishing is not None and not publisher.publishing.done()  # the step runs while it publishes
     await asyncio.to_thread(trainer.step, items)
-    await loop.publish_done()
+    await publisher.done()
     assert [call[1] for call in recorder.calls if call[0] == "send"] == ["policy"]  # announced once
     return updated_at[0]
 

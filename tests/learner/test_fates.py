@@ -59,22 +59,22 @@ def test_no_step_means_no_group_trained() -> None:
 @pytest.mark.unit
 def test_wall_clock_checkpoints_fall_after_each_mark_and_skip_marks_a_long_step_spanned(monkeypatch) -> None:
     from rollstream.config import CheckpointConfig, LearnerConfig
-    from rollstream.learner import train
+    from rollstream.learner import checkpointer
 
     now = [1000.0]
-    monkeypatch.setattr(train.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(checkpointer.time, "monotonic", lambda: now[0])
     config = Config(learner=LearnerConfig(checkpoint=CheckpointConfig(every=0, every_minutes=1.0)))
     learner = LearnerLoop(config, None, None, Lineage(), None, None, None, None, None, "run-1")  # type: ignore[arg-type]
     due = []
     for t in (1030.0, 1059.0, 1061.0, 1062.0, 1119.0, 1250.0, 1260.0, 1301.0):  # step ends
         now[0] = t
-        due.append(learner.timed_due())
+        due.append(learner.checkpointer.timed_due())
     # marks at +60, +120, +180, +240, +300: one checkpoint per mark passed, the step ending at +250
     # spanned the marks at +180 and +240 (one checkpoint, not two), the next falls after +300
     assert due == [False, False, True, False, False, True, False, True]
     off = LearnerLoop(Config(), None, None, Lineage(), None, None, None, None, None, "run-1")  # type: ignore[arg-type]
     now[0] = 10 ** 6
-    assert off.timed_due() is False
+    assert off.checkpointer.timed_due() is False
 
 
 @pytest.mark.unit
