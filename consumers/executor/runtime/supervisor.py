@@ -694,6 +694,23 @@ def channels_guarded(host):
     return os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
 
 
+def _scrub_environ(libc):
+    """Overwrite the environment PID 1 was started with (the strings the kernel copied onto its
+    stack, what ``/proc/1/environ`` reads) with NUL bytes, and empty the C library's list.
+    os.environ.clear() only unsets the names: the strings stay where /proc reads them. Under runc
+    /proc refuses another process's environ (PID 1 is non-dumpable); gVisor's kernel of
+    2022-12-19 lets any process read it (the file is 0444 and dumpability is not checked), and
+    every zygote and job forks this memory. Nothing of it is secret (the pool's limits, the proxy
+    socket's path), but what the container was started with is the executor's, not the job's."""
+    environ = ctypes.POINTER(ctypes.c_void_p).in_dll(libc, "environ")
+    libc.strlen.restype, libc.strlen.argtypes = ctypes.c_size_t, [ctypes.c_void_p]
+    index = 0
+    while environ and environ[index]:
+        ctypes.memset(environ[index], 0, libc.strlen(environ[index]))
+        index += 1
+    libc.clearenv()
+
+
 def main():
     # Python installs a SIGINT handler; with one installed, code in the container could
     # deliver SIGINT to PID 1. Default dispositions make init immune to in-namespace signals.
@@ -708,6 +725,7 @@ def main():
     if nproc:
         resource.setrlimit(resource.RLIMIT_NPROC, (int(nproc), int(nproc)))
     egress = os.environ.get("ROLLSTREAM_EGRESS", "")  # a task with a network allowlist: the proxy's socket
+    _scrub_environ(host.libc)
     os.environ.clear()  # children inherit exactly this environment
     os.environ.update(CHILD_ENV)
     if egress:

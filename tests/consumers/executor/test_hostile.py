@@ -373,6 +373,31 @@ async def test_host_environment_and_files_are_invisible(pool, registry, tmp_path
     await assert_clean(pool, registry, evaluation)
 
 
+async def test_the_runners_environment_reads_as_nothing(pool, registry):
+    """The environment PID 1 was started with (the pool's limits, the proxy socket's path) is the
+    executor's: under runc /proc refuses it (PID 1, the zygotes and the judge are non-dumpable);
+    gVisor's kernel lets any process read another's environ, so PID 1 overwrites its own before it
+    forks anything (runtime/supervisor.py _scrub_environ): there it reads as NUL bytes only."""
+    code = (
+        "import os\n"
+        "seen = {}\n"
+        "for pid in sorted(int(p) for p in os.listdir('/proc') if p.isdigit()):\n"
+        "    if pid == os.getpid():\n"
+        "        continue\n"
+        "    try:\n"
+        "        data = open(f'/proc/{pid}/environ', 'rb').read()\n"
+        "    except OSError:\n"
+        "        continue\n"
+        "    if data.strip(b'\\0'):\n"
+        "        seen[pid] = data[:200]\n"
+        "def f(x):\n    return x + 1\n"
+    )
+    tests = ["assert seen == {}, seen", *SPEC.tests]
+    evaluation, _ = await attack(pool, registry, code, RewardSpec(tests=tests, timeout_s=ROOMY_S))
+    expect(evaluation, "none", 1.0)
+    await assert_clean(pool, registry, evaluation)
+
+
 async def test_proc_tricks_fail(pool, registry, sandbox_runtime):
     code = (
         "import ctypes, os\n"
