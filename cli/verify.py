@@ -3,8 +3,13 @@ the executors' public keys; ``rollstream keys new``: a key pair for an executor.
 
 For each ``RewardScored`` of the run's archive (rollstream/attest.py):
 
-* its signature, by a key of the keyring (``executor.attest.public_keys`` or ``--keys``), over the
-  verdict and its claims; an unsigned verdict or an unknown key is a finding;
+* its signature, by a key of the keyring (``executor.attest.public_keys`` or ``--keys``: by the
+  file's name or the key's fingerprint), over the verdict, its rollout (everything the learner
+  trains on) and its claims; an unsigned verdict or an unknown key is a finding, and so is a
+  field changed after signing, by name ("changed after signing: rollout.completion_token_ids");
+  a verdict signed under v1 (older executors: its rollout not covered) is counted and said;
+* its rollout against the rollout its action carries (a verdict moved onto other tokens, task,
+  group or versions, even one signed under v1, shows here, by field);
 * its claims against the archive: the spec digest against the reward spec its action carried,
   the code digest against the code of its last turn (a test edited, a completion swapped, after
   the fact, shows here);
@@ -13,7 +18,8 @@ For each ``RewardScored`` of the run's archive (rollstream/attest.py):
   for a single turn) is a finding, and a sandbox image or runtime other than the one the verdict
   names is said, since the verdict was then re-scored under other conditions.
 
-Every ``SandboxAudit`` is checked the same way (signature and claims). Exit status 0 when every
+Every ``SandboxAudit`` is checked the same way (signature and claims). ``--scores FILE`` checks
+the signed JSON verdicts of ``rollstream score`` instead of an archive. Exit status 0 when every
 verdict verifies and reproduces, 1 otherwise; ``--json OUT`` writes the findings.
 """
 
@@ -28,10 +34,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from rollstream.attest import Keyring, code_digest, new_keypair, spec_digest
-from rollstream.config import Config
+from rollstream.attest import Keyring, code_digest, is_v1, load_signer, new_keypair, spec_digest
+from rollstream.config import AttestConfig, Config
 from rollstream.errors import ConfigError
-from rollstream.schemas.events import ActionGenerated, RewardScored, SandboxAudit
+from rollstream.schemas.events import ActionGenerated, RewardScored, Rollout, SandboxAudit
 
 DEFAULT_SAMPLE = 20
 
@@ -39,7 +45,7 @@ DEFAULT_SAMPLE = 20
 @dataclass(frozen=True)
 class Finding:
     rollout_id: str
-    kind: str  # signature | spec | code | no_action | audit | reproduce | error
+    kind: str  # signature | rollout | spec | code | no_action | audit | score | reproduce | error
     detail: str
 
 
@@ -54,6 +60,7 @@ def register(name: str, parser: argparse.ArgumentParser) -> Any:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--run", help="a run directory or id (default: the archive of the config)")
     parser.add_argument("--archive", help="an archive root instead of a run")
+    parser.add_argument("--scores", help="check the signed JSON verdicts `rollstream score` wrote here instead")
     parser.add_argument("--keys", help="the public keys (a directory of <key id>.pub, or one file); default "
                                        "executor.attest.public_keys")
     which = parser.add_mutually_exclusive_group()
@@ -72,8 +79,13 @@ def add_keys_arguments(parser: argparse.ArgumentParser) -> None:
 
 def keys_main(args: argparse.Namespace) -> int:
     private, public, key_id = new_keypair(Path(args.dir), args.id)
-    print(f"key {key_id}: private {private} (give the executors executor.attest.key_file = \"{private}\", or its "
-          f"contents in the variable named by executor.attest.key_env), public {public} (for `rollstream verify`)")
+    signer = load_signer(AttestConfig(key_file=str(private)))
+    assert signer is not None
+    named = "" if key_id == signer.key_id else f", executor.attest.key_id = \"{key_id}\" to sign under this id"
+    print(f"key {key_id} (fingerprint {signer.key_id}): private {private} (give the "
+          f"executors executor.attest.key_file = \"{private}\", or its contents in the variable named by "
+          f"executor.attest.key_env{named}; without it verdicts name the key by its fingerprint, which "
+          f"`rollstream verify` finds in {public} as well), public {public} (for `rollstream verify --keys`)")
     return 0
 
 
@@ -96,12 +108,15 @@ def check_verdicts(rewards: list[RewardScored], actions: dict[str, ActionGenerat
     for reward in rewards:
         rollout_id = reward.rollout.rollout_id
         why = keyring.check_reward(reward)
+        action = actions.get(rollout_id)
+        moved = rollout_changes(reward.rollout, action.rollout) if action is not None else []
+        if moved:
+            findings.append(Finding(rollout_id, "rollout", f"its rollout is not its action's: {', '.join(moved)}"))
         if why is not None:
             findings.append(Finding(rollout_id, "signature", why))
             continue
         attestation = reward.attestation
         assert attestation is not None
-        action = actions.get(rollout_id)
         if action is None:
             findings.append(Finding(rollout_id, "no_action", "its action is not in the archive: its claims cannot "
                                                               "be checked"))
@@ -112,6 +127,31 @@ def check_verdicts(rewards: list[RewardScored], actions: dict[str, ActionGenerat
         if code_digest(turn_code(action)) != attestation.code_sha256:
             findings.append(Finding(rollout_id, "code", "the code of its action is not the code that was scored"))
     return findings
+
+
+def rollout_changes(scored: Rollout, generated: Rollout) -> list[str]:
+    """The fields of a verdict's rollout that are not those of the rollout its action carried."""
+    return [f"rollout.{name}" for name in Rollout.__struct_fields__ if getattr(scored, name) != getattr(generated, name)]
+
+
+def check_scores(path: str, keyring: Keyring) -> tuple[int, list[Finding]]:
+    """(verdicts, findings) of a ``rollstream score`` output: each verdict line's signature."""
+    verdicts, findings = 0, []
+    for number, text in enumerate(Path(path).read_text().splitlines(), 1):
+        if not text.strip():
+            continue
+        try:
+            verdict = json.loads(text)
+        except json.JSONDecodeError as exc:
+            findings.append(Finding(f"line {number}", "score", f"not JSON: {exc}"))
+            continue
+        if "error" in verdict:  # a line score could not score: no verdict to sign
+            continue
+        verdicts += 1
+        why = keyring.check_score(verdict)
+        if why is not None:
+            findings.append(Finding(f"line {verdict.get('line', number)}", "score", why))
+    return verdicts, findings
 
 
 def check_audits(audits: list[SandboxAudit], keyring: Keyring) -> list[Finding]:
@@ -207,6 +247,15 @@ async def verify_main(config: Config, args: argparse.Namespace) -> int:
         raise ConfigError("rollstream verify needs the executors' public keys: --keys PATH or "
                           "executor.attest.public_keys")
     keyring = Keyring.load(keys)
+    if getattr(args, "scores", None):
+        count, findings = check_scores(args.scores, keyring)
+        for finding in findings:
+            print(f"NOT VERIFIED {finding.rollout_id}: {finding.kind}: {finding.detail}")
+        print(f"{count} scored verdicts in {args.scores}: {len(findings)} findings")
+        if args.json_out:
+            Path(args.json_out).write_text(json.dumps({"verdicts": count, "findings": [asdict(f) for f in findings]},
+                                                      indent=1) + "\n")
+        return 0 if count and not findings else 1
     root = archive_of(config, args.run, args.archive)
     rewards, actions, audits = await asyncio.to_thread(read_archive, root)
     if not rewards:
@@ -226,11 +275,16 @@ async def verify_main(config: Config, args: argparse.Namespace) -> int:
         print(f"NOT VERIFIED {finding.rollout_id}: {finding.kind}: {finding.detail}")
     for note in notes:
         print(f"re-scored under other conditions than recorded: {note}")
+    v1 = sum(is_v1(r.attestation) for r in rewards if r.rollout.rollout_id not in bad)
+    if v1:
+        print(f"{v1} verdicts signed under v1 (older executors): their signatures cover the verdict and the "
+              f"rollout id, not the tokens, task, group or policy versions (checked against their actions only)")
     print(f"{len(rewards)} verdicts and {len(audits)} audit records in {root}: {len(findings)} findings "
           f"({len(rewards) - len({f.rollout_id for f in findings if f.kind != 'audit'})} verdicts verify); "
           f"{len(chosen)} re-scored")
     if args.json_out:
         Path(args.json_out).write_text(json.dumps({
             "verdicts": len(rewards), "audits": len(audits), "rescored": len(chosen), "conditions": notes,
+            "signed_v1": v1,
             "findings": [asdict(f) for f in findings]}, indent=1) + "\n")
     return 0 if not findings else 1

@@ -33,7 +33,8 @@ event omits it) and the rollouts a group left out (``GroupAdvantaged.excluded``,
 ``GroupFate.excluded``; ``GroupAdvantaged.rollouts`` may then be empty): from version 5 an
 ``infra`` outcome is never a reward, which a version-4 reader would take for one. Version 5 also
 adds the signed ``attestation`` of a verdict (defaulted). ``ExecutionRecord.test_results`` /
-``test_results_omitted`` (each test's result) are defaulted fields: version unchanged.
+``test_results_omitted`` (each test's result) are defaulted fields: version unchanged, and so is
+``Attestation.digests`` (the per-field digests of a v2 signature: empty in a v1 one).
 
 ``tests/schemas/test_compat.py`` holds frozen copies of the version-1 shapes and
 checks that what they wrote still decodes.
@@ -424,6 +425,9 @@ class Attestation(msgspec.Struct, frozen=True, kw_only=True):
     image: ShortText  # the sandbox image's id ("sim": no sandbox)
     runtime: ShortText  # the container runtime and the digest of the sandbox's runner source
     signature: Annotated[bytes, Meta(min_length=64, max_length=64)]
+    # v2 (rollstream/attest.py): a 16-byte sha256 prefix of each signed field, in the order of that
+    # record's field list; the signature is over these. Empty: signed under v1 (older executors)
+    digests: Annotated[bytes, Meta(max_length=2048)] = b""
 
 
 class RewardScored(Event, frozen=True, kw_only=True):

@@ -15,7 +15,9 @@ Input of ``rollstream score``:
 
 Output: per input completion, in input order, ``{"line", "task_id", "reward", "components",
 "execution": {ExecutionRecord}, "outcome", ...echoed keys}`` (``"lost"``: the causes of runs the
-sandbox machinery lost, when any) or ``{"line", "error"}`` for a bad line.
+sandbox machinery lost, when any) or ``{"line", "error"}`` for a bad line. With a key configured
+(``executor.attest``) each verdict carries its ``attestation`` (``rollstream verify --scores OUT``
+checks them); a configured key that cannot be read stops it before anything is scored.
 """
 
 from __future__ import annotations
@@ -33,10 +35,11 @@ from typing import IO, Any
 
 import msgspec
 
+from rollstream.attest import Signer, code_digest, load_signer, spec_digest
 from rollstream.config import Config
 from rollstream.consumers.executor.reference import ReferenceCheck, ReferenceChecks, log_check
-from rollstream.consumers.executor.rewards import RewardRegistry, Scored, default_registry
-from rollstream.consumers.executor.sandbox import Job, RunResult, SandboxBackend
+from rollstream.consumers.executor.rewards import RewardRegistry, Scored, default_registry, extract_code
+from rollstream.consumers.executor.sandbox import Job, RunResult, SandboxBackend, sandbox_identity
 from rollstream.errors import ConfigError, SandboxError, SandboxLost
 from rollstream.retry import retry
 from rollstream.schemas.events import Connection, ExecutionRecord, RewardSpec, SandboxAudit, SandboxLimits
@@ -338,20 +341,32 @@ async def score_file(
     """
     out = out or sys.stdout
     registry = registry or default_registry()
+    signer = load_signer(config.executor.attest)  # ConfigError (exit 2) when a configured key cannot be read
+    if signer is not None:
+        print(f"rollstream score: signing verdicts with key {signer.key_id}", file=sys.stderr)
     items = list(read_inputs(paths))
     if backend is None:
         from rollstream.consumers.executor.sandbox import DockerSandboxPool
 
         async with DockerSandboxPool(config.executor) as pool:
             return await _score_items(items, out, pool, registry, config.executor.concurrency,
-                                      config.executor.max_timeout_s)
+                                      config.executor.max_timeout_s, signer)
     return await _score_items(items, out, backend, registry, config.executor.concurrency,
-                              config.executor.max_timeout_s)
+                              config.executor.max_timeout_s, signer)
+
+
+def signed_verdict(signer: Signer, verdict: dict[str, Any], spec: RewardSpec, completion: str,
+                   backend: SandboxBackend) -> dict[str, Any]:
+    """A JSON verdict with its attestation, claiming what the executor's would (rollstream/attest.py)."""
+    image, runtime = sandbox_identity(backend)
+    return signer.sign_score(verdict, spec_sha256=spec_digest(spec),
+                             code_sha256=code_digest(extract_code(completion).code or ""), image=image,
+                             runtime=runtime)
 
 
 async def _score_items(
     items: list, out: IO[str], backend: SandboxBackend, registry: RewardRegistry, concurrency: int,
-    max_timeout_s: float | None = None,
+    max_timeout_s: float | None = None, signer: Signer | None = None,
 ) -> dict[str, int]:
     gate = asyncio.Semaphore(concurrency)
     def reported(task_id: str, check: ReferenceCheck) -> None:
@@ -374,7 +389,8 @@ async def _score_items(
                 )
         except ValueError as exc:
             return {"line": line, "task_id": task.task_id, "error": str(exc)}
-        return verdict_json(line, task, evaluation, echoed)
+        verdict = verdict_json(line, task, evaluation, echoed)
+        return verdict if signer is None else signed_verdict(signer, verdict, spec, completion, backend)
 
     tasks = [asyncio.ensure_future(one(*item)) for item in items]
     counts = {"scored": 0, "errors": 0}

@@ -4,25 +4,32 @@ after the fact is found; the private key is never in a config, a message or a re
 
 from __future__ import annotations
 
+import argparse
+import json
+
 import msgspec
 import pytest
 
 from rollstream.attest import (
+    DIGEST_BYTES,
     Keyring,
     Signer,
     code_digest,
+    field_digests,
+    is_v1,
     load_signer,
     new_keypair,
+    reward_fields,
     reward_payload,
     spec_digest,
 )
-from rollstream.cli.verify import check_audits, check_verdicts, compare, conditions, last_turns
+from rollstream.cli.verify import check_audits, check_verdicts, compare, conditions, keys_main, last_turns
 from rollstream.config import AttestConfig, Config, ExecutorConfig
 from rollstream.config_load import to_toml
 from rollstream.consumers.executor.episodes import turn_code
 from rollstream.errors import ConfigError
 from rollstream.schemas import RewardScored, SandboxAudit, SandboxLimits, codec
-from rollstream.schemas.events import TestResult
+from rollstream.schemas.events import Connection, TestResult
 from rollstream.testing import make_action, make_reward
 
 pytestmark = pytest.mark.unit
@@ -57,28 +64,73 @@ def test_a_signed_verdict_verifies_and_travels(keys) -> None:
     assert Keyring.load(public).check_reward(decoded) is None  # one file works too
 
 
-def test_tampering_with_a_verdict_or_its_claims_breaks_the_signature(keys) -> None:
+def rollout_moved(verdict: RewardScored, **change) -> RewardScored:
+    return msgspec.structs.replace(verdict, rollout=msgspec.structs.replace(verdict.rollout, **change))
+
+
+def test_tampering_with_a_verdict_its_rollout_or_its_claims_fails_naming_the_field(keys) -> None:
+    """What the learner trains on is signed field by field: a verdict moved onto other tokens,
+    log-probs, mask, task, group or policy versions, its reward or its claims edited, fails and
+    says which field differs from what was signed."""
     private, public, key_id = keys
     signer = load_signer(AttestConfig(key_file=str(private), key_id=key_id))
     keyring = Keyring.load(public.parent)
     _, verdict, _ = signed(signer, reward=0.0)
-    for forged in (msgspec.structs.replace(verdict, reward=0.5, components={"tests": 0.5}),
-                   msgspec.structs.replace(verdict, execution=msgspec.structs.replace(verdict.execution, tests_passed=0),
-                                           outcome=None),
-                   msgspec.structs.replace(verdict, attestation=msgspec.structs.replace(verdict.attestation,
-                                                                                        image="sha256:other"))):
-        assert keyring.check_reward(forged) == "the signature does not match the verdict"
+    assert len(verdict.attestation.digests) == DIGEST_BYTES * len(reward_fields(verdict, verdict.attestation))
+    r = verdict.rollout
+    forgeries = [
+        (rollout_moved(verdict, completion_token_ids=[11, 12, 13, 99]), "rollout.completion_token_ids"),
+        (rollout_moved(verdict, behaviour_logprobs=[-0.5, -0.5, -0.5, -0.25]), "rollout.behaviour_logprobs"),
+        (rollout_moved(verdict, prompt_token_ids=[1, 2, 4]), "rollout.prompt_token_ids"),
+        (rollout_moved(verdict, generated_mask=[1, 1, 0, 1]), "rollout.generated_mask"),
+        (rollout_moved(verdict, task_id="t/other"), "rollout.task_id"),
+        (rollout_moved(verdict, group_id="g2"), "rollout.group_id"),
+        (rollout_moved(verdict, family="other"), "rollout.family"),
+        (rollout_moved(verdict, policy_version_first=r.policy_version_first + 1), "rollout.policy_version_first"),
+        (rollout_moved(verdict, policy_version_last=7), "rollout.policy_version_last"),
+        (rollout_moved(verdict, issued_policy_version=7), "rollout.issued_policy_version"),
+        (rollout_moved(verdict, logprob_temperature=0.7), "rollout.logprob_temperature"),
+        (msgspec.structs.replace(verdict, reward=0.5, components={"tests": 0.5}), "reward, components"),
+        (msgspec.structs.replace(verdict, execution=msgspec.structs.replace(verdict.execution, tests_passed=0),
+                                 outcome=None), "outcome, execution.tests_passed"),
+        (msgspec.structs.replace(verdict, attestation=msgspec.structs.replace(verdict.attestation,
+                                                                              image="sha256:other")),
+         "attestation.image"),
+    ]
+    for forged, field in forgeries:
+        assert keyring.check_reward(forged) == f"changed after signing: {field}"
+    # a whole signed verdict's attestation moved onto another rollout's verdict
+    other = make_reward("g", 1, 0.0)
+    moved = msgspec.structs.replace(other, attestation=verdict.attestation)
+    assert keyring.check_reward(moved) == "changed after signing: rollout.rollout_id, rollout.sample_index"
+    # the digests rewritten to match the forgery: the signature is not over them
+    forged = rollout_moved(verdict, completion_token_ids=[11, 12, 13, 99])
+    rewritten = msgspec.structs.replace(forged, attestation=msgspec.structs.replace(
+        verdict.attestation, digests=field_digests(reward_fields(forged, verdict.attestation))))
+    assert keyring.check_reward(rewritten).startswith("the signature does not match its field digests")
+    # a v2 signature passed off as v1 (digests dropped) does not check either
+    stripped = msgspec.structs.replace(verdict, attestation=msgspec.structs.replace(verdict.attestation, digests=b""))
+    assert keyring.check_reward(stripped) == "the signature does not match the verdict (v1)"
     assert keyring.check_reward(msgspec.structs.replace(verdict, attestation=None)) == "unsigned"
     other = Signer(load_signer(AttestConfig(key_file=str(new_keypair(public.parent.parent / "o", "x")[0]))).__dict__[
         "_key"], "exec-1")  # another key claiming exec-1's id
-    assert keyring.check_reward(signed(other)[1]) == "the signature does not match the verdict"
+    assert keyring.check_reward(signed(other)[1]).startswith("the signature does not match its field digests")
     assert Keyring().check_reward(verdict) == "signed with an unknown key 'exec-1'"
+    assert keyring.check_reward(codec(RewardScored).decode(codec(RewardScored).encode(verdict))) is None
 
 
-def test_each_tests_result_is_signed_and_a_record_without_them_signs_as_before(keys) -> None:
+def v1_signed(signer: Signer, verdict: RewardScored, claims: dict) -> RewardScored:
+    """A verdict as an executor before v2 signed it (attestation without digests, v1 payload)."""
+    unsigned = signer._attestation(**claims)
+    return msgspec.structs.replace(verdict, attestation=msgspec.structs.replace(
+        unsigned, signature=signer._key.sign(reward_payload(verdict, unsigned))))
+
+
+def test_each_tests_result_is_signed_and_v1_signatures_still_check(keys) -> None:
     """``rollstream replay`` and the report's failed tests read ``test_results``: a failing test
-    rewritten as passed, its message or its node id changed, or one dropped, breaks the signature.
-    A record without them is signed over exactly what an older executor signed (its signatures hold)."""
+    rewritten as passed, its message or its node id changed, or one dropped, fails naming
+    ``execution.test_results``. A verdict an older executor signed (v1, no digests) still checks
+    over exactly the payload it signed, and an edit of it still fails."""
     private, public, key_id = keys
     signer = load_signer(AttestConfig(key_file=str(private), key_id=key_id))
     keyring = Keyring.load(public.parent)
@@ -101,14 +153,74 @@ def test_each_tests_result_is_signed_and_a_record_without_them_signs_as_before(k
                     forged(node_id="test_x.py::test_c"), forged(duration_s=0.5), forged(),
                     msgspec.structs.replace(verdict, execution=msgspec.structs.replace(execution,
                                                                                        test_results_omitted=3))):
-        assert keyring.check_reward(forgery) == "the signature does not match the verdict"
-    old = msgspec.msgpack.encode([  # the payload before per-test results were signed
+        assert keyring.check_reward(forgery) == "changed after signing: execution.test_results"
+    unsigned = msgspec.structs.replace(bare, attestation=None)
+    old = v1_signed(signer, unsigned, claims)
+    assert reward_payload(old, old.attestation) == msgspec.msgpack.encode([  # the v1 payload, byte for byte
         "rollstream/verdict/v1", bare.rollout.rollout_id, bare.outcome, float(bare.reward),
         sorted((k, float(v)) for k, v in bare.components.items()), bare.execution.error_kind,
         bare.execution.tests_passed, bare.execution.tests_total, bare.execution.tests_skipped,
-        bare.attestation.key_id, bare.attestation.spec_sha256, bare.attestation.code_sha256, bare.attestation.image,
-        bare.attestation.runtime])
-    assert reward_payload(bare, bare.attestation) == old and keyring.check_reward(bare) is None
+        old.attestation.key_id, old.attestation.spec_sha256, old.attestation.code_sha256, old.attestation.image,
+        old.attestation.runtime])
+    old = codec(RewardScored).decode(codec(RewardScored).encode(old))
+    assert is_v1(old.attestation) and not is_v1(verdict.attestation)
+    assert keyring.check_reward(old) is None
+    assert keyring.check_reward(msgspec.structs.replace(old, reward=1.0, components={"tests": 1.0})) == (
+        "the signature does not match the verdict (v1)")
+    v1_with_results = v1_signed(signer, msgspec.structs.replace(verdict, attestation=None), claims)
+    assert keyring.check_reward(v1_with_results) is None
+    assert keyring.check_reward(msgspec.structs.replace(v1_with_results, execution=forged(message="x").execution)) \
+        == "the signature does not match the verdict (v1)"
+
+
+def test_keys_new_with_an_id_and_key_file_alone_verifies(tmp_path, capsys) -> None:
+    """``rollstream keys new --id X`` writes X.key/X.pub; an executor given only key_file signs under
+    the key's fingerprint, which the keyring finds whatever the .pub file is called."""
+    assert keys_main(argparse.Namespace(action="new", dir=str(tmp_path), id="exec-7")) == 0
+    said = capsys.readouterr().out
+    private, public = tmp_path / "exec-7.key", tmp_path / "exec-7.pub"
+    assert f'key_file = "{private}"' in said and 'key_id = "exec-7"' in said and str(public) in said
+    signer = load_signer(AttestConfig(key_file=str(private)))
+    assert signer.key_id.startswith("ed25519-") and signer.key_id in said
+    for keyring in (Keyring.load(tmp_path), Keyring.load(public)):
+        assert keyring.check_reward(signed(signer)[1]) is None
+        assert keyring.check_reward(signed(load_signer(AttestConfig(key_file=str(private), key_id="exec-7")))[1]) \
+            is None
+    stranger = new_keypair(tmp_path / "other", "exec-8")[0]  # a key the keyring does not hold
+    fp = load_signer(AttestConfig(key_file=str(stranger))).key_id
+    assert Keyring.load(tmp_path).check_reward(signed(load_signer(AttestConfig(key_file=str(stranger))))[1]) == (
+        f"signed with an unknown key {fp!r}")
+    (tmp_path / f"{fp}.pub").write_bytes(public.read_bytes())  # named as another key's fingerprint
+    with pytest.raises(ConfigError, match="named as the fingerprint"):
+        Keyring.load(tmp_path)
+
+
+def test_a_key_that_cannot_be_read_is_a_loud_error_naming_the_file(tmp_path) -> None:
+    missing = tmp_path / "nope.key"
+    with pytest.raises(ConfigError) as error:
+        load_signer(AttestConfig(key_file=str(missing)))
+    assert str(missing) in str(error.value) and "cannot be read" in str(error.value)
+    assert "rollstream keys new" in str(error.value)
+    garbage = tmp_path / "garbage.key"
+    garbage.write_text("not a key")
+    with pytest.raises(ConfigError, match="not an Ed25519 private key"):
+        load_signer(AttestConfig(key_file=str(garbage)))
+
+
+def test_score_verdicts_are_signed_and_checked(keys) -> None:
+    private, public, key_id = keys
+    signer = load_signer(AttestConfig(key_file=str(private), key_id=key_id))
+    keyring = Keyring.load(public)
+    verdict = {"line": 3, "task_id": "t/0", "id": "c-3", "reward": 0.5, "components": {"tests": 0.5},
+               "execution": msgspec.to_builtins(make_reward("g", 0, 0.5).execution), "outcome": "passed"}
+    good = json.loads(json.dumps(signer.sign_score(verdict, spec_sha256="s", code_sha256=code_digest("x"),
+                                                   image=IMAGE, runtime=RUNTIME)))
+    assert keyring.check_score(good) is None
+    assert keyring.check_score({**good, "reward": 1.0}) == "changed after signing: reward"
+    assert keyring.check_score({**good, "id": "c-4"}) == "changed after signing: echoed"
+    assert keyring.check_score({**good, "task_id": "t/1", "line": 4}) == "changed after signing: line, task_id"
+    assert keyring.check_score(verdict) == "unsigned"
+    assert keyring.check_score({**good, "attestation": {"key_id": key_id}}).startswith("unreadable")
 
 
 def test_keys_rotate_by_id(tmp_path) -> None:
@@ -158,12 +270,24 @@ def test_verify_finds_a_test_or_a_completion_changed_after_the_fact(keys) -> Non
         action, verdict, _ = signed(signer, i)
         actions[action.rollout.rollout_id], verdicts = action, [*verdicts, verdict]
     assert check_verdicts(verdicts, actions, keyring) == []
+    honest = dict(actions)
     actions["g/1"] = msgspec.structs.replace(actions["g/1"], reward=msgspec.structs.replace(
         actions["g/1"].reward, tests=["assert add(1, 2) == 4"]))  # a test edited
     actions["g/2"] = msgspec.structs.replace(actions["g/2"], completion_text="```python\ndef add(a, b): return 3\n```")
     verdicts[0] = msgspec.structs.replace(verdicts[0], reward=0.9, components={"tests": 0.9})  # a verdict edited
     found = {(f.rollout_id, f.kind) for f in check_verdicts(verdicts, actions, keyring)}
     assert found == {("g/0", "signature"), ("g/1", "spec"), ("g/2", "code")}
+    # a verdict moved onto other tokens: its signature names the field, and so does its action
+    findings = check_verdicts([rollout_moved(verdicts[1], completion_token_ids=[10, 11, 12, 99])], honest, keyring)
+    assert [(f.kind, f.detail) for f in findings] == [
+        ("rollout", "its rollout is not its action's: rollout.completion_token_ids"),
+        ("signature", "changed after signing: rollout.completion_token_ids")]
+    # a v1 verdict (its tokens not signed) moved onto other tokens: found by its action
+    old = v1_signed(signer, make_reward("g", 2), signed(signer, 2)[2])
+    assert check_verdicts([old], {"g/2": signed(signer, 2)[0]}, keyring) == []
+    assert [(f.kind, f.detail) for f in check_verdicts([rollout_moved(old, task_id="t/9")],
+                                                       {"g/2": signed(signer, 2)[0]}, keyring)] == [
+        ("rollout", "its rollout is not its action's: rollout.task_id")]
     # the last turn of an episode is the one a verdict is for
     later = msgspec.structs.replace(actions["g/0"], turn=2)
     assert last_turns([actions["g/0"], later, actions["g/1"]])["g/0"].turn == 2
@@ -198,3 +322,15 @@ def test_audit_records_are_signed_and_checked(keys) -> None:
     forged = msgspec.structs.replace(good, verdict="timeout", outcome="timeout")
     assert [f.kind for f in check_audits([forged, msgspec.structs.replace(good, attestation=None)], keyring)] == [
         "audit", "audit"]
+    assert keyring.check_audit(forged) == "changed after signing: verdict, outcome"
+    # its egress connections are signed: one dropped, added or edited afterwards is named
+    calls = [Connection(host="pypi.org", port=443, method="CONNECT", verdict="allowed", sent=10, received=20),
+             Connection(host="evil.example", port=80, method="GET", verdict="denied", reason="not allowed")]
+    egress = signer.sign_audit(msgspec.structs.replace(audit, connections=calls), spec_sha256="s",
+                               code_sha256=code_digest("x = 1"), image=IMAGE, runtime=RUNTIME)
+    egress = codec(SandboxAudit).decode(codec(SandboxAudit).encode(egress))
+    assert keyring.check_audit(egress) is None
+    for changed in ([calls[0]], [], [calls[0], msgspec.structs.replace(calls[1], verdict="allowed")],
+                    [msgspec.structs.replace(calls[0], received=2000), calls[1]]):
+        assert keyring.check_audit(msgspec.structs.replace(egress, connections=changed)) == (
+            "changed after signing: connections")
