@@ -75,3 +75,16 @@ def test_score_with_a_key_that_cannot_be_read_fails_naming_it(tmp_path) -> None:
             asyncio.run(run())
         assert str(missing) in str(error.value) and "rollstream keys new" in str(error.value)
     assert not (tmp_path / "out.jsonl").exists() or (tmp_path / "out.jsonl").read_text() == ""
+
+
+def test_the_command_line_says_so_and_exits_nonzero(tmp_path, capsys) -> None:
+    """``rollstream score --set executor.attest.key_file=MISSING`` exits 2 with the message on
+    stderr, before any sandbox starts; ``rollstream keys new`` then gives a key that works."""
+    from rollstream.cli.main import main
+
+    path, missing = pairs(tmp_path), tmp_path / "missing.key"
+    assert main(["score", str(path), "--set", f"executor.attest.key_file={missing}"]) == 2
+    said = capsys.readouterr()
+    assert str(missing) in said.err and "rollstream keys new" in said.err and said.out == ""
+    assert main(["keys", "new", "--dir", str(tmp_path / "keys"), "--id", "exec-9"]) == 0
+    assert f'key_file = "{tmp_path / "keys" / "exec-9.key"}"' in capsys.readouterr().out

@@ -87,7 +87,19 @@ async def test_verify_checks_signatures_claims_and_reproduces_verdicts(sandbox_i
     found = {(f["rollout_id"], f["kind"]) for f in json.loads(out.read_text())["findings"]}
     assert found == {("g/0", "signature"), ("g/1", "spec"), ("g/2", "code")}
     printed = capsys.readouterr().out
-    assert "NOT VERIFIED g/0: signature" in printed and "NOT VERIFIED g/1: spec" in printed
+    assert "NOT VERIFIED g/0: signature: changed after signing: reward, components" in printed
+    assert "NOT VERIFIED g/1: spec" in printed
+
+    # a signed verdict moved onto other completion tokens: named by its signature and its action
+    moved_tokens = str(tmp_path / "moved_tokens")
+    rollout = msgspec.structs.replace(rewards[0].rollout, completion_token_ids=[7, 7, 7, 7])
+    write(moved_tokens, "actions", actions, ActionGenerated)
+    write(moved_tokens, "rewards", [msgspec.structs.replace(rewards[0], rollout=rollout), *rewards[1:]], RewardScored)
+    assert await verify_main(config, args(moved_tokens, str(public), str(out))) == 1
+    assert {(f["kind"], f["detail"]) for f in json.loads(out.read_text())["findings"]} == {
+        ("rollout", "its rollout is not its action's: rollout.completion_token_ids"),
+        ("signature", "changed after signing: rollout.completion_token_ids")}
+    capsys.readouterr()
 
     # verdicts recorded under another sandbox image: re-scored, and said to be under other conditions
     moved = str(tmp_path / "moved")
