@@ -416,7 +416,8 @@ class ExecutionRecord(msgspec.Struct, frozen=True, kw_only=True):
 class Attestation(msgspec.Struct, frozen=True, kw_only=True):
     """What a verdict was decided on, signed by the executor that decided it (rollstream/attest.py):
     the digests of the reward spec and of the code that ran, the sandbox image and runtime, and an
-    Ed25519 signature over them with the verdict. Anyone with the public key of ``key_id`` can
+    Ed25519 signature over them with the verdict and its rollout (v2: over ``digests``, one per
+    field, so a check names the field that changed). Anyone with the public key of ``key_id`` can
     check it; only the executor's private key can make it."""
 
     key_id: Id
