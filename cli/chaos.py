@@ -20,7 +20,6 @@ import os
 import random
 import signal
 import subprocess
-import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -28,8 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from rollstream.config import Config
+from rollstream.schemas.stages import FLOW
 
-STAGES = ("sampler", "generator", "executor", "stream", "learner")
+STAGES = FLOW  # the stages a drill starts, kills and restarts (schemas/stages.py), in start order
 
 
 LEARNER_BACKEND = """backend = {kind = "sim", per_token_s = 0.002}"""
@@ -127,21 +127,18 @@ class Drill:
 
     def start_all(self) -> None:
         self.logs.mkdir(parents=True, exist_ok=True)
-        for stage in ("learner", "stream", "executor", "generator", "sampler"):
+        for stage in STAGES:  # every consumer before what feeds it
             for index in range(self.processes.get(stage, 0)):
                 self.running.append(self.spawn(stage, index))
 
     def spawn(self, stage: str, index: int) -> Process:
-        argv = [sys.executable, "-m", "rollstream.cli", stage, "--config", str(self.config_path)]
-        if stage == "learner":
-            argv.append("--resume")
-        log = self.logs / f"{stage}-{index}.log"
-        with open(log, "ab") as out:
-            out.write(f"$ {' '.join(argv)}\n".encode())
-            out.flush()
-            proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-                                    env=dict(os.environ, PYTHONUNBUFFERED="1"))
-        return Process(stage, index, proc, log)
+        """Started as ``rollstream run`` starts its stages (the learner always resuming)."""
+        from rollstream.cli.run import spawn_stage
+
+        args = ["--config", str(self.config_path), *(["--resume"] if stage == "learner" else [])]
+        child = spawn_stage(stage, index, args, self.logs, 0, dict(os.environ, PYTHONUNBUFFERED="1"),
+                            name=f"{stage}-{index}")
+        return Process(stage, index, child.proc, child.log)
 
     def kill(self, victim: Process) -> None:
         """SIGKILL ``victim`` and start it again."""

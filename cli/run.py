@@ -146,7 +146,7 @@ def run_pipeline(config: Config, args: argparse.Namespace) -> int:
                 extra = ["--nproc", str(ranks)] if stage == "learner" and ranks > 1 else []
                 if stage == "evaluator":
                     extra = [a for o in evaluator_overrides(resolved, run_id) for a in ("--set", o)]
-                children.append(_spawn(stage, i, [*cli_args, "--set", f"{section}.metrics_port={port}", *extra],
+                children.append(spawn_stage(stage, i, [*cli_args, "--set", f"{section}.metrics_port={port}", *extra],
                                        run_dir, port, child_env))
         code = _supervise(resolved, children, run_dir, max_minutes=args.max_minutes)
         return code
@@ -248,10 +248,14 @@ def _interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
 
-def _spawn(stage: str, index: int, cli_args: list[str], run_dir: Path, metrics_port: int,
-           env: dict[str, str] | None = None) -> Child:
+def spawn_stage(stage: str, index: int, cli_args: list[str], run_dir: Path, metrics_port: int,
+                env: dict[str, str] | None = None, *, name: str = "") -> Child:
+    """Start ``rollstream STAGE CLI_ARGS`` in a session of its own, its output in ``run_dir/NAME.log``
+    (by default ``STAGE-INDEX`` for the stages ``rollstream run`` scales out, ``STAGE`` for the
+    others): the one way a stage process is started, by ``rollstream run`` and by the chaos drills
+    (cli/chaos.py)."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    name = f"{stage}-{index}" if stage in ("executor", "generator") else stage
+    name = name or (f"{stage}-{index}" if stage in ("executor", "generator") else stage)
     log = run_dir / f"{name}.log"
     argv = [sys.executable, "-m", "rollstream.cli", stage, *cli_args]
     with open(log, "ab") as out:
@@ -357,7 +361,7 @@ def _await_final_evaluation(config: Config, children: list[Child], watcher: Any)
 def _restart_learner(old: Child, children: list[Child], run_dir: Path) -> Child:
     stage, *cli_args = old.argv
     args = cli_args if "--resume" in cli_args else [*cli_args, "--resume"]
-    new = _spawn(stage, 0, args, run_dir, old.metrics_port, old.env)
+    new = spawn_stage(stage, 0, args, run_dir, old.metrics_port, old.env)
     new.restarts = old.restarts + 1
     children[children.index(old)] = new
     return new

@@ -1,7 +1,9 @@
 """What every stage opens before its loop, from its :class:`~rollstream.schemas.stages.StageSpec`:
 its metrics (served on its section's ``metrics_port``), its topics (what it consumes and produces,
-created if missing), Redis, its producer, its consumer (the spec's first topic, in the spec's
-consumer group) and its poison-record guard.
+created if missing), Redis (unless the spec says it keeps nothing there), its producer (when it
+produces or consumes: dead letters), its consumer (the spec's first topic, in the spec's consumer
+group; none for a stage with a consumer of its own: the stream's is Faust's, the archiver's reads
+every topic) and its poison-record guard.
 
     >>> async def run(config):  # doctest: +SKIP
     ...     async with open_stage(config, "executor", client_id="executor-1", guard=True) as io:
@@ -29,9 +31,9 @@ from rollstream.schemas.stages import SPECS, StageSpec, consumer_group
 class StageIO:
     spec: StageSpec
     metrics: StageMetrics
-    redis: Any  # redis.asyncio.Redis
-    producer: EventProducer
-    consumer: EventConsumer[Any] | None  # None: the stage consumes nothing (the sampler)
+    redis: Any  # redis.asyncio.Redis (None: the spec's stage keeps nothing in Redis)
+    producer: EventProducer | None  # None: the stage produces nothing (the archiver)
+    consumer: EventConsumer[Any] | None  # None: it consumes nothing (the sampler) or with its own consumer
     guard: IntakeGuard | None  # with guard=True
 
 
@@ -50,13 +52,15 @@ async def open_stage(config: Config, stage: str, *, client_id: str, metrics: Sta
     serve_metrics(getattr(config, spec.section).metrics_port, metrics)
     await ensure_topics(config.infra, list(dict.fromkeys([*spec.consumes, *spec.produces, *extra_topics])))
     async with contextlib.AsyncExitStack() as stack:
-        if redis is None:
+        if redis is None and spec.redis:
             redis = connect(resolve_endpoints(config).redis_url)
             stack.push_async_callback(redis.aclose)
-        producer = await stack.enter_async_context(
-            EventProducer(config.infra, client_id=client_id, metrics=metrics, stage=stage))
+        producer = None
+        if spec.produces or (spec.consumes and not spec.own_consumer):
+            producer = await stack.enter_async_context(
+                EventProducer(config.infra, client_id=client_id, metrics=metrics, stage=stage))
         consumer = None
-        if spec.consumes:
+        if spec.consumes and not spec.own_consumer:
             consumer = await stack.enter_async_context(EventConsumer(
                 config.infra, spec.consumes[0], group_id=consumer_group(config.infra.topic_prefix, stage),
                 producer=producer, stage=stage, metrics=metrics, client_id=client_id, **consumer_options))

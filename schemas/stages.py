@@ -22,6 +22,8 @@ class StageSpec:
     produces: tuple[str, ...] = ()  # topics it writes (besides the .dlq of what it consumes)
     group: str | None = None  # its consumer group, under infra.topic_prefix (None: it consumes nothing)
     commits: str = ""  # what it has done before it commits an input offset
+    own_consumer: bool = False  # it reads its topics with a consumer of its own (Faust's; one over every topic)
+    redis: bool = True  # it keeps state or progress in Redis
 
 
 STAGES: tuple[StageSpec, ...] = (
@@ -38,14 +40,16 @@ STAGES: tuple[StageSpec, ...] = (
     StageSpec("stream", "rollstream.streams.advantages",
               "gather each group's rewards and compute advantages (Faust)", "stream",
               consumes=("rewards",), produces=("advantages",), group="stream",
-              commits="a reward once it is in its open group in Redis (a group is emitted exactly once)"),
+              commits="a reward once it is in its open group in Redis (a group is emitted exactly once)",
+              own_consumer=True),
     StageSpec("learner", "rollstream.learner.train", "train the policy on advantages and broadcast weights", "learner",
               consumes=("advantages",), produces=("policy", "fates"), group="learner",
               commits="the groups of a step in the checkpoint that follows it (offsets restored on resume)"),
     StageSpec("archiver", "rollstream.consumers.archiver.stage",
               "sink every topic of a run into the run archive (Parquet)", "archive",
               consumes=("prompts", "actions", "rewards", "advantages", "policy", "fates", "audit", "evals"),
-              group="archiver", commits="records once the Parquet file holding them is durable"),
+              group="archiver", commits="records once the Parquet file holding them is durable",
+              own_consumer=True, redis=False),
     StageSpec("evaluator", "rollstream.evaluator.stage",
               "held-out pass@k of the policy versions a run publishes (evals)", "eval",
               consumes=("policy",), produces=("evals",), group="evaluator",
@@ -57,6 +61,8 @@ SPECS: dict[str, StageSpec] = {s.name: s for s in STAGES}
 RUN_ORDER: tuple[str, ...] = ("archiver", "learner", "stream", "executor", "generator", "sampler", "evaluator")
 # Stages that only watch the flow: they are not hops of it.
 OBSERVERS: frozenset[str] = frozenset({"archiver", "evaluator"})
+# The stages the flow passes through, in RUN_ORDER (what a chaos drill starts, kills and restarts).
+FLOW: tuple[str, ...] = tuple(name for name in RUN_ORDER if name not in OBSERVERS)
 
 
 def hops() -> dict[str, tuple[str, str]]:

@@ -43,16 +43,16 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import AsyncIterator, Iterable, Sequence
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import asynccontextmanager
 
 from rollstream.config import Config
 from rollstream.errors import ConfigError
 from rollstream.infra import Endpoints, resolve_endpoints
-from rollstream.kafka import EventProducer, RawRecord, ensure_topics, topic_name
-from rollstream.metrics import StageMetrics, serve_metrics
-from rollstream.redis import connect
+from rollstream.kafka import EventProducer, RawRecord, topic_name
+from rollstream.metrics import StageMetrics
 from rollstream.schemas import RewardScored, SchemaError, codec, topic
 from rollstream.schemas.stages import consumer_group
+from rollstream.stage_io import open_stage
 from rollstream.streams.estimators import get_estimator
 from rollstream.streams.faust_runtime import serve
 from rollstream.streams.groups import Arrival, Finished, GroupStore, LoadedGroup, Outcome, decide
@@ -172,19 +172,16 @@ class AdvantageStage:
 
 
 @asynccontextmanager
-async def open_stage(config: Config, endpoints: Endpoints) -> AsyncIterator[AdvantageStage]:
-    """The stage with its Redis client and producer, closed on the way out (a worker that
-    exits through ``os._exit`` or SIGKILL never gets there; nothing depends on it)."""
-    metrics = StageMetrics(STAGE)
-    async with AsyncExitStack() as stack:
-        redis = connect(endpoints.redis_url)
-        stack.push_async_callback(redis.aclose)
-        producer = await stack.enter_async_context(
-            EventProducer(config.infra, client_id="rollstream-stream", metrics=metrics, stage=STAGE))
-        output = await AdvantagesTopic.open(producer, endpoints.kafka_bootstrap,
+async def open_stream(config: Config, endpoints: Endpoints) -> AsyncIterator[AdvantageStage]:
+    """The stage on its plumbing (rollstream/stage_io.py: metrics served, topics, Redis, producer;
+    the consumer is Faust's), closed on the way out (a worker that exits through ``os._exit`` or
+    SIGKILL never gets there; nothing depends on it)."""
+    async with open_stage(config, STAGE, client_id="rollstream-stream") as io:
+        assert io.producer is not None
+        output = await AdvantagesTopic.open(io.producer, endpoints.kafka_bootstrap,
                                             topic_name(config.infra, "advantages"))
-        store = GroupStore(redis, config.infra, done_ttl_s=config.stream.done_ttl_s)
-        yield AdvantageStage(config, store=store, producer=producer, output=output, metrics=metrics)
+        store = GroupStore(io.redis, config.infra, done_ttl_s=config.stream.done_ttl_s)
+        yield AdvantageStage(config, store=store, producer=io.producer, output=output, metrics=io.metrics)
 
 
 def check_estimator(config: Config) -> None:
@@ -203,9 +200,7 @@ async def run(config: Config) -> None:
     """
     check_estimator(config)
     endpoints = resolve_endpoints(config)
-    await ensure_topics(config.infra, ["rewards", "advantages"])
-    async with open_stage(config, endpoints) as stage:
-        serve_metrics(config.stream.metrics_port, stage.metrics)
+    async with open_stream(config, endpoints) as stage:
         log.info("stream %s -> %s; config: %s %s", topic_name(config.infra, "rewards"), stage.output.name,
                  config.stream, config.rl)
         group = consumer_group(config.infra.topic_prefix, STAGE)  # the Faust app id is its consumer group

@@ -36,7 +36,7 @@ from rollstream.archive import EMPTY_ROW, TOPICS_FILE, ArchiveStore, archive_url
 from rollstream.config import Config
 from rollstream.errors import KafkaError, converted
 from rollstream.kafka import bootstrap_of, ensure_topics, topic_name
-from rollstream.metrics import StageMetrics, serve_metrics
+from rollstream.metrics import StageMetrics
 from rollstream.retry import retry
 from rollstream.schemas import TOPICS
 from rollstream.schemas.stages import consumer_group
@@ -315,11 +315,11 @@ async def open_archiver(config: Config, metrics: StageMetrics | None = None) -> 
 async def run(config: Config, *, stop: asyncio.Event | None = None, metrics: StageMetrics | None = None) -> None:
     """Run the archiver until ``stop`` is set (default: SIGTERM/SIGINT), then drain and exit."""
     from rollstream.lifecycle import stop_event
+    from rollstream.stage_io import open_stage
 
     stop = stop or stop_event()
-    metrics = metrics or StageMetrics(STAGE)
-    serve_metrics(config.archive.metrics_port, metrics)
-    async with open_archiver(config, metrics) as archiver:
+    async with open_stage(config, STAGE, client_id=f"{STAGE}-{os.getpid()}", metrics=metrics) as io, \
+            open_archiver(config, io.metrics) as archiver:  # its own consumer, over every topic
         await archiver.run(stop)
 
 

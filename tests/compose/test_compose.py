@@ -30,6 +30,7 @@ import pytest
 import yaml
 
 from rollstream.infra import free_port
+from rollstream.schemas.stages import STAGES as PIPELINE
 from tests.helpers import missing
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,8 +39,7 @@ FILES = ("docker-compose.yml", "docker-compose.local.yml", "docker-compose.sim.y
 DASHBOARD = COMPOSE / "grafana" / "dashboards" / "rollstream.json"
 DATASOURCES = COMPOSE / "grafana" / "provisioning" / "datasources" / "prometheus.yml"
 PROMETHEUS_CONFIG = COMPOSE / "prometheus" / "prometheus.yml"
-STAGES = {"sampler": "sampler", "generator": "generator", "executor": "executor", "stream": "stream",
-          "learner": "learner", "archiver": "archive"}  # compose service -> config section
+STAGES = {spec.name: spec.section for spec in PIPELINE}  # compose service (= stage) -> config section
 REPLICAS = {"sampler": 1, "generator": 2, "executor": 2, "stream": 1, "learner": 1, "archiver": 1}
 # What the issue asks the dashboard to show, as words its panel titles must hold.
 PANELS = ("records in", "records out", "dead-lettered", "consumer lag", "latency", "reward per task family",
@@ -101,16 +101,27 @@ def test_prometheus_scrapes_each_stage_on_its_metrics_port() -> None:
     jobs = {job["job_name"]: job for job in yaml.safe_load(PROMETHEUS_CONFIG.read_text())["scrape_configs"]}
     for config_file in ("rollstream.toml", "rollstream.sim.toml"):
         config = tomllib.loads((COMPOSE / config_file).read_text())
-        for service, section in STAGES.items():
+        for service, section in STAGES.items():  # the evaluator too (a service of the "eval" profile)
             [sd] = jobs[service]["dns_sd_configs"]
             assert sd["names"] == [service] and sd["type"] == "A", service
             assert sd["port"] == config[section]["metrics_port"], f"{config_file}: {service}"
-        # the evaluator: a service of the "eval" profile (not started by default), scraped on its port
-        [sd] = jobs["evaluator"]["dns_sd_configs"]
-        assert sd["names"] == ["evaluator"] and sd["port"] == config["eval"]["metrics_port"], config_file
     service = yaml.safe_load((COMPOSE / "docker-compose.yml").read_text())["services"]["evaluator"]
     assert service["profiles"] == ["eval"] and service["command"] == ["evaluator"]
     assert "/var/run/docker.sock:/var/run/docker.sock" in service["volumes"]  # its own sandboxes
+
+
+@pytest.mark.unit
+def test_the_compose_stages_are_the_pipelines_stages() -> None:
+    """Every stage of schemas/stages.py is one compose service running ``rollstream STAGE``, and no
+    service runs a stage the table does not declare; the stack test scales every stage but the
+    evaluator (a profile of its own)."""
+    from rollstream.cli.stages import STAGE_COMMANDS
+
+    services = yaml.safe_load((COMPOSE / "docker-compose.yml").read_text())["services"]
+    runs = {name: svc["command"][0] for name, svc in services.items()
+            if svc.get("command") and svc["command"][0] in STAGE_COMMANDS}
+    assert runs == {name: name for name in STAGES}, runs
+    assert set(REPLICAS) == set(STAGES) - {"evaluator"}
 
 
 # --- the stack ------------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from rollstream.infra import resolve_endpoints
 from rollstream.kafka import RawRecord, ensure_topics, topic_name
 from rollstream.redis import key
 from rollstream.schemas import DeadLetter, GroupAdvantaged, codec
-from rollstream.streams.advantages import open_stage
+from rollstream.streams.advantages import open_stream
 from rollstream.testing import make_reward
 from tests.helpers import read_all, read_counter
 
@@ -31,7 +31,7 @@ async def test_stage_deadline_emits_partial_drops_small_and_dead_letters_bad_rec
     records = [RawRecord(rewards, 1, n, e.rollout.group_id.encode(), ENCODE(e)) for n, e in enumerate(events)]
     records.append(RawRecord(rewards, 1, 4, b"x", b"\x01not msgpack"))
     records.append(RawRecord(rewards, 1, 5, b"y", ENCODE(make_reward("bad", 7, 1.0))))  # sample_index >= group_size
-    async with open_stage(config, resolve_endpoints(config)) as stage:
+    async with open_stream(config, resolve_endpoints(config)) as stage:
         await stage.handle(records)
         await stage.sweep([1])
         assert read_counter(stage.metrics, "stream_groups_emitted", complete="false") == 0  # not yet due

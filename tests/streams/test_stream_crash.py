@@ -25,7 +25,7 @@ from rollstream.infra import resolve_endpoints
 from rollstream.kafka import EventProducer, RawRecord, ensure_topics, topic_name
 from rollstream.redis import connect
 from rollstream.schemas import GroupAdvantaged, codec
-from rollstream.streams.advantages import open_stage
+from rollstream.streams.advantages import open_stream
 from rollstream.testing import make_reward
 from tests.helpers import end, kill, read_all, read_counter, start_worker, wait_ready, write_config
 
@@ -128,7 +128,7 @@ def records_of(config: Config, events: list) -> list[RawRecord]:
 
 async def run_until_death(config: Config, point: str, events: list) -> None:
     """One stage that dies at ``point`` (after the produce was acked, or before producing)."""
-    async with open_stage(config, resolve_endpoints(config)) as stage:
+    async with open_stream(config, resolve_endpoints(config)) as stage:
 
         async def die(*args: object, **kwargs: object) -> None:
             raise Died(point)
@@ -151,12 +151,12 @@ async def test_a_crash_inside_the_emit_window_still_emits_exactly_once(config: C
     await ensure_topics(config.infra, ["rewards", "advantages"])
     # an earlier group, so that the output partition has records below the watermark
     first = [make_reward("early", i, float(i), group_size=GROUP_SIZE) for i in range(GROUP_SIZE)]
-    async with open_stage(config, resolve_endpoints(config)) as stage:
+    async with open_stream(config, resolve_endpoints(config)) as stage:
         await stage.handle(records_of(config, first))
     events = [make_reward("victim", i, float(i % 2), group_size=GROUP_SIZE) for i in range(GROUP_SIZE)]
     await run_until_death(config, point, events)
 
-    async with open_stage(config, resolve_endpoints(config)) as restarted:
+    async with open_stream(config, resolve_endpoints(config)) as restarted:
         await restarted.sweep(list(range(config.infra.partitions or 1)))  # finds the group left ready
         await restarted.handle(records_of(config, events))  # and the replayed rewards change nothing
         recovered = read_counter(restarted.metrics, "stream_groups_recovered")
