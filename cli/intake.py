@@ -167,6 +167,21 @@ def judged(evaluation: Any) -> dict[str, Any]:
             "lost_guarantees": list(execution.lost_guarantees)}
 
 
+async def needs_reference(box: Sandbox, task: TaskSpec, spec: RewardSpec, reference: str) -> dict[str, Any]:
+    """The tests the judge cannot judge without the task's reference: those the reference itself
+    fails under the strictest reading, the one a spec without its reference gets (docs/executor.md,
+    "Tasks without a reference"), with the first one's error."""
+    strict = msgspec.structs.replace(spec, reference="", trust="judge")
+    passed, evaluation = await box.passes(strict, reference, f"{task.task_id}/reference-strict")
+    if passed or evaluation.result is None:
+        return {}
+    failed = sorted(e for e in evaluation.result.events if e.get("e") == "test" and e.get("ok") is not True
+                    and not e.get("skip") and isinstance(e.get("i"), int))
+    failing = sorted({e["i"] for e in failed})
+    message = next((f"{e.get('type')}: {e.get('msg', '')}" for e in failed), evaluation.scored.execution.error_message)
+    return {"needs_reference": failing, "needs_reference_message": str(message)[:500]}
+
+
 async def check_task(box: Sandbox, task: TaskSpec, static: StaticChecks, config: Config, limit: int) -> TaskCheck:
     """Every check of one task (the sandbox's runs, the static findings merged in)."""
     spec = task.issued_reward()
@@ -181,6 +196,7 @@ async def check_task(box: Sandbox, task: TaskSpec, static: StaticChecks, config:
             heldout = msgspec.structs.replace(spec, tests=list(task.heldout_tests))
             found["heldout_passes"] = (await box.passes(heldout, reference, f"{task.task_id}/heldout"))[0]
         if passed:
+            found.update(await needs_reference(box, task, spec, reference))
             total, run, killed, equivalent, survivors = await check_mutants(
                 box, task, spec, limit, config.intake.mutant_timeout_s)
             scored = run - equivalent
@@ -308,6 +324,10 @@ def check_main(config: Config, args: argparse.Namespace) -> int:
     failing = [c for c in checks if c.reasons]
     for check in failing:
         print(f"FAIL {check.task_id}: {', '.join(check.reasons)}" + _details(check, args.verbose))
+    for check in (c for c in checks if c.needs_reference):
+        print(f"NEEDS REFERENCE {check.task_id}: tests {check.needs_reference} cannot be judged without its reference "
+              f"(the strict reading fails its own reference there: {check.needs_reference_message[:200]}); keep "
+              "reference_solution in its reward spec")
     for check in (c for c in checks if c.in_process_tests):
         print(f"IN PROCESS {check.task_id}: trust = auto runs tests {check.in_process_tests} in the completion's "
               f"process (its reference fails them under the judge), losing {', '.join(check.lost_guarantees)}")

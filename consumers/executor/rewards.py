@@ -49,6 +49,9 @@ from rollstream.schemas.events import (
 # own process loses: the tests in another process, plain data only, the tests' objects theirs,
 # skips and stops the tests', module names the real modules.
 LOST_IN_PROCESS = ("separate_process", "plain_data", "tests_objects", "run_to_end", "module_names")
+# trust = "auto" on a task whose spec carries no reference: judged, under the strictest reading (no record of
+# what the reference produced: docs/executor.md, "Tasks without a reference")
+NO_REFERENCE = "reference_record"
 PYTHON_TAGS = frozenset({"", "python", "py", "python3", "py3"})
 MAX_REWARD = 1e6
 TEXT_LIMIT = 4000

@@ -38,7 +38,13 @@ import msgspec
 from rollstream.attest import Signer, code_digest, load_signer, spec_digest
 from rollstream.config import Config
 from rollstream.consumers.executor.reference import ReferenceCheck, ReferenceChecks, log_check
-from rollstream.consumers.executor.rewards import RewardRegistry, Scored, default_registry, extract_code
+from rollstream.consumers.executor.rewards import (
+    NO_REFERENCE,
+    RewardRegistry,
+    Scored,
+    default_registry,
+    extract_code,
+)
 from rollstream.consumers.executor.sandbox import Job, RunResult, SandboxBackend, sandbox_identity
 from rollstream.errors import ConfigError, SandboxError, SandboxLost
 from rollstream.retry import retry
@@ -100,6 +106,7 @@ async def evaluate(
         check = await retry(functools.partial(references.check, spec, task_id), what=f"reference check of {job_id}",
                             retry_on=(SandboxError,), attempts=attempts, first_delay_s=0.5, max_delay_s=4.0)
     trust = check.trust(spec.trust) if check is not None else ("judge" if spec.trust == "auto" else spec.trust)
+    strict_auto = spec.trust == "auto" and check is None  # no reference: auto is the judge's strictest reading
     if trust != spec.trust:
         spec = msgspec.structs.replace(spec, trust=trust)
     prepared = kind.prepare(spec, completion, job_id)
@@ -144,7 +151,13 @@ async def evaluate(
     except SandboxLost as exc:
         message = f"the sandbox was lost under this job {len(lost)} time(s) ({', '.join(lost)}): {exc}"
         return Evaluation(scored=infra_scored(message), job=prepared, reference=check, lost=lost)
-    return Evaluation(scored=kind.score(spec, completion, result), job=prepared, result=result, reference=check,
+    scored = kind.score(spec, completion, result)
+    if strict_auto and isinstance(prepared, Job) and prepared.trust == "judge" and not prepared.rules:
+        # what auto lost: the reference's record, so the strict reading judged (its honest-form costs)
+        execution = scored.execution
+        scored = msgspec.structs.replace(scored, execution=msgspec.structs.replace(
+            execution, lost_guarantees=[*execution.lost_guarantees, NO_REFERENCE]))
+    return Evaluation(scored=scored, job=prepared, result=result, reference=check,
                       lost=lost)
 
 

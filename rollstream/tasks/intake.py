@@ -79,6 +79,11 @@ class TaskCheck(msgspec.Struct, frozen=True, kw_only=True):
     all_skipped: bool = False
     in_process_tests: list[int] = []
     lost_guarantees: list[str] = []
+    # The tests the judge cannot judge without the reference: the reference fails them under the
+    # strictest reading, the one its spec gets without ``reference`` (docs/executor.md, "Tasks
+    # without a reference"); the first one's error.
+    needs_reference: list[int] = []
+    needs_reference_message: str = ""
     wrong_solutions: int = 0
     wrong_passing: list[int] = []  # indices of wrong solutions that passed every visible test
     mutants_total: int = 0  # every mutant the reference has

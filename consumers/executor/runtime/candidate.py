@@ -45,6 +45,10 @@ if __name__ != "__main__":  # on the host; in the sandbox these names come from 
     )
 
 SOLUTION = "solution"  # the completion's module name
+# What one call may print: it travels with the reply, within the frame's bytes, and the judge prints it where the
+# tests' own prints go (their redirect_stdout, or the job's output, which the supervisor caps), so the job's
+# output cap is not this one's: a call printing 150 KB into the tests' StringIO is honest.
+PRINT_CAP = 8 << 20
 
 
 class PrintCapture:
@@ -247,10 +251,22 @@ def _class_desc(cls, encoder):
         info["doc"] = doc[:10000]
     dataclass = cls.__dict__.get("__dataclass_fields__")
     if type(dataclass) is dict:
-        info["dataclass"] = [[f.name, bool(f.init)] for f in dataclass.values()
+        info["dataclass"] = [[f.name, bool(f.init), bool(f.compare)] for f in dataclass.values()
                              if str(getattr(f, "_field_type", "")) == "_FIELD" and type(f.name) is str]
+        params = cls.__dict__.get("__dataclass_params__")
+        info["compares"] = [bool(getattr(params, "eq", False)) and _generated(cls, "__eq__"),
+                            bool(getattr(params, "order", False)) and _generated(cls, "__lt__")]
+    enum = sys.modules.get("enum")
+    if enum is not None and issubclass(cls, enum.Enum):
+        info["enum"] = True
     return ["c", _text(cls.__name__, 200), _text(cls.__qualname__, 200), _text(cls.__module__, 200), bases,
             sorted(methods), encoder.item(info)]
+
+
+def _generated(cls, name):
+    """Whether ``cls``'s ``name`` is the one ``dataclasses`` wrote (not the class's own)."""
+    code = getattr(cls.__dict__.get(name), "__code__", None)
+    return code is not None and code.co_filename == "<string>"
 
 
 def _plain_value(x, base):
@@ -303,7 +319,6 @@ def decode_other(tag, x, decoder):
 
 def serve(message):
     """Answer one request of the judge's: ``(status, items, extras)``."""
-    candidate = _CANDIDATE
     shared = {}
     restore = _apply_env(message.env, shared)
     try:
@@ -317,7 +332,7 @@ def serve(message):
     finally:
         extras = restore()
     printed = _OUT.size + _ERR.size
-    if printed > candidate.out_cap:
+    if printed > PRINT_CAP:
         _OUT.drain()
         _ERR.drain()
         return "fail", [f"printed {printed} characters in one call"]
@@ -410,6 +425,16 @@ def _await(awaitable):
     return loop.run_until_complete(run())
 
 
+def _own(target, other, name):
+    """``target == other`` asked of ``target``'s own class only (not ``other``'s reflected method)."""
+    result = getattr(type(target), name)(target, other)
+    if result is NotImplemented:
+        if name in ("__eq__", "__ne__"):
+            return (target is other) == (name == "__eq__")
+        raise TypeError(f"{name} is not supported between these objects")
+    return result
+
+
 def _candidate_operators():
     import copy
     import math
@@ -422,6 +447,8 @@ def _candidate_operators():
         "round": round, "format": format, "copy": copy.copy, "deepcopy": copy.deepcopy,
         "contains": lambda t, item: item in t, "getitem": o.getitem, "setitem": o.setitem, "delitem": o.delitem,
         "eq": o.eq, "ne": o.ne, "lt": o.lt, "le": o.le, "gt": o.gt, "ge": o.ge,
+        **{f"{name}own": (lambda n: lambda t, other: _own(t, other, f"__{n}__"))(name)
+           for name in ("eq", "ne", "lt", "le", "gt", "ge")},
         "enter": lambda t: type(t).__enter__(t), "exit": lambda t, *exc: type(t).__exit__(t, *exc),
         "divmod": divmod, "rdivmod": lambda t, other: divmod(other, t),
         "await": _await, "aiter": lambda t: t.__aiter__(), "anext": lambda t: _await(t.__anext__()),

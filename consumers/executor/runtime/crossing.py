@@ -284,6 +284,7 @@ class Judge:
         self.delegated = set()  # (record) points where the tests' code from data ran in the candidate
         self.suppressed = set()  # (record) points where the completion's __exit__ swallowed an exception
         self.tainted = set()  # refs of completion objects that arrived where they may not
+        self.opaque = set()  # (strict) refs of completion objects the tests may not take for plain data
         self.test = "-"  # the current test's index, as points name it
         self.stack = []  # (point, path) of the requests waiting for an answer
         self.decoding = False
@@ -342,7 +343,13 @@ class Judge:
         finally:
             self.stack.pop()
             self.decoding = False
-        return self.answer(message, point, path, iterating, target if constructing else None, target)
+        value = self.answer(message, point, path, iterating, target if constructing else None, target)
+        if op == "eval" and rest and rest[0] == "eval" and self.rules.strict and not self.rules.returns_objects \
+                and not self.handles_in(value, point, path):
+            self.mismatch("type_mismatch: code the completion made, evaluated in its process, gave plain data (the "
+                          "task has no reference: such code may only give the completion's objects, as "
+                          "eval(repr(obj)) does; plain data is the judge's to compute)")
+        return value
 
     def answer(self, message, point, path, iterating, constructed, receiver=None):
         status, values = message.what, message.items
@@ -403,6 +410,8 @@ class Judge:
         if self.rules.record:
             self.recorded_steps.update(f"{point}@{step}" for step in [*steps, *general])
             return
+        if found and self.rules.strict and not self.rules.returns_objects:
+            found = self.held_opaque(found)  # (strict) the completion's objects themselves pass, opaque
         if found and not self.allowed(point, steps):
             if self.rules.strict:
                 why = (f"type_mismatch: {path} gave a completion object (the task has no reference: its calls "
@@ -413,6 +422,70 @@ class Judge:
                 return Refused(why)  # (not tainted: where the tests hold it otherwise, it came there rightly)
             self.refuse(found, why)
         return None
+
+    def held_opaque(self, found):
+        """(strict) What ``found`` holds that may not reach the tests at all (a skip or stop class,
+        a setup instance whose attribute shadows a method); the completion's objects themselves
+        are let through as *opaque* (:meth:`opaque_use`): without a reference the judge cannot
+        know whether the tests take them for plain data, so they may answer only what they could
+        tell without hearing the tests' values."""
+        refs, rest = self.table.refs, []
+        for obj in found:
+            ref = refs.get(id(obj))
+            if ref is not None and ref % 2 == CANDIDATE_PARITY and (type(obj) is MirrorMeta or isinstance(obj, RemoteBase)
+                                                                    or type(type(obj)) is MirrorMeta):
+                self.opaque.add(ref)
+            else:
+                rest.append(obj)
+        return rest
+
+    def opaque_use(self, target, op, name, args):
+        """(strict) Whether the tests may ``op`` (``name``, with ``args``) an opaque object of the
+        completion's (:meth:`held_opaque`): calling it, reading and writing its attributes and
+        items, its text, identity, hash, truth, length, iteration, ``with`` and ``await``, its
+        methods (with arguments only where no built-in value type has a method of that name), and
+        operators and comparisons with another of the completion's objects. Never what would hand
+        it the tests' values to answer as plain data would (``x - expected``, ``expected in x``,
+        ``x.startswith(expected)``) or make it stand in for a number (``int``, ``abs``,
+        ``__index__``): that is ``type_mismatch``."""
+        if op == "callm":
+            if not args or name not in PLAIN_METHODS:
+                return
+        elif op == "op":
+            if name in OPAQUE_OPS:
+                return
+            if name in BINARY or name in ("eq", "ne", "lt", "le", "gt", "ge"):
+                other = args[0] if args else None
+                if _is_object(other, type(other)):
+                    return
+        else:
+            return
+        what = f".{name}(...)" if op == "callm" else name
+        self.mismatch(f"type_mismatch: {self.paths.get(self.table.refs.get(id(target)), '?')} gave a completion "
+                      f"object that the tests then used as plain data ({what}; the task has no reference: its "
+                      "objects never hear the tests' values nor stand in for numbers)")
+
+    def opaque_compare(self, target, op, other):
+        """(strict) ``target op other`` where either is an opaque object (:meth:`held_opaque`), or
+        None where neither is. Against plain data, or between two opaque objects, it is
+        ``type_mismatch`` (the completion would decide whether its answer equals the tests' value:
+        ``f(1) == 2``, ``normalize(a) == normalize(b)``); against an object of the completion's
+        that the tests built (``Frac(5, 6)``, the expected value), that object's own class decides,
+        by its own method (not the reflected one of a subclass the opaque object is)."""
+        refs, opaque = self.table.refs, self.opaque
+        mine = refs.get(id(target)) in opaque
+        theirs = _is_object(other, type(other)) and refs.get(id(other)) in opaque
+        if not (mine or theirs):
+            return None
+        if target is other:
+            return op in ("eq", "le", "ge")
+        if not _is_object(other, type(other)) or (mine and theirs):
+            self.mismatch(f"type_mismatch: the tests compared a completion object ({self.paths.get(refs.get(id(target)), '?')}) "
+                          f"with {'another the tests did not build' if mine and theirs else 'plain data'} (the task has "
+                          "no reference: a completion object never decides a comparison with the tests' values)")
+        if mine:  # the built one is the other: ask it the mirrored question
+            target, other, op = other, target, _MIRRORED[op]
+        return self.ask("op", target, [op + "own", other], f"#{op}")
 
     def check_changes(self, changed, point, path):
         """Containers the candidate sent again (written back in place): checked again, at the
@@ -527,9 +600,13 @@ class Judge:
                         constructing=type(target) is MirrorMeta)
 
     def call_method(self, owner, name, args, kwargs):
+        if self.opaque and self.table.refs.get(id(owner)) in self.opaque:
+            self.opaque_use(owner, "callm", name, args or kwargs)
         return self.ask("callm", owner, [name, items(args), items(_flat_kwargs(kwargs))], f".{name}()")
 
     def op(self, target, name, *args):
+        if self.opaque and self.table.refs.get(id(target)) in self.opaque:
+            self.opaque_use(target, "op", name, args)
         if name == "next" or name == "anext":
             return self.ask("op", target, [name, *args], "[*]", iterating=True)
         result = self.ask("op", target, [name, *args], f"#{name}")
@@ -621,7 +698,8 @@ class Judge:
                 self.check(rest, point + ">", path + ">")
             except TypeMismatch as exc:
                 return "exc", [TypeError(str(exc))]
-            if op in ("get", "callm") and rest[0].startswith("_"):
+            if op in ("get", "callm") and rest[0].startswith("_") and not (op == "get" and rest[0] in METADATA
+                                                                           and isinstance(target, NAMED_KINDS)):
                 return "exc", [AttributeError("the tests' objects answer public names only")]
             if op == "call":
                 args, kwargs = rest
@@ -771,6 +849,20 @@ class Judge:
         self.hashes[ref] = value
         return obj
 
+
+# what the candidate may read of the tests' functions and classes besides public names: their names and docstring
+# (functools.wraps in a decorator the tests apply), strings the judge reads with the objects' own descriptors
+METADATA = frozenset({"__name__", "__qualname__", "__doc__", "__module__"})
+NAMED_KINDS = (types.FunctionType, types.BuiltinFunctionType, types.MethodType, type)
+
+_MIRRORED = {"eq": "eq", "ne": "ne", "lt": "gt", "le": "ge", "gt": "lt", "ge": "le"}
+
+# (strict) what the tests may ask of an opaque object of the completion's (Judge.opaque_use)
+OPAQUE_OPS = frozenset({"repr", "str", "format", "bool", "len", "iter", "next", "reversed", "dir", "enter", "exit",
+                        "await", "aiter", "anext", "getitem", "setitem", "delitem", "copy", "deepcopy"})
+# methods a built-in value has: with arguments, asked of an opaque object, they would hand it the tests' values
+PLAIN_METHODS = frozenset(name for t in (str, bytes, bytearray, list, tuple, dict, set, frozenset, int, float,
+                                         complex, range, memoryview) for name in dir(t))
 
 # dict views, deques and the like: values whose items cross with them
 _ITERABLE_VALUES = frozenset({"dict_keys", "dict_values", "dict_items", "deque"})

@@ -124,13 +124,23 @@ class RemoteBase:
 
     def __eq__(self, other):
         judge = _j()
-        if isinstance(other, RemoteBase) and not judge.decoding and type(self) is not RemoteIterator:
+        if judge.opaque and not judge.decoding and type(self) not in IDENTITY and type(other) not in IDENTITY:
+            found = judge.opaque_compare(self, "eq", other)
+            if found is not None:
+                return found
+        if isinstance(other, RemoteBase) and not judge.decoding and type(self) is not RemoteIterator \
+                and type(self) not in IDENTITY and type(other) not in IDENTITY:
             return judge.op(self, "eq", other)
         return self is other
 
     def __ne__(self, other):
         judge = _j()
-        if isinstance(other, RemoteBase) and not judge.decoding and type(self) is not RemoteIterator:
+        if judge.opaque and not judge.decoding and type(self) not in IDENTITY and type(other) not in IDENTITY:
+            found = judge.opaque_compare(self, "ne", other)
+            if found is not None:
+                return found
+        if isinstance(other, RemoteBase) and not judge.decoding and type(self) is not RemoteIterator \
+                and type(self) not in IDENTITY and type(other) not in IDENTITY:
             return judge.op(self, "ne", other)
         return self is not other
 
@@ -155,6 +165,11 @@ class RemoteBase:
     def __dir__(self):
         names = _j().op(self, "dir")
         return names if type(names) is list else []
+
+
+# Mirrors of the completion's enums: their members are singletons, equal by identity only (what an
+# enum's == is), so a member that claims to equal everything equals nothing else here.
+IDENTITY = set()
 
 
 class _NeedsCandidate(Exception):
@@ -199,6 +214,10 @@ def _forward(op):
 def _compare(op):
     def method(self, other):
         judge = _j()
+        if judge.opaque and not judge.decoding:
+            found = judge.opaque_compare(self, op, other)
+            if found is not None:
+                return found
         if isinstance(other, RemoteBase) and not judge.decoding:
             return judge.op(self, op, other)
         return NotImplemented
@@ -412,7 +431,7 @@ def _dataclass_fields(specs):
 
     found = {}
     for spec in specs:
-        if type(spec) is not list or len(spec) != 2 or type(spec[0]) is not str or not spec[0].isidentifier():
+        if type(spec) is not list or len(spec) not in (2, 3) or type(spec[0]) is not str or not spec[0].isidentifier():
             continue
         field = dataclasses.field(init=spec[1] is not False)
         field.name = spec[0]
@@ -469,11 +488,46 @@ def make_mirror(name, qualname, module, bases, methods, info, setup_classes=()):
         dataclass = info.get("dataclass")
         if type(dataclass) is list and dataclass:
             namespace["__dataclass_fields__"] = _dataclass_fields(dataclass)
+            compares = info.get("compares")
+            if type(compares) is list and len(compares) == 2 and compares[0] is True:
+                namespace.update(_field_comparisons(dataclass, compares[1] is True))
     try:
         cls = MirrorMeta(str(name)[:200], tuple(kept + setup), namespace)
     except TypeError:  # bases that cannot be combined here: keep the first
         cls = MirrorMeta(str(name)[:200], tuple(kept[:1]), namespace)
+    if info.get("enum") is True and not exception and value is None:
+        IDENTITY.add(cls)
     return cls
+
+
+def _field_comparisons(specs, order):
+    """``==`` (and with ``order``, ``<`` ...) of a completion dataclass whose comparisons
+    ``dataclasses`` wrote: made here, as ``dataclasses`` makes them (the tuples of the fields that
+    compare, when both are of the same class), from the fields read as they cross. So a field
+    that claims to equal everything decides nothing: it equals no plain value here."""
+    names = tuple(spec[0] for spec in specs if type(spec) is list and len(spec) == 3 and type(spec[0]) is str
+                  and spec[2] is True)
+
+    def values(x):
+        return tuple(getattr(x, name) for name in names)
+
+    def compare(op):
+        def method(self, other):
+            if type(other) is not type(self):
+                return NotImplemented
+            return op(values(self), values(other))
+
+        return method
+
+    import operator
+
+    found = {"__eq__": compare(operator.eq), "__ne__": compare(operator.ne), "__hash__": RemoteBase.__hash__}
+    if order:
+        found.update(__lt__=compare(operator.lt), __le__=compare(operator.le), __gt__=compare(operator.gt),
+                     __ge__=compare(operator.ge))
+    return found
+
+
 
 
 # ---------------------------------------------------------------- the judge
