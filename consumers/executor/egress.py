@@ -4,9 +4,12 @@ A sandbox whose task lists hosts still runs with network ``none`` (no interface 
 resolver, no route: no raw socket, DNS query, gateway service or other sandbox can be reached).
 Its only way out is the Unix socket of an egress proxy container (consumers/executor/runtime/egress.py)
 started for the pool keyed by that allowlist, on ``executor.egress_network`` (its route out and its
-resolver): the socket's directory is a volume of the pool's own, mounted read-only at ``/egress``
+resolver): the sockets' directory is a volume of the pool's own, mounted read-only at ``/egress``
 in the pool's sandboxes, where the runner relays ``127.0.0.1:3128`` (``HTTP(S)_PROXY``) to it with
-the current job's token (consumers/executor/runtime/relay.py). The proxy lets through exactly the
+the current job's token (consumers/executor/runtime/relay.py). Each sandbox has a socket of its own
+there, under a random name only its PID 1 is given (the directory cannot be listed): what reaches
+the proxy through it is that sandbox's, under limits of its own, and what the proxy refuses of it
+is recorded as that sandbox's current job's. The proxy lets through exactly the
 task's entries, HTTP and HTTPS ``CONNECT``, and records every connection, allowed or not, for
 the job whose token opened it: they reach that execution's ``SandboxAudit.connections``.
 
@@ -30,7 +33,7 @@ from rollstream.consumers.executor.runtime.egress import MAX_RECORDS, covers, pa
 
 log = logging.getLogger(__name__)
 
-SOCKET = "/egress/sock/proxy.sock"  # in the proxy's container (rw) and the sandboxes' (read-only)
+SOCKET = "/egress/sock/proxy.sock"  # its directory: the proxy's (rw, 0300) and the sandboxes' (read-only)
 PROXY_UID = 65534
 READY_TIMEOUT_S = 30.0
 END_TIMEOUT_S = 15.0
@@ -67,7 +70,7 @@ def socket_dir_archive() -> bytes:
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w") as tar:
         info = tarfile.TarInfo("sock")
-        info.type, info.mode, info.uid, info.gid = tarfile.DIRTYPE, 0o755, PROXY_UID, PROXY_UID
+        info.type, info.mode, info.uid, info.gid = tarfile.DIRTYPE, 0o300, PROXY_UID, PROXY_UID  # no listing
         tar.addfile(info)
     return buffer.getvalue()
 
@@ -116,6 +119,8 @@ class EgressProxy:
         self.warm = warm  # sandbox._Warm: the container, its stream, the reader of its lines
         self.lock = asyncio.Lock()  # one control exchange at a time
         self.pending: dict[str, asyncio.Future[list[dict[str, Any]]]] = {}
+        self.listening: dict[str, asyncio.Future[str]] = {}  # source -> its socket's path, once made
+        self.begun: dict[str, asyncio.Future[str]] = {}  # token -> done once the proxy knows the job
         self.reader = asyncio.create_task(self._route(), name=f"egress-{warm.sandbox_id}")
 
     async def _route(self) -> None:
@@ -127,9 +132,20 @@ class EgressProxy:
                 future = self.pending.pop(str(message.get("token")), None)
                 if future is not None and not future.done():
                     future.set_result([c for c in message.get("connections", []) if isinstance(c, dict)])
+            elif message.get("op") == "begun":
+                begun = self.begun.pop(str(message.get("token")), None)
+                if begun is not None and not begun.done():
+                    begun.set_result("")
+            elif message.get("op") == "listening":
+                made = self.listening.pop(str(message.get("source")), None)
+                if made is not None and not made.done():
+                    made.set_result(str(message.get("path", "")))
             elif message.get("op") == "error":
                 log.warning("egress proxy %s: %s", self.warm.sandbox_id, message.get("error"))
-        for future in self.pending.values():  # the proxy is gone: nothing more will be recorded
+                made = self.listening.pop(str(message.get("source")), None)
+                if made is not None and not made.done():
+                    made.set_exception(ConnectionError(f"egress proxy: {message.get('error')}"))
+        for future in [*self.pending.values(), *self.listening.values(), *self.begun.values()]:  # gone
             if not future.done():
                 future.set_exception(ConnectionError(f"egress proxy {self.warm.sandbox_id} is gone"))
 
@@ -137,9 +153,31 @@ class EgressProxy:
     def alive(self) -> bool:
         return not self.reader.done()
 
-    async def begin(self, token: str, job_id: str, allow: Sequence[str], private: bool = False) -> None:
+    async def listen(self, source: str) -> str:
+        """A socket of its own for one sandbox (``source``, a random name the host gives that
+        sandbox's PID 1 alone): the path the sandbox connects to. Whatever reaches the proxy through
+        it is that sandbox's, and its limits are its own (runtime/egress.py)."""
+        made = self.listening[source] = asyncio.get_running_loop().create_future()
+        await self.warm.send({"op": "listen", "source": source})
+        async with asyncio.timeout(END_TIMEOUT_S):
+            return await made
+
+    async def unlisten(self, source: str) -> None:
+        with contextlib.suppress(Exception):
+            await self.warm.send({"op": "unlisten", "source": source})
+
+    async def begin(self, token: str, job_id: str, allow: Sequence[str], private: bool = False,
+                    source: str = "") -> None:
+        """The job is known to the proxy when this returns: its first connection may come at once."""
         self.pending[token] = asyncio.get_running_loop().create_future()
-        await self.warm.send({"op": "job", "token": token, "job": job_id, "allow": list(allow), "private": private})
+        begun = self.begun[token] = asyncio.get_running_loop().create_future()
+        await self.warm.send({"op": "job", "token": token, "job": job_id, "allow": list(allow), "private": private,
+                              "source": source})
+        try:
+            async with asyncio.timeout(END_TIMEOUT_S):
+                await begun
+        finally:
+            self.begun.pop(token, None)
 
     async def end(self, token: str) -> list[dict[str, Any]]:
         """The job's connections, once the proxy has closed them."""

@@ -408,6 +408,7 @@ class _Warm:
         self.container_id = container.id[:12]
         self.executions = 0
         self.ready: dict[str, Any] = {}  # the runner's first message (its Python, what it can check)
+        self.egress_source = ""  # a keyed pool's: the name of its own socket at the pool's egress proxy
         self.replies: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
         self.runner_stderr = bytearray()
         self.reader = asyncio.create_task(self._read(), name=f"sandbox-reader-{sandbox_id}")
@@ -570,11 +571,22 @@ class DockerSandboxPool:
         if self.volume:
             body["HostConfig"]["Mounts"].append({"Type": "volume", "Source": self.volume, "Target": ASSETS,
                                                  "ReadOnly": True, "VolumeOptions": {"NoCopy": True}})
-        if self.egress is not None:  # still network none: the proxy's socket is the only way out
+        source = ""
+        if self.egress is not None:  # still network none: its own socket at the proxy is the only way out
+            # A socket per container, under a random name only this container's PID 1 learns (the
+            # directory cannot be listed): what reaches the proxy through it is this container's,
+            # under limits of its own, so one container's code cannot starve another's job.
+            source = secrets.token_hex(16)
+            path = await self.egress[0].listen(source)
             body["HostConfig"]["Mounts"].append({"Type": "volume", "Source": self.egress[1], "Target": "/egress",
                                                  "ReadOnly": True, "VolumeOptions": {"NoCopy": True}})
-            body["Env"].append(f"ROLLSTREAM_EGRESS={SOCKET}")
-        container = await self._docker.containers.create(body, name=name)
+            body["Env"].append(f"ROLLSTREAM_EGRESS={path}")
+        try:
+            container = await self._docker.containers.create(body, name=name)
+        except BaseException:
+            if source:
+                await self.egress[0].unlisten(source)  # type: ignore[index]
+            raise
         stream = container.attach(stdin=True, stdout=True, stderr=True)
         try:
             await stream.__aenter__()  # attach before start: output is not logged anywhere else
@@ -583,8 +595,11 @@ class DockerSandboxPool:
             await stream.close()
             with contextlib.suppress(Exception):
                 await container.delete(force=True)
+            if source:
+                await self.egress[0].unlisten(source)  # type: ignore[index]
             raise
         warm = _Warm(container, stream, name)
+        warm.egress_source = source
         self._all.add(warm)
         try:
             await warm.stream.write_in(runner_preamble())
@@ -612,6 +627,8 @@ class DockerSandboxPool:
         with contextlib.suppress(Exception):
             await warm.stream.close()
         await self._delete(warm.container)
+        if warm.egress_source and self.egress is not None:
+            await self.egress[0].unlisten(warm.egress_source)
 
     async def _delete(self, container: Any) -> None:
         """Delete ``container``; one the engine could not be asked to delete (unreachable) is kept
@@ -665,30 +682,9 @@ class DockerSandboxPool:
     async def execute(self, job: Job) -> RunResult:
         if (job.assets or job.network) and not self.keyed:
             return await self._execute_keyed(job)
-        if self.egress is not None:
-            return await self._execute_with_egress(job, self.egress[0])
         return await self._execute(job)
 
-    async def _execute_with_egress(self, job: Job, proxy: EgressProxy) -> RunResult:
-        """The job with its own token at the proxy: its connections are recorded as its own."""
-        token = secrets.token_hex(16)
-        try:
-            await proxy.begin(token, job.job_id, job.network, self.config.egress_private)
-        except Exception as exc:  # the proxy's stream is gone: not this job's doing, nothing of it ran
-            raise SandboxLost(f"egress proxy {proxy.warm.sandbox_id} is gone: {exc}", "egress_lost") from exc
-        try:
-            result = await self._execute(job, {"egress_token": token})
-        except asyncio.CancelledError:  # a stop: the proxy closes the job's connections, nobody waits for it
-            ending = asyncio.create_task(proxy.end(token), name=f"egress-end-{job.job_id}")
-            self._tasks.add(ending)
-            ending.add_done_callback(self._tasks.discard)
-            raise
-        except BaseException:
-            await proxy.end(token)
-            raise
-        return msgspec.structs.replace(result, connections=await proxy.end(token))
-
-    async def _execute(self, job: Job, extra: dict[str, Any] | None = None) -> RunResult:
+    async def _execute(self, job: Job) -> RunResult:
         if job.pytest and not self.has_pytest:
             raise SandboxError(f"the sandbox image {self.config.image!r} has no pytest (built before pytest files): "
                                "rebuild it with `rollstream sandbox build --offline` (or without --offline)")
@@ -712,8 +708,6 @@ class DockerSandboxPool:
             "tail_bytes": TAIL_BYTES,
             "file_bytes": self._limits.tmpfs_mb << 20,
         }
-        if extra:
-            request.update(extra)
         if job.test_hook is not None and self.test_hooks:
             request["test_hook"] = job.test_hook
         if job.runner_hook is not None and self.test_hooks:
@@ -724,6 +718,33 @@ class DockerSandboxPool:
         if warm.reader.done() or not warm.replies.empty():  # died while idle: not this job's doing
             self._retire(warm)
             raise SandboxLost(f"sandbox {warm.sandbox_id} died while idle", "died_idle")
+        if self.egress is None:
+            return await self._run(warm, job, request)
+        return await self._run_with_egress(warm, job, request, self.egress[0])
+
+    async def _run_with_egress(self, warm: _Warm, job: Job, request: dict[str, Any], proxy: EgressProxy) -> RunResult:
+        """The job with its own token at the proxy, valid on its container's socket alone: its
+        connections, and what the proxy refused of its container while it ran, are its own."""
+        token = secrets.token_hex(16)
+        try:
+            await proxy.begin(token, job.job_id, job.network, self.config.egress_private, warm.egress_source)
+        except Exception as exc:  # the proxy's stream is gone: not this job's doing, nothing of it ran
+            self._idle.put_nowait(warm)
+            raise SandboxLost(f"egress proxy {proxy.warm.sandbox_id} is gone: {exc}", "egress_lost") from exc
+        request["egress_token"] = token
+        try:
+            result = await self._run(warm, job, request)
+        except asyncio.CancelledError:  # a stop: the proxy closes the job's connections, nobody waits for it
+            ending = asyncio.create_task(proxy.end(token), name=f"egress-end-{job.job_id}")
+            self._tasks.add(ending)
+            ending.add_done_callback(self._tasks.discard)
+            raise
+        except BaseException:
+            await proxy.end(token)
+            raise
+        return msgspec.structs.replace(result, connections=await proxy.end(token))
+
+    async def _run(self, warm: _Warm, job: Job, request: dict[str, Any]) -> RunResult:
         try:
             await warm.send(request)
         except Exception as exc:

@@ -9,7 +9,10 @@ opens with the current job's token (``ROLLSTREAM-TOKEN <token>``): the proxy att
 connection to the job and applies its allowlist. The token is PID 1's (from the host's request,
 never in a job's memory): code that connects to the proxy's socket itself has none and is
 refused. Between jobs there is no token: a connection is closed at once, and every connection
-of a job is closed when it ends.
+of a job is closed when it ends, once its processes are gone (with what still waits in the
+listener's backlog: never opened with the next job's token). The socket is this container's own
+(a random name the host gave PID 1 alone, in a directory nobody can list): the proxy counts what
+comes through it against this container, under limits of its own (runtime/egress.py).
 
 At most ``RELAY_MAX_CONNECTIONS`` of a job's connections are open at once (PID 1's descriptors
 are the container's 256). The thread is a task of the container's pids cgroup: cleanup counts it
@@ -26,6 +29,7 @@ RELAY_PORT = 3128
 RELAY_CHUNK = 65536
 RELAY_MAX_CONNECTIONS = 32  # at once, per job: two descriptors each, within the container's 256
 RELAY_SEND_TIMEOUT_S = 2.0  # a job that stops reading its replies stalls only its own connections
+RELAY_CONNECT_TIMEOUT_S = 1.0  # the proxy stops accepting from a sandbox over its limits: the job's, not the next
 
 
 class Relay:
@@ -90,7 +94,7 @@ class Relay:
             return
         upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            upstream.settimeout(5.0)
+            upstream.settimeout(RELAY_CONNECT_TIMEOUT_S)
             upstream.connect(self.proxy_path)
             upstream.sendall(b"ROLLSTREAM-TOKEN " + token.encode() + b"\r\n")
         except OSError:
@@ -102,6 +106,16 @@ class Relay:
         self.pairs[client], self.pairs[upstream] = upstream, client
         self.selector.register(client, self._selectors.EVENT_READ, "data")
         self.selector.register(upstream, self._selectors.EVENT_READ, "data")
+
+    def _refuse_queued(self):
+        """Close what waits in the listener's backlog: connections of the job that ended (every
+        process of it is gone by now), never to be opened with the next job's token."""
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            client.close()
 
     def _move(self, sock):
         peer = self.pairs.get(sock)
@@ -153,6 +167,7 @@ class Relay:
                         pass
                     for sock in list(self.pairs):
                         self._close(sock)
+                    self._refuse_queued()
                     ended = getattr(self, "_ended", None)
                     if ended is not None:
                         ended.set()
@@ -161,7 +176,7 @@ class Relay:
 
 
 def start_relay(host, path):
-    """The relay of a sandbox with egress (``/egress/proxy.sock`` mounted), else None."""
+    """The relay of a sandbox with egress (its own socket at the pool's proxy, under ``/egress``), else None."""
     if not path or not os.path.exists(path):
         return None
     relay = Relay(path)

@@ -374,8 +374,6 @@ def run_job(host, job):
             for fd in (req_r, req_w, resp_r, resp_w):
                 os.close(fd)
     result, judge_status, problem = supervisor.finish()
-    if relay is not None:
-        relay.end()
     violations = []
     zygote_lost = bool(problem and problem.startswith("runner_zygote"))
     if zygote_lost:
@@ -388,6 +386,8 @@ def run_job(host, job):
     # a zygote lost or stopped reaps nothing: no waiting for its children, the container goes anyway
     survivors, problems = cleanup(host, collect=collect if job.get("collect_files") else None,
                                   settle_s=0 if zygote_lost else SETTLE_S)
+    if relay is not None:  # after cleanup: no process of the job is left to connect again
+        relay.end()
     if survivors and not result["timed_out"] and not result["output_limit"] and not zygote_lost:
         violations.append(f"stray_processes:{survivors}")  # a daemonised child, a fork bomb
     # Every writer is gone now (the zygotes write only pids and statuses): empty the pipes.

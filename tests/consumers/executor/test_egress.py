@@ -5,6 +5,7 @@ and records every connection for the job that made it. Pure logic of the allowli
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid
 from collections.abc import AsyncIterator
@@ -166,8 +167,12 @@ try:
     out['resolve'] = socket.gethostbyname('web')
 except OSError as exc:
     out['resolve'] = type(exc).__name__
+try:  # the sockets' directory: each sandbox's socket has a random name nobody can list
+    out['listing'] = os.listdir('/egress/sock')
+except OSError as exc:
+    out['listing'] = type(exc).__name__
 s = socket.socket(socket.AF_UNIX)
-try:  # the proxy's socket, without the relay's token
+try:  # the one shared socket there was before, without the relay's token
     s.connect('/egress/sock/proxy.sock')
     s.sendall(b'ROLLSTREAM-TOKEN forged\\r\\nGET http://web:8000/ HTTP/1.1\\r\\nHost: web\\r\\n\\r\\n')
     out['forged'] = s.recv(4096).split(b'\\r\\n')[0].decode()
@@ -178,8 +183,9 @@ except OSError as exc:
         assert seen[key] in ("OSError", "TimeoutError", "ConnectionRefusedError"), (key, seen[key])
     assert not seen["embedded_dns"].startswith("answered"), seen["embedded_dns"]
     assert seen["resolve"] == "gaierror"  # no resolver in the sandbox: names resolve at the proxy
-    assert seen["forged"] == "HTTP/1.1 403 Forbidden"
-    assert connections == []  # the forged one is not this job's
+    assert seen["listing"] == "PermissionError"  # 0300: not even the owner's uid (the sandbox's) lists it
+    assert seen["forged"] == "FileNotFoundError"  # no socket but the sandbox's own, under a name it never sees
+    assert connections == []
 
 
 async def test_a_second_sandbox_is_out_of_reach_and_jobs_are_told_apart(egress_pool: DockerSandboxPool) -> None:
@@ -250,6 +256,67 @@ out['then'] = get('http://web:8000/after')
     assert len(connections) <= 32 and all(c["verdict"] == "denied" for c in connections)  # none asked anything
     following, _ = await run(egress_pool, ["web:8000"], "out['got'] = get('http://web:8000/next')", "egress-next")
     assert following["got"] == "web /next"  # the job's end closed them all: the container serves on
+
+
+FLOOD = """
+import os, socket, time
+def flood(seconds):
+    held, end = [], time.monotonic() + seconds
+    while time.monotonic() < end:
+        s = socket.socket(socket.AF_UNIX)
+        try:  # straight at the proxy's sockets, without a token: the names it can guess
+            s.setblocking(False)
+            s.connect('/egress/sock/proxy.sock')
+            held.append(s)
+        except OSError:
+            s.close()
+        try:  # through the relay: connections that never ask anything, opened as fast as it can
+            held.append(socket.create_connection(('127.0.0.1', 3128), timeout=0.5))
+        except OSError:
+            pass
+        while len(held) > 24:
+            held.pop(0).close()
+pids = []
+for _ in range(12):
+    pid = os.fork()
+    if pid == 0:
+        flood(4.0)
+        os._exit(0)
+    pids.append(pid)
+for pid in pids:
+    os.waitpid(pid, 0)
+out['flooded'] = True
+"""
+
+
+@pytest.fixture
+async def egress_pair(executor_config: ExecutorConfig, hosts: dict[str, Any]) -> AsyncIterator[DockerSandboxPool]:
+    """A keyed pool of two sandboxes sharing one egress proxy, two jobs at once."""
+    config = msgspec.structs.replace(executor_config, egress_network=hosts["network"], keyed_pool_size=2,
+                                     concurrency=2, egress_allowed=["web:8000"], egress_private=True)
+    async with DockerSandboxPool(config, grace_s=3.0) as pool:
+        yield pool
+
+
+async def test_a_flood_from_one_sandbox_costs_the_other_sandboxs_job_nothing(egress_pair: DockerSandboxPool) -> None:
+    """Issue 52: one job flooding the proxy from many processes (its socket directly, the relay)
+    while honest jobs of the same task run on the pool's other container: each honest job passes,
+    with its connection its own; the flood's connections are the flooding job's record alone."""
+    hostile = asyncio.create_task(run(egress_pair, ["web:8000"], FLOOD, "egress-flooder"))
+    honest, sandboxes = 0, set()
+    while not hostile.done():
+        result = await egress_pair.execute(Job(job_id=f"egress-honest-{honest}", trust="in_process", timeout_s=10.0,
+                                               network=["web:8000"], code=PROBE + (
+            "out['got'] = get('http://web:8000/honest')\nprint(json.dumps(out))")))
+        seen = json.loads(result.stdout_tail.strip().splitlines()[-1])
+        assert seen["got"] == "web /honest", (honest, seen)
+        assert [(c["host"], c["verdict"]) for c in result.connections] == [("web", "allowed")], result.connections
+        honest += 1
+        sandboxes.add(result.sandbox_id)
+    flooded, connections = await hostile
+    assert flooded["flooded"] and honest >= 1
+    assert connections and all(c["verdict"] == "denied" for c in connections)  # none asked anything
+    assert len(connections) <= 1000
 
 
 async def test_by_default_only_public_addresses_are_reached(executor_config: ExecutorConfig, hosts: dict) -> None:

@@ -8,7 +8,6 @@ import asyncio
 import contextlib
 import io
 import json
-import os
 import tempfile
 
 import msgspec
@@ -74,15 +73,20 @@ async def _server(body: bytes) -> tuple[asyncio.AbstractServer, int]:
     return server, server.sockets[0].getsockname()[1]
 
 
+SOURCE = "box"
+
+
 @contextlib.asynccontextmanager
-async def listening(proxy: Proxy):
-    """The proxy on a Unix socket of a temporary directory: its path."""
-    path = os.path.join(tempfile.mkdtemp(), "proxy.sock")
-    listener = await asyncio.start_unix_server(proxy.handle, path=path)
+async def listening(proxy: Proxy, *sources: str):
+    """The proxy's sockets for ``sources`` (one sandbox each; ``box`` by default) in a temporary
+    directory: their paths (one path for one source)."""
+    proxy.directory = tempfile.mkdtemp()
+    paths = [proxy.listen(source) for source in sources or (SOURCE,)]
     try:
-        yield path
+        yield paths[0] if len(paths) == 1 else paths
     finally:
-        listener.close()
+        for source in sources or (SOURCE,):
+            proxy.unlisten(source)
 
 
 async def _ask(path: str, token: str, request: bytes) -> bytes:
@@ -100,7 +104,7 @@ async def test_the_proxy_lets_a_job_through_to_its_entries_and_records_each_conn
     proxy = Proxy(out)
     async with listening(proxy) as path:
         await proxy.control({"op": "job", "token": "t1", "job": "job-1", "allow": [f"127.0.0.1:{port}"],
-                             "private": True})
+                             "private": True, "source": SOURCE})
         ok = await _ask(path, "t1", f"GET http://127.0.0.1:{port}/x HTTP/1.1\r\nHost: a\r\nProxy-Authorization: "
                                     "secret\r\n\r\n".encode())
         assert ok.startswith(b"HTTP/1.1 200") and ok.endswith(b"hello")
@@ -117,12 +121,14 @@ async def test_the_proxy_lets_a_job_through_to_its_entries_and_records_each_conn
         assert ended["op"] == "ended" and ended["token"] == "t1"
         records = ended["connections"]
         assert [(r["method"], r["verdict"]) for r in records] == [
-            ("GET", "allowed"), ("GET", "denied"), ("CONNECT", "allowed"), ("", "denied")]
+            ("GET", "allowed"), ("GET", "denied"), ("CONNECT", "allowed"), ("", "denied"), ("", "denied")]
         assert records[0]["received"] > len(b"hello") and "Proxy-Authorization" not in str(records)
         assert "not in the task's network allowlist" in records[1]["reason"]
-        assert proxy.unattributed and proxy.unattributed[0]["reason"].startswith("no current job")
+        # a forged token on this sandbox's socket: refused, and the sandbox's current job's record
+        assert records[3]["reason"].startswith("no current job of this sandbox")
         after = await _ask(path, "t1", f"GET http://127.0.0.1:{port}/ HTTP/1.1\r\n\r\n".encode())
         assert after.startswith(b"HTTP/1.1 403")  # the job has ended: its token opens nothing
+        assert proxy.unattributed and proxy.unattributed[0]["reason"].startswith("no current job")
     server.close()
 
 
@@ -136,7 +142,8 @@ async def test_ending_a_job_closes_its_open_tunnels_and_still_records_them() -> 
     out = io.StringIO()
     proxy = Proxy(out)
     async with listening(proxy) as path:
-        await proxy.control({"op": "job", "token": "t", "job": "j", "allow": [f"127.0.0.1:{port}"], "private": True})
+        await proxy.control({"op": "job", "token": "t", "job": "j", "allow": [f"127.0.0.1:{port}"], "private": True,
+                             "source": SOURCE})
         reader, writer = await asyncio.open_unix_connection(path)
         writer.write(f"ROLLSTREAM-TOKEN t\r\nCONNECT 127.0.0.1:{port} HTTP/1.1\r\n\r\nsome bytes".encode())
         await writer.drain()
@@ -154,7 +161,8 @@ async def test_without_private_addresses_an_allowed_entry_that_resolves_to_one_i
     out = io.StringIO()
     proxy = Proxy(out)
     async with listening(proxy) as path:  # the host's own service, allowed by name and by address: still not a public address
-        await proxy.control({"op": "job", "token": "t", "job": "j", "allow": [f"localhost:{port}", f"127.0.0.1:{port}"]})
+        await proxy.control({"op": "job", "token": "t", "job": "j", "allow": [f"localhost:{port}", f"127.0.0.1:{port}"],
+                             "source": SOURCE})
         for host in ("localhost", "127.0.0.1"):
             answer = await _ask(path, "t", f"GET http://{host}:{port}/ HTTP/1.1\r\n\r\n".encode())
             assert answer.startswith(b"HTTP/1.1 403") and b"not a public address" in answer
@@ -162,4 +170,69 @@ async def test_without_private_addresses_an_allowed_entry_that_resolves_to_one_i
         records = json.loads(out.getvalue().splitlines()[-1])["connections"]
         assert [r["verdict"] for r in records] == ["denied", "denied"]
         assert "resolves to 127.0.0.1" in records[0]["reason"]
+    server.close()
+
+
+async def test_a_token_opens_nothing_on_another_sandboxs_socket() -> None:
+    server, port = await _server(b"hello")
+    out = io.StringIO()
+    proxy = Proxy(out)
+    async with listening(proxy, "a", "b") as (path_a, path_b):
+        await proxy.control({"op": "job", "token": "ta", "job": "ja", "allow": [f"127.0.0.1:{port}"],
+                             "private": True, "source": "a"})
+        await proxy.control({"op": "job", "token": "tb", "job": "jb", "allow": [f"127.0.0.1:{port}"],
+                             "private": True, "source": "b"})
+        request = f"GET http://127.0.0.1:{port}/ HTTP/1.1\r\n\r\n".encode()
+        assert (await _ask(path_a, "tb", request)).startswith(b"HTTP/1.1 403")
+        assert (await _ask(path_a, "ta", request)).endswith(b"hello")
+        await proxy.control({"op": "end", "token": "tb"})
+        assert json.loads(out.getvalue().splitlines()[-1])["connections"] == []  # b made none
+        await proxy.control({"op": "end", "token": "ta"})
+        records = json.loads(out.getvalue().splitlines()[-1])["connections"]
+        assert [r["verdict"] for r in records] == ["denied", "allowed"]  # the forged one is a's, whose socket it used
+    server.close()
+
+
+async def test_one_sandbox_flooding_its_socket_neither_starves_another_nor_goes_unrecorded() -> None:
+    """Silent connections (no token) and a burst of new ones on sandbox a's socket: the proxy stops
+    accepting from a (its own backlog fills), drops the silent ones after AUTH_TIMEOUT_S, and keeps
+    serving sandbox b at once; a's job's record lists the refusals, counted past the first few."""
+    from rollstream.consumers.executor.runtime import egress
+
+    server, port = await _server(b"hello")
+    out = io.StringIO()
+    proxy = Proxy(out)
+    async with listening(proxy, "a", "b") as (path_a, path_b):
+        for source in ("a", "b"):
+            await proxy.control({"op": "job", "token": f"t{source}", "job": f"j{source}",
+                                 "allow": [f"127.0.0.1:{port}"], "private": True, "source": source})
+        silent = []
+        for _ in range(egress.SOURCE_MAX_PENDING + egress.SOURCE_BACKLOG):  # past a's pending cap and backlog
+            with contextlib.suppress(OSError, TimeoutError):
+                silent.append(await asyncio.wait_for(asyncio.open_unix_connection(path_a), 0.2))
+
+        async def burst() -> None:
+            for _ in range(2 * egress.SOURCE_BURST):
+                with contextlib.suppress(OSError, TimeoutError):
+                    _, writer = await asyncio.wait_for(asyncio.open_unix_connection(path_a), 0.05)
+                    writer.close()
+
+        flooding = asyncio.create_task(burst())
+        request = f"GET http://127.0.0.1:{port}/ HTTP/1.1\r\n\r\n".encode()
+        served = await asyncio.wait_for(_ask(path_b, "tb", request), 1.0)  # well within a's token timeout
+        assert served.startswith(b"HTTP/1.1 200") and served.endswith(b"hello")
+        await flooding
+        for reader, _ in silent[: egress.SOURCE_MAX_PENDING]:  # the ones accepted are dropped, unanswered
+            assert (await asyncio.wait_for(reader.read(), egress.AUTH_TIMEOUT_S + 2)).startswith(b"HTTP/1.1 400")
+        await proxy.control({"op": "end", "token": "ta"})
+        records = json.loads(out.getvalue().splitlines()[-1])["connections"]
+        reasons = [r["reason"] for r in records]
+        assert all(r["verdict"] == "denied" for r in records) and len(records) <= egress.REFUSALS_RECORDED + 8
+        assert any(reason.startswith("never accepted") or "never accepted" in reason for reason in reasons), reasons
+        assert any("no token within" in reason for reason in reasons), reasons
+        assert any(reason.split()[1:4] == ["more", "connections", "refused:"] for reason in reasons), reasons
+        await proxy.control({"op": "end", "token": "tb"})
+        assert [r["verdict"] for r in json.loads(out.getvalue().splitlines()[-1])["connections"]] == ["allowed"]
+        for _, writer in silent:
+            writer.close()
     server.close()
