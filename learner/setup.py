@@ -19,7 +19,7 @@ from rollstream.learner import checkpoint as ckpt
 from rollstream.learner import sharded_checkpoint as sharded_ckpt
 from rollstream.learner.distributed import Ranks, parallelize
 from rollstream.learner.lora import add_lora, pad_id_of
-from rollstream.learner.trainer import SimTrainer, Trainer
+from rollstream.learner.trainer import TRAINERS, Trainer
 from rollstream.models import load_model, load_tokenizer
 
 RECENT_GROUPS = 20000  # group ids remembered (and checkpointed) to skip upstream duplicates
@@ -101,7 +101,7 @@ def build_trainer(config: Config, resume_from: str | Path | None,
         trainer = Trainer(model, c, ref_model=ref_model, pad_id=pad_id, device=ranks.device, runner=runner,
                           ranks=ranks)
     else:
-        trainer_class = SimTrainer if c.backend.kind == "sim" else Trainer
+        trainer_class = TRAINERS.get(c.backend.kind)
         trainer = trainer_class(model, c, ref_model=ref_model, pad_id=pad_id, device=c.device)
     lineage, offsets = Lineage(), {}
     if state is not None:

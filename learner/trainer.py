@@ -37,6 +37,7 @@ from rollstream.learner.batch import (
 )
 from rollstream.learner.lora import iter_merged_weights
 from rollstream.learner.loss import get_policy_loss, token_logprobs
+from rollstream.registry import Registry
 from rollstream.schemas.events import AdvantagedRollout
 
 if TYPE_CHECKING:
@@ -338,3 +339,9 @@ class SimTrainer(Trainer):
         return StepResult(loss=0.0, grad_norm=0.0, tokens=tokens, sequences=len(rollouts),
                           seconds=time.perf_counter() - started, lr=lr,
                           stats={**dict.fromkeys(MEAN_STATS, 0.0), "is_max": 1.0})
+
+
+# Learner backends by their config tag (``learner.backend.kind``): the trainer class a single-process
+# learner builds (several ranks always train for real). More register through the entry-point group.
+TRAINERS: Registry[type[Trainer]] = Registry("learner backend", "rollstream.learner_backends", "TRAINERS.register",
+                                             {"torch": Trainer, "sim": SimTrainer})

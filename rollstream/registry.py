@@ -18,14 +18,15 @@ class Registry(Generic[T]):
     """Named ``T``s: built-in ones, those registered in this process, and those of the entry-point
     group ``group`` (loaded once, on the first lookup). ``what`` names a ``T`` in errors, ``adder``
     the function that registers one; ``convert(name, obj)`` turns what an entry point or a caller
-    hands over into a ``T``."""
+    hands over into a ``T``. ``lazy=False``: the group is loaded only when the owner calls
+    :meth:`load_entry_points` (a registry built per stage, which decides whether it wants them)."""
 
     def __init__(self, what: str, group: str, adder: str, builtins: dict[str, T],
-                 convert: Callable[[str, Any], T] | None = None) -> None:
+                 convert: Callable[[str, Any], T] | None = None, *, lazy: bool = True) -> None:
         self.what, self.group, self.adder = what, group, adder
         self._items: dict[str, T] = dict(builtins)
         self._convert = convert or (lambda name, obj: obj)
-        self._loaded = False
+        self._loaded = not lazy
 
     def register(self, name: str, obj: Any) -> T:
         """Register ``obj`` under ``name`` (replacing one of that name) and return it."""

@@ -36,6 +36,7 @@ from typing import Protocol
 import msgspec
 
 from rollstream.consumers.executor.sandbox import Job, RunResult
+from rollstream.registry import Registry
 from rollstream.schemas.events import (
     MAX_TEST_MESSAGES,
     MAX_TEST_RESULTS,
@@ -418,19 +419,25 @@ class RewardRegistry:
     """
 
     def __init__(self, kinds: Mapping[str, RewardKind] | None = None) -> None:
-        self._kinds: dict[str, RewardKind] = dict(kinds or {})
+        # the project's one registry (rollstream/registry.py), its group loaded by default_registry
+        self._kinds: Registry[RewardKind] = Registry(
+            "reward kind", ENTRY_POINTS, "RewardRegistry.register", dict(kinds or {}), lazy=False)
 
     def register(self, name: str, kind: RewardKind) -> None:
-        self._kinds[name] = kind
+        self._kinds.register(name, kind)
+
+    def load_entry_points(self, found: Iterable[metadata.EntryPoint] | None = None) -> None:
+        """Register the kinds of the ``rollstream.rewards`` entry-point group (or those ``found``):
+        each names a kind's class (or a factory), called once."""
+        for entry in metadata.entry_points(group=ENTRY_POINTS) if found is None else found:
+            self.register(entry.name, entry.load()())
 
     def names(self) -> list[str]:
-        return sorted(self._kinds)
+        return self._kinds.names()
 
     def get(self, spec: RewardSpec) -> RewardKind:
         """The kind for ``spec``; ValueError when unknown or when it weights unknown components."""
         kind = self._kinds.get(spec.kind)
-        if kind is None:
-            raise ValueError(f"unknown reward kind {spec.kind!r}; known: {', '.join(self.names())}")
         unknown = set(spec.weights) - set(kind.components)
         if unknown:
             raise ValueError(
@@ -440,10 +447,11 @@ class RewardRegistry:
         return kind
 
 
+ENTRY_POINTS = "rollstream.rewards"
+
+
 def default_registry(entry_points: Iterable[metadata.EntryPoint] | None = None) -> RewardRegistry:
     """``python_tests``, ``python_pytest`` and every kind in the ``rollstream.rewards`` entry-point group."""
     registry = RewardRegistry({"python_tests": PythonTests(), PYTEST_KIND: PytestFiles()})
-    found = metadata.entry_points(group="rollstream.rewards") if entry_points is None else entry_points
-    for entry in found:
-        registry.register(entry.name, entry.load()())
+    registry.load_entry_points(entry_points)
     return registry

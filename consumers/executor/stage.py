@@ -65,7 +65,6 @@ from rollstream.consumers.executor.episodes import after_turn, stale_lag, subtas
 from rollstream.consumers.executor.reference import ReferenceCheck, ReferenceChecks, log_check
 from rollstream.consumers.executor.rewards import RewardRegistry, default_registry
 from rollstream.consumers.executor.sandbox import (
-    DockerSandboxPool,
     RunResult,
     SandboxBackend,
     sandbox_identity,
@@ -429,12 +428,10 @@ async def run(
         config.executor.concurrency,
     )
     async with AsyncExitStack() as stack:
-        if backend is None and config.executor.backend.kind == "sim":
-            from rollstream.consumers.executor.sim_sandbox import SimSandbox
+        if backend is None:
+            from rollstream.consumers.executor.backends import open_backend
 
-            backend = SimSandbox.from_config(config)
-        elif backend is None:
-            backend = await stack.enter_async_context(DockerSandboxPool(config.executor))
+            backend = await open_backend(config, stack)
         if config.intake.scrub:  # the detectors load in the background (~1.5 s), not on the first hit
             warm = asyncio.get_running_loop().run_in_executor(None, Scrubber.warm)
             stack.callback(warm.cancel)

@@ -57,7 +57,7 @@ from typing import Any
 
 from jinja2 import TemplateError
 
-from rollstream.config import Config, GeneratorConfig, ScriptedConfig, SGLangConfig, SimGeneratorConfig
+from rollstream.config import Config, GeneratorConfig
 from rollstream.consumers.generator.backends.base import (
     Completion,
     GenerationBackend,
@@ -79,6 +79,7 @@ from rollstream.errors import BackendError
 from rollstream.guard import IntakeGuard
 from rollstream.kafka import Delivery, EventConsumer, EventProducer
 from rollstream.metrics import StageMetrics
+from rollstream.registry import Registry
 from rollstream.schemas.events import ActionGenerated, PromptIssued, Rollout, SamplingParams
 
 log = logging.getLogger(__name__)
@@ -203,39 +204,57 @@ def action_from(event: PromptIssued, index: int, prompt_ids: list[int], completi
     )
 
 
-def build_backend(config: Config) -> GenerationBackend:
-    """The configured backend (loads the model: slow; call it in a thread)."""
+def _scripted(config: Config) -> GenerationBackend:
+    from rollstream.consumers.generator.backends.scripted import ScriptedBackend
+
+    return ScriptedBackend.load(config)
+
+
+def _sim(config: Config) -> GenerationBackend:
+    from rollstream.consumers.generator.backends.scripted import SimBackend, SimDecodeBackend
+
+    server = config.generator.backend
+    if server.per_forward_s or server.per_row_s:
+        return SimDecodeBackend.load(config)
+    return SimBackend.load(config)
+
+
+def _transformers(config: Config) -> GenerationBackend:
+    import torch
+
+    from rollstream.consumers.generator.backends.hf import TransformersBackend
+
     gen = config.generator
-    server = gen.backend
-    if isinstance(server, ScriptedConfig):
-        from rollstream.consumers.generator.backends.scripted import ScriptedBackend
+    pin(gen.cpus, "generator")
+    if gen.torch_threads:
+        torch.set_num_threads(gen.torch_threads)  # oversubscribed OpenMP threads spin and crawl
+    return TransformersBackend.load(gen.model, device=gen.device, dtype=gen.dtype, max_rows=gen.max_rows,
+                                    max_kv_tokens=gen.max_kv_tokens, max_lanes=gen.max_lanes,
+                                    lane_split_tokens=gen.lane_split_tokens,
+                                    prefix_cache_tokens=gen.prefix_cache_tokens, update=gen.update)
 
-        return ScriptedBackend.load(config)
-    if isinstance(server, SimGeneratorConfig):
-        from rollstream.consumers.generator.backends.scripted import SimBackend, SimDecodeBackend
 
-        if server.per_forward_s or server.per_row_s:
-            return SimDecodeBackend.load(config)
-        return SimBackend.load(config)
-    if not isinstance(server, SGLangConfig):
-        import torch
-
-        from rollstream.consumers.generator.backends.hf import TransformersBackend
-
-        pin(gen.cpus, "generator")
-        if gen.torch_threads:
-            torch.set_num_threads(gen.torch_threads)  # oversubscribed OpenMP threads spin and crawl
-        return TransformersBackend.load(gen.model, device=gen.device, dtype=gen.dtype, max_rows=gen.max_rows,
-                                        max_kv_tokens=gen.max_kv_tokens, max_lanes=gen.max_lanes,
-                                        lane_split_tokens=gen.lane_split_tokens,
-                                        prefix_cache_tokens=gen.prefix_cache_tokens, update=gen.update)
+def _sglang(config: Config) -> GenerationBackend:
     from rollstream.consumers.generator.backends.sglang import SGLangBackend
     from rollstream.consumers.generator.chat import max_context
     from rollstream.models import load_model_config, load_tokenizer, resolve_model
 
+    gen = config.generator
     files = resolve_model(gen.model, cache_dir=None)  # model_dir: a plain directory spec only
-    return SGLangBackend(server, load_tokenizer(gen.model), context=max_context(load_model_config(gen.model)),
+    return SGLangBackend(gen.backend, load_tokenizer(gen.model), context=max_context(load_model_config(gen.model)),
                          model_dir=None if files.gguf_file else str(files.directory), update=gen.update)
+
+
+# Generation backends by their config tag (``generator.backend.kind``): a builder from the config
+# (loads the model: slow; call it in a thread). More register through the entry-point group.
+BACKENDS: Registry[Callable[[Config], GenerationBackend]] = Registry(
+    "generator backend", "rollstream.generator_backends", "BACKENDS.register",
+    {"transformers": _transformers, "sglang": _sglang, "scripted": _scripted, "sim": _sim})
+
+
+def build_backend(config: Config) -> GenerationBackend:
+    """The configured backend (loads the model: slow; call it in a thread)."""
+    return BACKENDS.get(config.generator.backend.kind)(config)
 
 
 class GeneratorStage:
