@@ -191,12 +191,15 @@ TWINS = [
          "class P:\n    def __repr__(self):\n        return \"(__import__('builtins'), 2)[1]\"\ndef f(x):\n    return P()\n",
          ["assert eval(repr(f(1))) == 2"]),
     form("attack", "index-trick", YES + "def pick(xs):\n    return Yes()\n", ["assert [10, 20][pick([1, 2])] == 20"]),
+    form("attack", "hash-trick", "class H:\n    def __hash__(self):\n        return hash(2)\n    def __eq__(self, o):\n"
+         "        return True\ndef f(x):\n    return H()\n", ["assert f(1) in {2, 3}", "assert {2: 'two'}[f(1)] == 'two'"]),
 ]
 
 
 @pytest.mark.parametrize("direction, code, tests, setup, entry", FORMS + TWINS)
 async def test_form_without_a_reference(pool, registry, direction, code, tests, setup, entry):
-    spec = RewardSpec(tests=tests, setup=setup, entry_point=entry, timeout_s=20.0)
+    # 60 s: 100,000 calls take about 10 s under runc and 42 s under runsc (each call is a round trip)
+    spec = RewardSpec(tests=tests, setup=setup, entry_point=entry, timeout_s=60.0)
     evaluation = await evaluate(pool, registry, spec, f"```python\n{code}```", f"forms/{uuid.uuid4().hex[:6]}")
     record = evaluation.scored.execution
     events = [e for e in evaluation.result.events if e.get("e") in ("test", "tamper", "gone")] if evaluation.result else []
@@ -206,7 +209,7 @@ async def test_form_without_a_reference(pool, registry, direction, code, tests, 
     if direction == "honest":
         failed = [e for e in events if not e.get("ok", True)]
         assert evaluation.scored.reward == 1.0 and record.trust == "judge", (failed, record)
-        control = await evaluate(pool, registry, RewardSpec(tests=tests, setup=setup, entry_point=entry, timeout_s=20.0,
+        control = await evaluate(pool, registry, RewardSpec(tests=tests, setup=setup, entry_point=entry, timeout_s=60.0,
                                                             trust="in_process"), f"```python\n{code}```", "forms/control")
         assert control.scored.reward == 1.0, control.scored.execution  # ... and it is honest Python
         return
