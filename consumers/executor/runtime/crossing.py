@@ -14,9 +14,13 @@ arguments and attributes) and runs again whenever the candidate sends a containe
 the task's reference produced plain data at a point, the completion must too: one of its
 objects there is ``type_mismatch``, fails the test, and is *tainted* (any later use of it fails
 too). A completion object reaches the tests only where the reference itself produced one
-(``Rules.objects``). Without a reference (``strict``), a call's result must be plain data unless
-it constructs the class it calls or the task declares ``returns_objects``, and a binary operator
-between a completion object and the tests' plain value never answers with plain data. The
+(``Rules.objects``). Without a reference (``strict``), the completion's objects that the tests did
+not build themselves reach them *opaque* (:meth:`Judge.held_opaque`): they may be called, read,
+printed, iterated, used in ``with`` and ``await``, never compared with plain data or with another
+opaque object, handed the tests' values by an operator, ``in`` or a method a built-in value has,
+or used as a number (:meth:`Judge.opaque_use`, :meth:`Judge.opaque_compare`); the task may
+declare ``returns_objects`` instead. A binary operator between a completion object and the tests'
+plain value never answers with plain data. The
 completion's generators and built-in iterators count as plain (their items are checked), as do
 instances of its subclasses of value types (they compare, hash and print as their base value).
 

@@ -8,8 +8,10 @@ host, an ordinary module). The judge process (consumers/executor/runtime/judge.p
 * the completion's functions, instances, generators and modules are *proxies*: every use is a
   request the candidate answers (:class:`Remote`; generators and built-in iterators are lazy
   :class:`RemoteIterator` s). A proxy equals only itself unless both sides of a comparison are
-  the completion's objects, and hashes as the candidate said when it crossed, so no completion
-  code decides whether one of its objects equals plain data;
+  the completion's objects (and then not for an enum's members, which equal by identity, nor
+  without a reference for opaque ones: crossing.Judge.opaque_compare), and hashes as the
+  candidate said when it crossed, so no completion code decides whether one of its objects
+  equals plain data;
 * the completion's classes are *mirrors*: real classes of the judge (:class:`MirrorMeta`) whose
   bases are the mirrors of the completion's own bases and the standard library's exception
   classes and value types among its real ones. ``isinstance``, ``except InsufficientFunds``
@@ -17,7 +19,8 @@ host, an ordinary module). The judge process (consumers/executor/runtime/judge.p
   a value type (a namedtuple, an ``IntEnum``) is an instance of the mirror holding the plain
   value, so it compares, hashes and prints as that value does (the base type's own methods,
   never the subclass's); a mirror of a class derived from one of the setup's classes has that
-  class among its bases; a dataclass's mirror has its fields (``dataclasses.asdict`` works);
+  class among its bases; a dataclass's mirror has its fields (``dataclasses.asdict`` works) and,
+  where ``dataclasses`` wrote its comparisons, compares here, field by field;
 * exceptions come back as themselves: a built-in or standard-library class is rebuilt by its own
   constructor with the args it was raised with; a completion class as an instance of its mirror.
   ``StopIteration`` raised by a call (not by ``next``) becomes ``RuntimeError`` (PEP 479), so it
