@@ -26,77 +26,44 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from rollstream.config import Config
 from rollstream.schemas.stages import FLOW
 
 STAGES = FLOW  # the stages a drill starts, kills and restarts (schemas/stages.py), in start order
 
 
-LEARNER_BACKEND = """backend = {kind = "sim", per_token_s = 0.002}"""
-# Several ranks train for real (the simulated learner trains nothing, so it has one rank); the
-# tiny model's steps take about as long as the simulated ones.
-LEARNER_RANKS = """parallel = "ddp"
-ranks = {ranks}
-micro_batch = 4
-torch_threads = 1"""
-
-
 def drill_config(work: Path, name: str, bootstrap: str, redis_url: str, model: Path, *, max_turns: int = 1,
                  learner_ranks: int = 1) -> Path:
     """Write ``work/<name>.toml``: a drill's pipeline on simulated backends (docs/capacity.md), its
     topics and keys under ``name``; returns its path. ``learner_ranks`` > 1: the learner trains the
-    tiny model for real on that many ranks (ddp, under torchrun)."""
+    tiny model for real on that many ranks (ddp, under torchrun; the simulated learner trains
+    nothing, so it has one rank; the tiny model's steps take about as long as the simulated ones)."""
+    from rollstream import config as c
+    from rollstream.config_load import to_toml
+
+    learner = c.LearnerConfig(model=str(model), broadcast_dtype="float32",
+                              checkpoint=c.CheckpointConfig(dir=str(work / name / "checkpoints"), every=2),
+                              backend=c.SimLearnerConfig(per_token_s=0.002))
+    if learner_ranks > 1:
+        learner = msgspec.structs.replace(learner, backend=c.TorchConfig(), parallel="ddp", ranks=learner_ranks,
+                                          micro_batch=4, torch_threads=1)
+    config = c.Config(
+        # a SIGKILLed member's partitions move after 6 s (docs/resilience.md)
+        infra=c.InfraConfig(kafka_bootstrap=bootstrap, redis_url=redis_url, topic_prefix=f"{name}.",
+                            key_prefix=f"{name}:", state_dir=str(work / name), partitions=4, session_timeout_s=6),
+        rl=c.RLConfig(group_size=4, groups_per_step=1, max_staleness=2),
+        sampler=c.SamplerConfig(poll_s=0.1, max_turns=max_turns, turn_penalty=0.1),
+        generator=c.GeneratorConfig(model=str(model), max_new_tokens=256, max_batch_prompts=2, batch_wait_ms=10,
+                                    backend=c.SimGeneratorConfig(base_s=0.05, per_token_s=0.002, mean_tokens=48,
+                                                                 sigma=0.6)),
+        executor=c.ExecutorConfig(backend=c.SimExecutorConfig(seconds=0.01), concurrency=8, pool_size=8),
+        stream=c.StreamConfig(sweep_interval_s=0.5),
+        learner=learner,
+    )
     path = work / f"{name}.toml"
-    path.write_text(f"""
-[infra]
-kafka_bootstrap = "{bootstrap}"
-redis_url = "{redis_url}"
-topic_prefix = "{name}."
-key_prefix = "{name}:"
-state_dir = "{work / name}"
-partitions = 4
-session_timeout_s = 6  # a SIGKILLed member's partitions move after 6 s (docs/resilience.md)
-
-[rl]
-group_size = 4
-groups_per_step = 1
-max_staleness = 2
-
-[sampler]
-poll_s = 0.1
-max_turns = {max_turns}
-turn_penalty = 0.1
-
-[generator]
-model = "{model}"
-max_new_tokens = 256
-max_batch_prompts = 2
-batch_wait_ms = 10
-
-[generator.backend]
-kind = "sim"
-base_s = 0.05
-per_token_s = 0.002
-mean_tokens = 48
-sigma = 0.6
-
-[executor]
-backend = {{kind = "sim", seconds = 0.01}}
-concurrency = 8
-pool_size = 8
-
-[stream]
-sweep_interval_s = 0.5
-
-[learner]
-{LEARNER_BACKEND if learner_ranks == 1 else LEARNER_RANKS.format(ranks=learner_ranks)}
-model = "{model}"
-broadcast_dtype = "float32"
-
-[learner.checkpoint]
-dir = "{work / name / 'checkpoints'}"
-every = 2
-""")
+    path.write_text(to_toml(config))
     return path
 
 
