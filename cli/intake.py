@@ -175,8 +175,8 @@ async def needs_reference(box: Sandbox, task: TaskSpec, spec: RewardSpec, refere
     passed, evaluation = await box.passes(strict, reference, f"{task.task_id}/reference-strict")
     if passed or evaluation.result is None:
         return {}
-    failed = sorted(e for e in evaluation.result.events if e.get("e") == "test" and e.get("ok") is not True
-                    and not e.get("skip") and isinstance(e.get("i"), int))
+    failed = sorted((e for e in evaluation.result.events if e.get("e") == "test" and e.get("ok") is not True
+                     and not e.get("skip") and isinstance(e.get("i"), int)), key=lambda e: e["i"])
     failing = sorted({e["i"] for e in failed})
     message = next((f"{e.get('type')}: {e.get('msg', '')}" for e in failed), evaluation.scored.execution.error_message)
     return {"needs_reference": failing, "needs_reference_message": str(message)[:500]}

@@ -223,11 +223,13 @@ async def test_tasks_check_names_the_tests_that_need_the_reference(pool) -> None
     box = Sandbox(pool, 1)
     code = POINT + "def make_point(x, y):\n    return Point(x, y)\n"
     # two objects of the completion's compared, neither built by the tests: only a reference tells
-    tests = ["assert make_point(1, 2).x == 1", "assert make_point(1, 2) == make_point(1, 2)"]
+    # (two such tests: the failing events are ordered by test index, never compared as dicts)
+    tests = ["assert make_point(1, 2).x == 1", "assert make_point(1, 2) == make_point(1, 2)",
+             "assert make_point(3, 4) == make_point(3, 4)"]
     task = TaskSpec(task_id="forms-factory", prompt="Write `make_point`.", reference_solution=code,
                     reward=RewardSpec(tests=tests, entry_point="make_point", trust="auto"))
     found = await needs_reference(box, task, task.issued_reward(), code)
-    assert found["needs_reference"] == [1] and "type_mismatch" in found["needs_reference_message"], found
+    assert found["needs_reference"] == [1, 2] and "type_mismatch" in found["needs_reference_message"], found
     assert (await box.passes(task.issued_reward(), code, "forms-factory/reference"))[0]  # with it, both are judged
     plain = TaskSpec(task_id="forms-adder", prompt="Write `make_adder`.", reference_solution=ADDER,
                      reward=RewardSpec(tests=FORMS[0].values[2], entry_point="make_adder"))
