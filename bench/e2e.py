@@ -51,6 +51,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import report
+from rollstream.config_load import profiled, to_toml
 from rollstream.infra import free_port, start_broker, stop_pid
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -66,61 +67,34 @@ def write_config(work: Path, name: str, bootstrap: str, model: Path, *, stalenes
     """A run's config. Every latency setting (fetch waits, linger, poll intervals, batch waits,
     weight waits) is left at its shipped default: the figures are those a user gets.
     ``max_turns`` = 1 plays every task as one turn (the suite's subtask chains included)."""
+    from msgspec.structs import replace
+
+    from rollstream import config as c
+
+    base = profiled()
+    backend = c.SimGeneratorConfig(base_s=base_s, per_token_s=per_token_s, mean_tokens=MEAN_TOKENS,
+                                   sigma=engine.get("sigma", SIGMA) if engine else SIGMA,
+                                   per_forward_s=engine["per_forward_s"] if engine else 0.0,
+                                   per_row_s=engine["per_row_s"] if engine else 0.0)
+    generator = replace(base.generator, model=str(model), max_new_tokens=512, max_batch_prompts=max_batch,
+                        backend=backend)
+    if engine:
+        generator = replace(generator, continuous=engine["continuous"], update=engine["update"])
+    config = replace(
+        base,
+        infra=replace(base.infra, kafka_bootstrap=bootstrap, state_dir=str(work / name), partitions=4),
+        rl=replace(base.rl, group_size=GROUP_SIZE, groups_per_step=groups_per_step, max_staleness=staleness),
+        sampler=replace(base.sampler, max_turns=max_turns) if max_turns else base.sampler,
+        generator=generator,
+        executor=replace(base.executor, backend=c.SimExecutorConfig(), concurrency=64, pool_size=64),
+        stream=replace(base.stream, filter_zero_variance=False),
+        learner=replace(base.learner, backend=c.SimLearnerConfig(per_token_s=learn_per_token_s), model=str(model),
+                        broadcast_dtype="float32", checkpoint=replace(base.learner.checkpoint, every=0)),
+        archive=replace(base.archive, enabled=archive),
+    )
     path = work / f"{name}.toml"
-    path.write_text(f"""
-[infra]
-kafka_bootstrap = "{bootstrap}"
-state_dir = "{work / name}"
-partitions = 4
-
-[rl]
-group_size = {GROUP_SIZE}
-groups_per_step = {groups_per_step}
-max_staleness = {staleness}
-
-[sampler]
-{f"max_turns = {max_turns}" if max_turns else ""}
-
-[generator]
-model = "{model}"
-max_new_tokens = 512
-max_batch_prompts = {max_batch}
-{engine_lines(engine)}
-[generator.backend]
-kind = "sim"
-base_s = {base_s}
-per_token_s = {per_token_s}
-mean_tokens = {MEAN_TOKENS}
-sigma = {engine.get("sigma", SIGMA) if engine else SIGMA}
-{f"per_forward_s = {engine['per_forward_s']}" if engine else ""}
-{f"per_row_s = {engine['per_row_s']}" if engine else ""}
-
-[executor]
-backend = "sim"
-concurrency = 64
-pool_size = 64
-
-[stream]
-filter_zero_variance = false
-
-[learner]
-backend = {{kind = "sim", per_token_s = {learn_per_token_s}}}
-model = "{model}"
-broadcast_dtype = "float32"
-
-[learner.checkpoint]
-every = 0
-
-[archive]
-enabled = {"true" if archive else "false"}
-""")
+    path.write_text(to_toml(config, base))  # over the profile `rollstream run` applies
     return path
-
-
-def engine_lines(engine: dict[str, Any] | None) -> str:
-    if not engine:
-        return ""
-    return f'continuous = {"true" if engine["continuous"] else "false"}\nupdate = "{engine["update"]}"\n'
 
 
 def run(config: Path, steps: int, cwd: Path, skip: int) -> dict[str, Any]:

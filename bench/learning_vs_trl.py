@@ -88,9 +88,6 @@ SETTINGS = {"group_size": 8, "groups_per_step": 2, "max_new_tokens": 192, "tempe
             "top_k": 0, "lr": 5e-6, "kl_beta": 0.0, "clip_low": 0.2, "clip_high": 0.28, "grad_clip": 1.0,
             "loss_type": "grpo", "seed": 0, "holdout_fraction": 0.25, "holdout_seed": 0}
 RESAMPLES = 10000
-# Sampling, the same in training and in evaluation.
-GENERATOR_TOML = "\n".join(["[generator]"] + [f"{k} = {SETTINGS[k]}" for k in ("max_new_tokens", "temperature",
-                                                                              "top_p", "top_k")])
 
 
 # --- the split ---------------------------------------------------------------------------------
@@ -147,54 +144,40 @@ def train_trl(name: str, budget_s: float, tasks_file: Path, work: Path, seed: in
             "torch_threads": result["torch_threads"], "trl_gradient_checkpointing": True}
 
 
+def sampling(generator: Any) -> Any:
+    """The generator's sampling, the same in training and in evaluation."""
+    from msgspec.structs import replace
+
+    return replace(generator, **{k: SETTINGS[k] for k in ("max_new_tokens", "temperature", "top_p", "top_k")})
+
+
 def rollstream_toml(work: Path, tasks_file: Path, budget_s: float, seed: int) -> Path:
+    """The rollstream side's config, written over the profile `rollstream run` applies."""
+    from msgspec.structs import replace
+
+    from rollstream.config_load import profiled, to_toml
+
     s = SETTINGS
+    base = profiled()
+    learner = base.learner
+    config = replace(
+        base,
+        infra=replace(base.infra, state_dir=str(work / "state"), broker_port=free_port()),
+        rl=replace(base.rl, group_size=s["group_size"], groups_per_step=s["groups_per_step"], max_staleness=1,
+                   seed=seed),
+        sampler=replace(base.sampler, sources=[f"jsonl:{tasks_file}"], adaptive=False),
+        intake=replace(base.intake, mode="off"),  # the bench's fixed task list
+        stream=replace(base.stream, filter_zero_variance=True),
+        generator=sampling(base.generator),
+        learner=replace(learner, broadcast_dtype="float32",
+                        checkpoint=replace(learner.checkpoint, every=0, every_minutes=budget_s / 3 / 60, keep=10),
+                        loss=replace(learner.loss, kl_beta=s["kl_beta"], clip_low=s["clip_low"],
+                                     clip_high=s["clip_high"], loss_agg="sequence_mean"),
+                        optim=replace(learner.optim, lr=s["lr"], warmup_steps=0, grad_clip=s["grad_clip"])),
+        eval=replace(base.eval, every_versions=0),
+    )
     path = work / "bench.toml"
-    path.write_text(f"""
-[infra]
-state_dir = "{work / 'state'}"
-broker_port = {free_port()}
-
-[rl]
-group_size = {s['group_size']}
-groups_per_step = {s['groups_per_step']}
-max_staleness = 1
-seed = {seed}
-
-[sampler]
-sources = ["jsonl:{tasks_file}"]
-adaptive = false
-
-[intake]
-mode = "off"  # the bench's fixed task list
-
-[stream]
-filter_zero_variance = true
-
-{GENERATOR_TOML}
-
-[learner]
-broadcast_dtype = "float32"
-
-[learner.checkpoint]
-every = 0
-every_minutes = {budget_s / 3 / 60}
-keep = 10
-
-[learner.loss]
-kl_beta = {s['kl_beta']}
-clip_low = {s['clip_low']}
-clip_high = {s['clip_high']}
-loss_agg = "sequence_mean"
-
-[learner.optim]
-lr = {s['lr']}
-warmup_steps = 0
-grad_clip = {s['grad_clip']}
-
-[eval]
-every_versions = 0
-""")
+    path.write_text(to_toml(config, base))
     return path
 
 
@@ -241,20 +224,15 @@ def evaluate(label: str, model: str, heldout_file: Path, results: Path, samples:
     out.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="bench-learning-eval-"))
     toml = work / "eval.toml"
-    toml.write_text(f"""
-[sampler]
-sources = ["jsonl:{heldout_file}"]
+    from msgspec.structs import replace
 
-{GENERATOR_TOML}
+    from rollstream.config_load import profiled, to_toml
 
-[eval]
-split = "all"
-tests = "heldout"
-samples = {samples}
-ks = [1]
-batch = 16
-seed = 0
-""")
+    base = profiled(None)  # `rollstream eval` applies no profile
+    config = replace(base, sampler=replace(base.sampler, sources=[f"jsonl:{heldout_file}"]),
+                     generator=sampling(base.generator),
+                     eval=replace(base.eval, split="all", tests="heldout", samples=samples, ks=[1], batch=16, seed=0))
+    toml.write_text(to_toml(config, base))
     completions, report_json = work / "completions.jsonl", work / "report.json"
     started = time.time()
     proc = subprocess.run([sys.executable, "-m", "rollstream.cli", "eval", "--config", str(toml), "--model", model,

@@ -150,49 +150,31 @@ def config_keys(section: str) -> set[str]:
 
 
 def rollstream_toml(work: Path, filter_zero_variance: bool) -> Path:
+    """The rollstream side's config, written over the profile `rollstream run` applies."""
+    from msgspec.structs import replace
+
+    from rollstream.config_load import profiled, to_toml
+
     s = SETTINGS
+    base = profiled()
+    learner = base.learner
+    config = replace(
+        base,
+        infra=replace(base.infra, state_dir=str(work / "state"), broker_port=free_port()),
+        rl=replace(base.rl, group_size=s["group_size"], groups_per_step=s["groups_per_step"], seed=s["seed"]),
+        sampler=replace(base.sampler, sources=[f"jsonl:{TASKS}"], adaptive=False),
+        intake=replace(base.intake, mode="off"),  # the shipped anchor tasks are the bench's fixed input
+        stream=replace(base.stream, filter_zero_variance=filter_zero_variance),
+        generator=replace(base.generator, max_new_tokens=s["max_new_tokens"], temperature=s["temperature"],
+                          top_p=s["top_p"], top_k=s["top_k"]),
+        learner=replace(learner, broadcast_dtype="float32",  # fp32 end to end, as TRL here
+                        checkpoint=replace(learner.checkpoint, every=0),  # only at the end: TRL saves nothing either
+                        loss=replace(learner.loss, kl_beta=s["kl_beta"], clip_low=s["clip_low"],
+                                     clip_high=s["clip_high"]),
+                        optim=replace(learner.optim, lr=s["lr"], grad_clip=s["grad_clip"])),
+    )
     path = work / "bench.toml"
-    path.write_text(f"""
-[infra]
-state_dir = "{work / 'state'}"
-broker_port = {free_port()}
-
-[rl]
-group_size = {s['group_size']}
-groups_per_step = {s['groups_per_step']}
-seed = {s['seed']}
-
-[sampler]
-sources = ["jsonl:{TASKS}"]
-adaptive = false
-
-[intake]
-mode = "off"  # the shipped anchor tasks are the bench's fixed input
-
-[stream]
-filter_zero_variance = {str(filter_zero_variance).lower()}
-
-[generator]
-max_new_tokens = {s['max_new_tokens']}
-temperature = {s['temperature']}
-top_p = {s['top_p']}
-top_k = {s['top_k']}
-
-[learner]
-broadcast_dtype = "float32"  # fp32 end to end, as TRL here
-
-[learner.checkpoint]
-every = 0  # only at the end: TRL saves nothing either
-
-[learner.loss]
-kl_beta = {s['kl_beta']}
-clip_low = {s['clip_low']}
-clip_high = {s['clip_high']}
-
-[learner.optim]
-lr = {s['lr']}
-grad_clip = {s['grad_clip']}
-""")
+    path.write_text(to_toml(config, base))
     return path
 
 

@@ -297,29 +297,52 @@ def _describe(tp: Any) -> str:
     return getattr(tp, "__name__", str(tp))
 
 
-def to_toml(config: Config) -> str:
-    """The resolved config as TOML text (None values are left out; nested sections as tables)."""
+def to_toml(config: Config, base: Config | None = None) -> str:
+    """The resolved config as TOML text (None values are left out; nested sections as tables).
+    With ``base``: only what differs from it (a section or backend table only where something in
+    it differs; a backend of another kind whole), so that the file read over ``base``'s layers
+    resolves to ``config`` — e.g. a bench's run over the profile ``rollstream run`` applies
+    (``profiled``), which a whole dump of the defaults would override."""
     lines: list[str] = []
     for section in _fields(Config):
-        _table(lines, section, getattr(config, section))
+        value = getattr(config, section)
+        _table(lines, section, value, getattr(base, section) if base is not None else None)
     return "\n".join(lines)
 
 
-def _table(lines: list[str], name: str, section: msgspec.Struct) -> None:
-    lines.append(f"[{name}]")
+def profiled(profile: str | None = "quick") -> Config:
+    """The config ``rollstream run`` (or any command taking ``--profile``) resolves from ``profile``
+    alone: no file, no environment, no overrides (None: the defaults, as a command without a
+    profile resolves them)."""
+    return load_config(None, (), environ={}, profile=profile_path(profile) if profile else None)
+
+
+def _table(lines: list[str], name: str, section: msgspec.Struct, base: msgspec.Struct | None = None) -> None:
+    if base is not None and (section == base or type(section) is not type(base)):
+        if section == base:
+            return
+        base = None  # another backend kind: the whole table (it replaces the one under it)
+    own: list[str] = []
     config = type(section).__struct_config__
-    if config.tag_field:
-        lines.append(f"{config.tag_field} = {_toml_value(config.tag)}")
     nested = []
     for field in _fields(type(section)):
         value = getattr(section, field)
+        under = getattr(base, field) if base is not None else None
         if isinstance(value, msgspec.Struct):
-            nested.append((f"{name}.{field}", value))
-        elif value is not None:
-            lines.append(f"{field} = {_toml_value(value)}")
-    lines.append("")
-    for sub, value in nested:
-        _table(lines, sub, value)
+            nested.append((f"{name}.{field}", value, under if isinstance(under, msgspec.Struct) else None))
+        elif value is None and under is not None:
+            raise ValueError(f"{name}.{field}: a file cannot unset what its base sets ({under!r}); "
+                             "write the whole config (to_toml without base) instead")
+        elif value is not None and (base is None or value != under):
+            own.append(f"{field} = {_toml_value(value)}")
+    if own or base is None or config.tag_field:
+        lines.append(f"[{name}]")
+        if config.tag_field:
+            lines.append(f"{config.tag_field} = {_toml_value(config.tag)}")
+        lines.extend(own)
+        lines.append("")
+    for sub, value, under in nested:
+        _table(lines, sub, value, under)
 
 
 def _toml_value(value: Any) -> str:

@@ -186,3 +186,29 @@ def test_cli_reports_config_errors_with_exit_2(capsys: pytest.CaptureFixture[str
 def test_broadcasts_as_rare_as_the_staleness_bound_allows_are_accepted() -> None:
     config = load_config(None, ["rl.max_staleness=3", "learner.broadcast_every=4"], environ={})
     assert config.learner.broadcast_every == 4
+
+
+def test_a_config_written_over_a_profile_resolves_to_itself_over_it(tmp_path: Path) -> None:
+    """``to_toml(config, base)``: only what differs from ``base`` (a bench's run over the profile
+    `rollstream run` applies); read back over the same profile, the same config, where a whole
+    dump would have put the defaults back over the profile's settings."""
+    import msgspec
+
+    from rollstream.config import SimGeneratorConfig
+    from rollstream.config_load import profile_path, profiled
+
+    base = profiled("quick")
+    assert base != Config() and to_toml(base, base) == ""
+    replace = msgspec.structs.replace
+    config = replace(base, rl=replace(base.rl, group_size=3),
+                     generator=replace(base.generator, backend=SimGeneratorConfig(base_s=0.5)),
+                     learner=replace(base.learner, checkpoint=replace(base.learner.checkpoint, every=0)))
+    text = to_toml(config, base)
+    assert "[executor]" not in text and "[rl]\ngroup_size = 3\n" in text
+    assert "[generator.backend]\nkind = \"sim\"\nbase_s = 0.5" in text and "[learner.checkpoint]\nevery = 0" in text
+    path = tmp_path / "over.toml"
+    path.write_text(text)
+    assert load_config(path, environ={}, profile=profile_path("quick")) == config
+    named = replace(base, eval=replace(base.eval, model="smollm2"))
+    with pytest.raises(ValueError, match="cannot unset"):  # a file cannot say None over a value
+        to_toml(base, named)
