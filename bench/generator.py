@@ -62,7 +62,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import report, with_local_broker
 from rollstream.config import Config, GeneratorConfig, InfraConfig
-from rollstream.consumers.generator.backends.base import GenerationRequest, Sampling
+from rollstream.consumers.generator.backends.base import GenerationBackend, GenerationRequest, Sampling
 from rollstream.consumers.generator.backends.decode import prefill
 from rollstream.consumers.generator.backends.hf import TransformersBackend, sample_batch
 from rollstream.consumers.generator.backends.sampling import derive_seed
@@ -79,8 +79,9 @@ TASKS = ["Write a Python function add(a, b) that returns the sum.", "Reverse a s
          "Write fizzbuzz(n) returning a list.", "Merge two sorted lists.", "Compute the factorial of n."]
 
 
-class TimedBackend:
-    """The backend, plus the time of the first token of each weight version (for swap_seconds)."""
+class TimedBackend(GenerationBackend):
+    """The backend, plus the time of the first token of each weight version (for swap_seconds); the
+    optional capabilities (continuous batching, submit) the protocol's: one generate call at a time."""
 
     def __init__(self, inner: TransformersBackend) -> None:
         self.inner = inner

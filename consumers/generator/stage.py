@@ -293,7 +293,7 @@ class GeneratorStage:
     def prefix_lookups(self) -> tuple[int, int]:
         """(hits, misses) of the backend's prefix cache so far, exported to the metric; (0, 0) for a
         backend without one."""
-        seen = getattr(self.backend, "prefix_lookups", None) or (0, 0)
+        seen = self.backend.prefix_lookups
         for result, now, before in zip(("hit", "miss"), seen, self._prefix_seen, strict=True):
             if now > before:
                 self._prefix_lookups.labels(result).inc(now - before)
@@ -386,7 +386,7 @@ class GeneratorStage:
         long as their rows fit ``generator.max_rows`` (each joins the running decode loop, and each
         row is published as it finishes); otherwise one batch generates at a time, the sending of
         its actions overlapping the next one."""
-        continuous = self.gen.continuous and bool(getattr(self.backend, "continuous", False))
+        continuous = self.gen.continuous and self.backend.continuous
         capacity = _Capacity(self.gen.max_rows if continuous else 1)
         most_batches = self.gen.max_rows if continuous else 2  # generating or still being sent: bounded memory
         running: set[asyncio.Task[None]] = set()
@@ -581,8 +581,7 @@ async def run(config: Config, *, backend: GenerationBackend | None = None, redis
         if backend is None:
             backend = await asyncio.to_thread(build_backend, config)
             stack.push_async_callback(backend.aclose)
-            if hasattr(backend, "wait_ready"):
-                await backend.wait_ready()
+            await backend.wait_ready()
         io = await stack.enter_async_context(open_stage(config, STAGE, client_id=generator_id, metrics=metrics,
                                                         redis=redis, guard=True))
         metrics, redis = io.metrics, io.redis
@@ -593,7 +592,7 @@ async def run(config: Config, *, backend: GenerationBackend | None = None, redis
                           max_staleness=config.rl.max_staleness if gen.max_staleness_refuse else None,
                           learner_version=lambda: learner_version(redis, infra.key_prefix),
                           observe=lambda phase, seconds: sync_seconds.labels(phase).observe(seconds),
-                          swap_when_ready=gen.continuous and getattr(backend, "update", "") == "in_flight")
+                          swap_when_ready=gen.continuous and backend.update == "in_flight")
         await sync.load_initial()
         assert io.consumer is not None and io.guard is not None
         stage = GeneratorStage(config, backend, io.consumer, io.producer, sync, metrics, generator_id, io.guard)

@@ -163,16 +163,14 @@ class WeightSync:
         self.announced = version  # what the store really has (an announcement may have been stale)
         if version <= self._have():
             return
-        prepare = getattr(self.backend, "prepare_weights", None)
-        if prepare is not None:  # check + cast now, off the swap's critical path
-            try:
-                state_dict = await prepare(state_dict)
-            except BackendError as exc:
-                self.load_failures += 1
-                self._rejected = version
-                log.error("weights v%d do not fit the model (%s); still serving v%d", version, exc,
-                          self.backend.policy_version)
-                return
+        try:  # check + cast now, off the swap's critical path
+            state_dict = await self.backend.prepare_weights(state_dict)
+        except BackendError as exc:
+            self.load_failures += 1
+            self._rejected = version
+            log.error("weights v%d do not fit the model (%s); still serving v%d", version, exc,
+                      self.backend.policy_version)
+            return
         self._ready = (version, state_dict)
         if self.observe is not None:
             self.observe("fetch", time.perf_counter() - started)

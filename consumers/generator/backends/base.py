@@ -66,20 +66,69 @@ class Completion:
 
 
 class GenerationBackend(Protocol):
-    """What the generator stage needs of a backend."""
+    """What the generator stage needs of a backend. Backends subclass it: the optional capabilities
+    below are declared here with what a backend without them does, and a backend that has one
+    overrides it (the stage never probes for an attribute)."""
 
     tokenizer: Any
     max_context: int
+    continuous: bool = False
+    """Overlapping generate calls share one batch (the stage keeps several in flight)."""
+    update: Literal["in_flight", "between_batches"] = "between_batches"
+    """When a weight swap lands: between two steps of running requests, or between generate calls."""
 
     @property
     def policy_version(self) -> int:
         """Version of the weights that the next generate call will use."""
         ...
 
+    @property
+    def prefix_lookups(self) -> tuple[int, int]:
+        """(hits, misses) of the backend's prefix cache so far; (0, 0) without one."""
+        return 0, 0
+
+    async def wait_ready(self) -> None:
+        """Return once the backend can generate (a server that is still starting); at once here."""
+        return None
+
     async def generate(self, requests: Sequence[GenerationRequest]) -> list[Completion]:
         """Sample one completion per request, in request order. Recorded failures (prompt too
         long) come back as error completions; a broken backend raises BackendError."""
         ...
+
+    def submit(self, requests: Sequence[GenerationRequest]) -> list[asyncio.Future[Completion]]:
+        """One future per request, done as its completion is. Here: all of them when one generate
+        call over them returns (a backend that finishes rows one by one overrides it); cancelling
+        every future cancels the call."""
+        call = asyncio.ensure_future(self.generate(requests))
+        loop = asyncio.get_running_loop()
+        futures: list[asyncio.Future[Completion]] = [loop.create_future() for _ in requests]
+
+        def settle(done: asyncio.Future[list[Completion]]) -> None:
+            failed = None if done.cancelled() else done.exception()
+            for index, future in enumerate(futures):
+                if future.done():
+                    continue
+                if done.cancelled():
+                    future.cancel()
+                elif failed is not None:
+                    future.set_exception(failed)
+                else:
+                    future.set_result(done.result()[index])
+
+        def abandoned(_: asyncio.Future[Completion]) -> None:
+            if not call.done() and all(future.cancelled() for future in futures):
+                call.cancel()
+
+        call.add_done_callback(settle)
+        for future in futures:
+            future.add_done_callback(abandoned)
+        return futures
+
+    async def prepare_weights(self, state_dict: Mapping[str, Any]) -> Mapping[str, Any]:
+        """Check and convert a fetched state dict for ``load_weights`` off the swap's critical path
+        (a BackendError: it does not fit the model); as it is here."""
+        return state_dict
 
     async def load_weights(self, version: int, state_dict: Mapping[str, Any]) -> None:
         """Swap to ``state_dict`` (all of it or nothing) between generate calls."""
@@ -114,15 +163,9 @@ def prompt_too_long(request: GenerationRequest, max_context: int) -> str | None:
 
 async def completions_as_done(backend: GenerationBackend, requests: Sequence[GenerationRequest]
                               ) -> AsyncIterator[tuple[int, Completion]]:
-    """``(index in requests, completion)`` as each request finishes, from a backend that takes
-    requests one by one (``submit``: one future per request); from any other, all at once after
-    its ``generate``. Closing the iterator early cancels the requests not yet done."""
-    submit = getattr(backend, "submit", None)
-    if submit is None:
-        for index, completion in enumerate(await backend.generate(requests)):
-            yield index, completion
-        return
-    futures: list[asyncio.Future[Completion]] = submit(requests)
+    """``(index in requests, completion)`` as each request finishes (the backend's ``submit``).
+    Closing the iterator early cancels the requests not yet done."""
+    futures = backend.submit(requests)
     index_of = {id(future): index for index, future in enumerate(futures)}
     try:
         pending = set(futures)
@@ -132,4 +175,5 @@ async def completions_as_done(backend: GenerationBackend, requests: Sequence[Gen
                 yield index_of[id(future)], future.result()
     finally:
         for future in futures:
-            future.cancel()
+            if not future.cancel() and not future.cancelled():
+                future.exception()  # retrieved: one failure reaches the caller once, never a "never retrieved" log

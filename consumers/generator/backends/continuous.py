@@ -27,6 +27,7 @@ from typing import Any, Literal, Protocol
 
 from rollstream.consumers.generator.backends.base import (
     Completion,
+    GenerationBackend,
     GenerationRequest,
     error_completion,
     prompt_too_long,
@@ -46,7 +47,7 @@ class Loop(Protocol):
     def abandon(self) -> list[Any]: ...
 
 
-class ContinuousBackend:
+class ContinuousBackend(GenerationBackend):
     """See the module docstring. Subclasses set ``self.loop``, ``self.max_context`` and
     ``self.tokenizer`` and implement ``new_row``, ``completion``, ``iterate`` and ``swap``."""
 

@@ -23,6 +23,7 @@ from typing import Any
 
 from rollstream.consumers.generator.backends.base import (
     Completion,
+    GenerationBackend,
     GenerationRequest,
     error_completion,
     prompt_too_long,
@@ -71,7 +72,7 @@ def _add_answers(answers: dict[str, list[str]], path: Path) -> None:
             answers[task_id].append(text)
 
 
-class ScriptedBackend:
+class ScriptedBackend(GenerationBackend):
     def __init__(self, tokenizer: Any, answers: Mapping[str, list[str]], max_context: int, eos_id: int | None) -> None:
         self.tokenizer = tokenizer
         self.answers = answers

@@ -46,6 +46,7 @@ import httpx
 from rollstream.config import SGLangConfig
 from rollstream.consumers.generator.backends.base import (
     Completion,
+    GenerationBackend,
     GenerationRequest,
     error_completion,
     prompt_too_long,
@@ -57,7 +58,7 @@ FINISH = {"stop": "stop", "length": "length", "abort": "abort"}
 MIN_LOGPROB = -1e4  # the schema's floor; SGLang clamps -inf to the dtype's minimum
 
 
-class SGLangBackend:
+class SGLangBackend(GenerationBackend):
     """See the module docstring. ``transport`` lets tests inject an ``httpx.MockTransport``."""
 
     continuous = True  # overlapping generate calls: the server batches them continuously

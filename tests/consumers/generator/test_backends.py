@@ -11,7 +11,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from rollstream.consumers.generator.backends.base import GenerationRequest, Sampling
+from rollstream.consumers.generator.backends.base import (
+    GenerationBackend,
+    GenerationRequest,
+    Sampling,
+    completions_as_done,
+    error_completion,
+)
 from rollstream.consumers.generator.backends.hf import TransformersBackend, sample_batch
 from rollstream.consumers.generator.backends.sampling import (
     derive_seed,
@@ -314,3 +320,51 @@ async def test_the_loop_holds_at_most_max_rows_and_the_rest_join_as_rows_leave(t
     for request, completion in zip(requests, together, strict=True):
         (alone,) = await backend.generate([request])
         assert alone.token_ids == completion.token_ids
+
+
+class _OneCall(GenerationBackend):
+    """A backend with none of the optional capabilities: the protocol's defaults."""
+
+    tokenizer = None
+    max_context = 64
+
+    def __init__(self, fail: bool = False, hold: bool = False) -> None:
+        self.fail, self.hold, self.cancelled = fail, hold, False
+
+    @property
+    def policy_version(self) -> int:
+        return 0
+
+    async def generate(self, requests):
+        if self.hold:
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                self.cancelled = True
+                raise
+        if self.fail:
+            raise BackendError("the server went away")
+        return [error_completion(r, "scripted", 0) for r in requests]
+
+
+@pytest.mark.unit
+async def test_a_backend_without_optional_capabilities_gets_the_protocol_s() -> None:
+    """Declared in the protocol, never probed: not continuous, swaps between calls, no prefix
+    cache, ready at once, weights as fetched, and ``submit`` = one generate call whose
+    completions come as one; a failure reaches the caller, abandoning every request cancels it."""
+    requests = [GenerationRequest(f"g/{i}", [1, 2], Sampling(), seed=i) for i in range(3)]
+    backend = _OneCall()
+    assert (backend.continuous, backend.update, backend.prefix_lookups) == (False, "between_batches", (0, 0))
+    await backend.wait_ready()
+    assert await backend.prepare_weights({"w": 1}) == {"w": 1}
+    got = [(i, c.request_id) async for i, c in completions_as_done(backend, requests)]
+    assert got == [(0, "g/0"), (1, "g/1"), (2, "g/2")]
+    with pytest.raises(BackendError, match="went away"):
+        [c async for c in completions_as_done(_OneCall(fail=True), requests)]
+    held = _OneCall(hold=True)
+    futures = held.submit(requests)
+    await asyncio.sleep(0)
+    for future in futures:
+        future.cancel()
+    await asyncio.sleep(0.01)
+    assert held.cancelled
