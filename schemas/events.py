@@ -44,6 +44,7 @@ Timestamps are Unix seconds (float) set by the writer; they have no defaults.
 
 from __future__ import annotations
 
+import keyword
 from typing import Annotated, Literal
 
 import msgspec
@@ -72,6 +73,9 @@ Trust = Literal["judge", "in_process", "mixed"]
 # Where a task's verdicts are decided: "auto" lets the task's reference choose (the judge when
 # it passes there, in process when it does not); an execution record names the one used.
 TaskTrust = Literal["judge", "in_process", "auto"]
+# The language a task's completion is written in: Python, or a whole program in one of the others,
+# compiled in the sandbox and run by the judge's tests over its standard input and output.
+Language = Literal["python", "c", "cpp", "java", "javascript", "go", "rust"]
 ErrorKind = Literal[
     "none",  # ran and exited cleanly (tests may still have failed)
     "no_code",  # nothing to run was found in the completion
@@ -154,14 +158,16 @@ class Subtask(msgspec.Struct, frozen=True, kw_only=True):
     reference: Text | None = None  # a solution of this step (suite checks, the scripted backend)
 
 
-# An asset's place under /assets: a relative POSIX path of plain names ("data/scores.json").
-AssetPath = Annotated[str, Meta(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_][A-Za-z0-9._-]*(/[A-Za-z0-9_][A-Za-z0-9._-]*)*$")]
-Sha256 = Annotated[str, Meta(pattern=r"^sha256:[0-9a-f]{64}$")]
+# An asset's place under /assets: a relative POSIX path of plain names ("data/scores.json"). Every
+# pattern here ends in \Z, never $: msgspec searches with Python's re, where $ also matches before a
+# trailing newline ("data.json\n" would pass).
+AssetPath = Annotated[str, Meta(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_][A-Za-z0-9._-]*(/[A-Za-z0-9_][A-Za-z0-9._-]*)*\Z")]
+Sha256 = Annotated[str, Meta(pattern=r"^sha256:[0-9a-f]{64}\Z")]
 
 
 # A host a task's sandboxes may reach through the egress proxy: "host:port" (that host exactly) or
 # ".domain:port" (any host under the domain); nothing wider (consumers/executor/runtime/egress.py).
-EgressEntry = Annotated[str, Meta(max_length=260, pattern=r"^\.?[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)*\.?:[0-9]{1,5}$")]
+EgressEntry = Annotated[str, Meta(max_length=260, pattern=r"^\.?[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)*\.?:[0-9]{1,5}\Z")]
 
 
 class Asset(msgspec.Struct, frozen=True, kw_only=True):
@@ -225,8 +231,18 @@ class RewardSpec(msgspec.Struct, frozen=True, kw_only=True):
     # Hosts the task's code may reach through the executor's egress proxy (HTTP, HTTPS CONNECT);
     # empty: network none (docs/executor.md, "Network"). An older executor ignores it: no network.
     network: Annotated[list[EgressEntry], Meta(max_length=32)] = []
+    # The completion's language: "python", or a whole program (``program``) in another, its code the
+    # first fenced block tagged in that language; the tests stay Python over run_program(stdin).
+    language: Language = "python"
 
     def __post_init__(self) -> None:
+        if self.entry_point and not (self.entry_point.isidentifier() and not keyword.iskeyword(self.entry_point)):
+            raise ValueError(f"entry_point {self.entry_point[:80]!r} is not a Python identifier (the name the "
+                             "completion defines and the tests call)")
+        if self.language != "python" and (not self.program or self.kind != "python_tests" or self.subtasks):
+            raise ValueError(f"a {self.language} task is a whole program judged by Python tests over its input and "
+                             "output: kind 'python_tests', program = true and no subtasks (its tests call "
+                             "run_program(stdin) and read what it prints)")
         if self.kind == "python_pytest" and self.program:
             raise ValueError("kind 'python_pytest' runs pytest files against the completion's functions: "
                              "program must be false (a stdin/stdout program's tests call run_program)")

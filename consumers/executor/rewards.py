@@ -8,9 +8,10 @@ by adding to the registry passed to the executor.
 
 ``python_tests`` rules (docs/executor.md has the table):
 
-* code = the first fenced block tagged python/py/python3 or untagged; the whole text when the
+* code = the first fenced block tagged in the task's language (``RewardSpec.language``; Python:
+  python/py/python3 or untagged; the others' tags in :data:`LANGUAGE_TAGS`); the whole text when the
   completion has no fence at all; nothing (``no_code``) when it only has fences of other
-  languages or is blank. An unclosed fence (a truncated completion) runs to the end of the text.
+  languages or is blank. A language this executor cannot compile yet is no reward (``infra``). An unclosed fence (a truncated completion) runs to the end of the text.
 * the tests run in a judge the completion cannot reach (``trust = "judge"``: the sandbox's
   runner, see consumers/executor/runtime/judge.py): they see the completion only through plain-data calls.
 * no code -> ``no_code_reward``; code that does not compile -> ``syntax_error_reward`` (the
@@ -54,6 +55,20 @@ LOST_IN_PROCESS = ("separate_process", "plain_data", "tests_objects", "run_to_en
 # what the reference produced: docs/executor.md, "Tasks without a reference")
 NO_REFERENCE = "reference_record"
 PYTHON_TAGS = frozenset({"", "python", "py", "python3", "py3"})
+# The fence tags each language's code is found under (RewardSpec.language); an untagged fence counts for
+# Python only (a program in another language is tagged as people tag it).
+LANGUAGE_TAGS: dict[str, frozenset[str]] = {
+    "python": PYTHON_TAGS,
+    "c": frozenset({"c", "h"}),
+    "cpp": frozenset({"cpp", "c++", "cxx", "cc", "hpp", "h++", "cplusplus"}),
+    "java": frozenset({"java"}),
+    "javascript": frozenset({"javascript", "js", "node", "nodejs", "mjs", "cjs"}),
+    "go": frozenset({"go", "golang"}),
+    "rust": frozenset({"rust", "rs"}),
+}
+# Languages this executor compiles and runs (the compile step is docs/executor.md's next part): a task in
+# another is no reward and no penalty (outcome infra), never judged as Python.
+RUNNABLE_LANGUAGES = frozenset({"python"})
 MAX_REWARD = 1e6
 TEXT_LIMIT = 4000
 # RunResult.violations that make the verdict "violation" (oom_killed is judged as "oom").
@@ -85,8 +100,10 @@ class Scored(msgspec.Struct, frozen=True, kw_only=True):
     execution: ExecutionRecord
 
 
-def extract_code(text: str) -> Extraction:
-    """The code of a completion (see the module docstring for the rule)."""
+def extract_code(text: str, language: str = "python") -> Extraction:
+    """The code of a completion in ``language`` (see the module docstring for the rule; the fence
+    tags of each language are :data:`LANGUAGE_TAGS`)."""
+    tags = LANGUAGE_TAGS[language]
     fences = list(_FENCE.finditer(text))
     if not fences:
         return Extraction(code=text if text.strip() else None, fenced=False)
@@ -103,7 +120,7 @@ def extract_code(text: str) -> Extraction:
             None,
         )
         body_end = closing.start() if closing else len(text)
-        if language in PYTHON_TAGS:
+        if language in tags:
             body = text[opening.end() + 1 : body_end] if opening.end() < len(text) else ""
             return Extraction(code=body if body.strip() else None, fenced=True, language=language)
         if closing is None:
@@ -244,14 +261,20 @@ class PythonTests:
     pytest_files = False  # PytestFiles: each test a pytest file
 
     def prepare(self, spec: RewardSpec, completion: str, job_id: str) -> Job | Scored:
-        extraction = extract_code(completion)
+        if spec.language not in RUNNABLE_LANGUAGES:
+            record = ExecutionRecord(sandbox_id="", exit_code=None, duration_s=0.0, error_kind="infra",
+                                     error_message=f"this executor does not compile {spec.language} programs yet "
+                                     f"(it runs {', '.join(sorted(RUNNABLE_LANGUAGES))}): no reward",
+                                     tests_total=len(spec.tests), trust=spec.trust)
+            return Scored(reward=0.0, components={}, execution=record)
+        extraction = extract_code(completion, spec.language)
         if extraction.code is None:
             record = ExecutionRecord(
                 sandbox_id="",
                 exit_code=None,
                 duration_s=0.0,
                 error_kind="no_code",
-                error_message="no python code found in the completion",
+                error_message=f"no {spec.language} code found in the completion",
                 tests_total=len(spec.tests),
                 trust=spec.trust,
             )
@@ -326,7 +349,7 @@ class PythonTests:
             kind, message = "too_large", f"test {too_large['i']}: {too_large.get('msg', '')}"
         else:
             kind, message = "none", ""
-        extraction = extract_code(completion)
+        extraction = extract_code(completion, spec.language)
         components = {
             "tests": pass_component(passed, total, spec.all_or_nothing, kind == "none", skipped),
             "format": 1.0 if extraction.fenced else 0.0,

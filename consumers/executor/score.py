@@ -373,7 +373,7 @@ def signed_verdict(signer: Signer, verdict: dict[str, Any], spec: RewardSpec, co
     """A JSON verdict with its attestation, claiming what the executor's would (rollstream/attest.py)."""
     image, runtime = sandbox_identity(backend)
     return signer.sign_score(verdict, spec_sha256=spec_digest(spec),
-                             code_sha256=code_digest(extract_code(completion).code or ""), image=image,
+                             code_sha256=code_digest(extract_code(completion, spec.language).code or ""), image=image,
                              runtime=runtime)
 
 

@@ -64,6 +64,41 @@ def test_second_python_block_is_ignored():
     assert extract_code("```python\na = 1\n```\n```python\nb = 2\n```").code == "a = 1\n"
 
 
+@pytest.mark.parametrize(("language", "text", "code"), [
+    ("cpp", "Plan:\n```python\nprint(1)\n```\n```c++\nint main(){}\n```", "int main(){}\n"),
+    ("cpp", "```cpp\n#include <cstdio>\n```", "#include <cstdio>\n"),
+    ("c", "```C\nint main(void){return 0;}\n```", "int main(void){return 0;}\n"),
+    ("java", "```java\npublic class Main {}\n```", "public class Main {}\n"),
+    ("javascript", "```js\nconsole.log(1)\n```", "console.log(1)\n"),
+    ("go", "```golang\npackage main\n```", "package main\n"),
+    ("rust", "```rs\nfn main() {}\n```", "fn main() {}\n"),
+    ("rust", "fn main() {}", "fn main() {}"),  # no fence: the whole text, as for Python
+])
+def test_a_program_in_another_language_is_its_language_s_first_block(language, text, code):
+    assert extract_code(text, language).code == code
+
+
+@pytest.mark.parametrize(("language", "text"), [
+    ("cpp", "```\nint main(){}\n```"),  # untagged: Python's, never another language's
+    ("cpp", "```python\nprint(1)\n```"), ("java", "```javascript\nlet x\n```"), ("c", "```cpp\nint x;\n```"),
+])
+def test_a_block_of_another_language_is_no_code(language, text):
+    assert extract_code(text, language).code is None
+
+
+def test_a_language_this_executor_cannot_compile_is_no_reward_never_judged_as_python():
+    spec = RewardSpec(language="cpp", program=True, tests=["assert run_program('') == '1\\n'"])
+    scored = PythonTests().prepare(spec, "```cpp\nint main(){}\n```", "j")
+    assert isinstance(scored, Scored) and scored.reward == 0.0 and scored.components == {}
+    assert scored.execution.error_kind == "infra" and "does not compile cpp" in scored.execution.error_message
+
+
+@pytest.mark.parametrize("fields", [dict(program=False), dict(program=True, kind="python_pytest")])
+def test_a_task_in_another_language_is_a_whole_program_judged_by_python_tests(fields):
+    with pytest.raises(ValueError, match="whole program"):
+        RewardSpec(language="go", tests=["assert run_program('') == ''"], **fields)
+
+
 # --- syntax errors ----------------------------------------------------------------------
 
 
