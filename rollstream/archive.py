@@ -43,7 +43,7 @@ from rollstream.schemas.topics import DLQ_SUFFIX
 
 TOPICS_FILE = "_topics.json"
 COMPLETE_FILE = "_complete.json"
-_FILE_RE = re.compile(r"topic=([^/]+)/hour=(\d{10})/partition=(\d+)/(\d{20})-(\d{20})\.parquet$")
+_FILE_RE = re.compile(r"topic=([^/]+)/hour=(\d{10})/partition=(\d+)/(\d{20})-(\d{20})\.parquet\Z")
 
 
 def schema() -> Any:

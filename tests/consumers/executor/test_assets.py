@@ -201,3 +201,121 @@ async def test_a_directory_with_a_link_out_is_refused(tmp_path: Path) -> None:
     asset = Asset(path="set", url=f"file://{source}/set", digest="sha256:" + "0" * 64)
     with pytest.raises(AssetError, match="symbolic link"):
         await cache.resolve(asset)
+
+
+# --- issue 52 item 2: only regular files, cache entries verified again, names matched to their end
+
+
+@pytest.mark.parametrize("place", ["data.json\n", "a/b\n", "a\nb", "\na"])
+def test_a_place_with_a_newline_is_refused(place: str) -> None:
+    """msgspec searches with Python's re, where $ also matches before a trailing newline."""
+    raw = msgspec.json.encode({"path": place, "url": "s3://b/x", "digest": "sha256:" + "0" * 64})
+    with pytest.raises(msgspec.ValidationError, match=r"\$\.path"):
+        msgspec.json.decode(raw, type=Asset)
+    digest = msgspec.json.encode({"path": "a", "url": "s3://b/x", "digest": "sha256:" + "0" * 64 + "\n"})
+    with pytest.raises(msgspec.ValidationError, match=r"\$\.digest"):
+        msgspec.json.decode(digest, type=Asset)
+    assert msgspec.json.decode(msgspec.json.encode({"path": "a/b.json", "url": "s3://b/x", "digest": "sha256:" + "0" * 64}),
+                               type=Asset).path == "a/b.json"
+
+
+def test_every_name_pattern_holds_to_the_end() -> None:
+    from rollstream.config import SamplerConfig
+
+    with pytest.raises(msgspec.ValidationError):
+        msgspec.convert({"tests": ["assert True"], "network": ["example.org:443\n"]}, RewardSpec)
+    assert msgspec.convert({"tests": ["assert True"], "network": ["example.org:443"]}, RewardSpec).network
+    with pytest.raises(msgspec.ValidationError, match=r"matching regex.*run_name"):
+        msgspec.convert({"run_name": "run\n"}, SamplerConfig)
+    assert msgspec.convert({"run_name": "run-1"}, SamplerConfig).run_name == "run-1"
+
+
+def _release(fifo: Path) -> None:
+    """Let a reader blocked on ``fifo`` go (only needed when the refusal failed and a read hung)."""
+    import os
+
+    try:
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+    except OSError:
+        pass  # no reader waits: nothing hung
+
+
+async def test_a_fifo_is_refused_at_once_not_read(tmp_path: Path) -> None:
+    import asyncio
+    import os
+
+    source = tree(tmp_path / "src", {"set/a.txt": b"A"})
+    fifo = source / "pipe"
+    os.mkfifo(fifo)
+    cache = AssetCache(tmp_path / "cache", 1 << 20, [f"file://{source}"])
+    try:
+        with pytest.raises(AssetError, match=r"not a regular file.*refused"):
+            await asyncio.wait_for(cache.resolve(Asset(path="p", url=f"file://{fifo}", digest="sha256:" + "0" * 64)), 10)
+        os.mkfifo(source / "set" / "pipe")  # one inside a directory asset
+        with pytest.raises(AssetError, match="not a regular file"):
+            await asyncio.wait_for(cache.resolve(Asset(path="set", url=str(source / "set"),
+                                                       digest="sha256:" + "0" * 64)), 10)
+        with pytest.raises(AssetError, match="a FIFO"):  # rollstream sandbox asset-digest PATH
+            await asyncio.wait_for(asyncio.to_thread(local_digest, fifo), 10)
+        with pytest.raises(AssetError, match="a FIFO"):
+            await asyncio.wait_for(asyncio.to_thread(local_digest, source / "set"), 10)
+    finally:
+        _release(fifo)
+        _release(source / "set" / "pipe")
+    regular = tree(tmp_path / "ok", {"a.txt": b"A"})  # a regular file beside them is read as before
+    ok = AssetCache(tmp_path / "cache2", 1 << 20, [f"file://{regular}"])
+    path = await ok.resolve(Asset(path="a.txt", url=f"file://{regular}/a.txt", digest=local_digest(regular / "a.txt")))
+    assert path.read_bytes() == b"A"
+
+
+async def test_open_regular_checks_the_descriptor_it_reads(tmp_path: Path) -> None:
+    import os
+
+    from rollstream.consumers.executor.assets import open_regular
+
+    (tmp_path / "f").write_bytes(b"data")
+    with open_regular(tmp_path / "f") as f:
+        assert f.read() == b"data"
+    (tmp_path / "link").symlink_to(tmp_path / "f")
+    with pytest.raises(AssetError, match="symbolic link"):
+        open_regular(tmp_path / "link")
+    os.mkfifo(tmp_path / "fifo")
+    with pytest.raises(AssetError, match="a FIFO"):
+        open_regular(tmp_path / "fifo")
+    with pytest.raises(AssetError, match="a directory"):
+        open_regular(tmp_path)
+
+
+async def test_a_cached_entry_is_verified_again_before_a_job_uses_it(tmp_path: Path) -> None:
+    import os
+    import shutil
+
+    source = tree(tmp_path / "src", {"data.json": b'{"a": 1}', "dir/1.txt": b"one"})
+    cache = AssetCache(tmp_path / "cache", 1 << 20, [f"file://{source}"])
+    data = Asset(path="data.json", url=f"file://{source}/data.json", digest=local_digest(source / "data.json"))
+    folder = Asset(path="dir", url=str(source / "dir"), digest=local_digest(source / "dir"))
+    entry = await cache.resolve(data)
+    entry.chmod(0o644)
+    entry.write_bytes(b'{"a": 2}')  # changed on disk after it was verified
+    again = await cache.resolve(data)
+    assert again.read_bytes() == b'{"a": 1}' and (cache.fetched, cache.hits, cache.reverified_bad) == (2, 0, 1)
+    assert (await cache.resolve(data)).read_bytes() == b'{"a": 1}' and cache.hits == 1  # intact: served as before
+    tree_entry = await cache.resolve(folder)
+    (tree_entry / "extra.txt").write_bytes(b"planted")  # a file added to a cached directory
+    assert not (await cache.resolve(folder) / "extra.txt").exists() and cache.reverified_bad == 2
+    tree_entry = cache.entry(folder.digest)
+    (tree_entry / "1.txt").unlink()
+    (tree_entry / "1.txt").symlink_to(source / "dir" / "1.txt")  # the same bytes, through a link
+    assert not (await cache.resolve(folder) / "1.txt").is_symlink() and cache.reverified_bad == 3
+    os.unlink(cache.entry(data.digest))
+    os.mkfifo(cache.entry(data.digest))  # an entry replaced by a FIFO: never read, fetched again
+    assert (await cache.resolve(data)).read_bytes() == b'{"a": 1}' and cache.reverified_bad == 4
+    shutil.rmtree(cache.entry(folder.digest))
+    cache.entry(folder.digest).symlink_to(source / "dir")  # an entry replaced by a link out
+    got = await cache.resolve(folder)
+    assert not got.is_symlink() and (got / "1.txt").read_bytes() == b"one" and cache.reverified_bad == 5
+    cache.entry(data.digest).write_bytes(b"tampered")
+    (source / "data.json").write_bytes(b"changed at the source too")  # nothing good left to fetch: refused
+    with pytest.raises(AssetError, match="refused"):
+        await cache.resolve(data)
+    assert not os.path.lexists(cache.entry(data.digest))
