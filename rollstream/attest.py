@@ -73,6 +73,8 @@ def spec_digest(spec: RewardSpec) -> str:
         fields.append(sorted([a.path, a.digest] for a in spec.assets))
     if spec.network:  # and the hosts they may reach
         fields.append(sorted(spec.network))
+    if spec.language != "python":  # and what the program is compiled as (Python's digests stay as they were)
+        fields.append(["language", spec.language])
     return hashlib.sha256(msgspec.msgpack.encode(fields)).hexdigest()
 
 

@@ -85,15 +85,18 @@ class ReferenceCheck(msgspec.Struct, frozen=True, kw_only=True):
         reference's run recorded nothing or the reference itself is broken."""
         if not self.recorded or not (self.judged or self.in_process):
             return {}
-        return {"mode": "reference", "objects": list(self.objects), "names": dict(self.names),
-                "skips": dict(self.skips), "delegated": list(self.delegated), "suppressed": list(self.suppressed)}
+        rules = {"mode": "reference", "objects": list(self.objects), "names": dict(self.names),
+                 "skips": dict(self.skips), "delegated": list(self.delegated), "suppressed": list(self.suppressed)}
+        if self.collected:  # each file's count is the expectation (a file parametrized over the completion's data)
+            rules["collected"] = list(self.collected)
+        return rules
 
 
 def spec_digest(spec: RewardSpec) -> str:
     """What decides a reference check's outcome, hashed."""
     parts = (spec.kind, spec.setup, spec.tests, spec.entry_point, spec.program, spec.reference, spec.timeout_s,
              spec.memory_mb, sorted([a.path, a.digest] for a in spec.assets),
-             sorted(spec.network))
+             sorted(spec.network)) + ((spec.language,) if spec.language != "python" else ())
     return hashlib.sha256(msgspec.json.encode(parts)).hexdigest()
 
 
