@@ -148,6 +148,7 @@ class _Candidate:
         self.code = None
         self.out_cap = 1 << 16
         self.loop = None  # the event loop the completion's coroutines run on (made when first needed)
+        self.watched = {}  # name the tests read -> what this module held under it when the judge last heard
 
 
 _CANDIDATE = _Candidate()
@@ -336,7 +337,26 @@ def serve(message):
         _OUT.drain()
         _ERR.drain()
         return "fail", [f"printed {printed} characters in one call"]
+    if _CANDIDATE.watched:
+        moved = _moved_names()
+        if moved:
+            extras = moved if extras is None else extras + moved
     return status, reply, extras
+
+
+def _moved_names():
+    """The names the tests read that the completion's module rebound (``global counter; counter +=
+    1``) or deleted since the judge last heard, as extras: ``"=name", value`` or ``"-name", None``.
+    In Python the tests read the module's current value (``solution.counter``, or the bare name of
+    a shared namespace); the judge rebinds its copy (judge.py ``LiveNames``)."""
+    namespace, watched, moved = _CANDIDATE.namespace, _CANDIDATE.watched, None
+    for name, before in watched.items():
+        now = namespace.get(name, _MISSING)
+        if now is not before:
+            watched[name] = now
+            moved = moved or []
+            moved += ["-" + name, None] if now is _MISSING else ["=" + name, now]
+    return moved
 
 
 _IS_METHOD = object()
@@ -384,6 +404,46 @@ def _eval(_, mode, source, globals_, locals_, modules):
             if key != "__builtins__" and (key not in globals_ or globals_[key] is not value):
                 globals_[key] = value
     return result
+
+
+def _subclass(_, name, qualname, bases, attributes):
+    """The tests' class derived from the completion's ``bases`` (judge side: crossing.Judge.subclassed),
+    made here from them: the tests' methods, static and class methods and properties' parts call the
+    tests' functions (the judge runs them, on the instance as it crossed: ``self.sound()`` in the
+    completion's ``speak`` reaches the tests' ``sound``), their other attributes are values."""
+    namespace = {"__module__": "__main__", "__qualname__": str(qualname)}
+    for entry in attributes:
+        key, kind, *parts = entry
+        if kind == "m":
+            namespace[key] = _tests_function(parts[0], key)
+        elif kind in ("s", "c"):
+            namespace[key] = (staticmethod if kind == "s" else classmethod)(_tests_function(parts[0], key))
+        elif kind == "p":
+            namespace[key] = property(*(None if part is None else _tests_function(part, key) for part in parts))
+        else:
+            namespace[key] = parts[0]
+    return type(str(name), tuple(bases), namespace)
+
+
+def _tests_function(proxy, name):
+    def forwarded(*args, **kwargs):
+        return proxy(*args, **kwargs)
+
+    forwarded.__name__ = forwarded.__qualname__ = str(name)
+    return forwarded
+
+
+def _callsuper(target, cls, name, args, kwargs):
+    """``cls``'s own ``name`` (found down ``cls``'s MRO, never from ``target``'s class, which holds
+    the tests' override) bound to ``target`` and called: ``super().__init__(...)`` or an inherited
+    method of the tests' class."""
+    for klass in cls.__mro__:
+        if name in vars(klass):
+            found = vars(klass)[name]
+            bind = getattr(type(found), "__get__", None)
+            method = found if bind is None else bind(found, target, type(target))
+            return method(*args, **_kwargs_of(kwargs))
+    raise AttributeError(f"{cls.__name__!r} object has no attribute {name!r}")
 
 
 def _compile(_, *args):
@@ -464,7 +524,8 @@ def _candidate_operators():
 
 CANDIDATE_OPERATORS = _candidate_operators()
 OPS = {"call": _call, "callm": _callm, "get": _get, "set": _set, "del": _del, "op": _operator, "run": _run,
-       "eval": _eval, "compile": _compile, "loads": _loads, "dumps": _dumps}
+       "eval": _eval, "compile": _compile, "loads": _loads, "dumps": _dumps, "subclass": _subclass,
+       "callsuper": _callsuper}
 
 
 def _apply_env(env, shared):
@@ -731,6 +792,8 @@ def candidate_main(code_text, setup, names, program, req_fd, resp_fd, out_cap):
     except BaseException as exc:  # a value that cannot cross: the names go unreported
         _complain(f"candidate: cannot report its names: {type(exc).__name__}: {_text(exc, 300)}")
         channel.send("ready", 0, "ok", [items([])])
+    else:  # from now on the judge hears when the module rebinds one of them (serve)
+        candidate.watched = {name: namespace.get(name, _MISSING) for name in names}
     while True:
         message = channel.next_request()  # under the channel's lock; served outside it
         if message is None:

@@ -64,6 +64,7 @@ if __name__ != "__main__":  # on the host; in the sandbox these names come from 
         RemoteIterator,
         TypeMismatch,
         _flat_kwargs,
+        _Inherited,
         _j,
         _new_exception,
         _value_base,
@@ -297,6 +298,10 @@ class Judge:
         self.failed = None  # why a call of the current test failed
         self.candidate_errors = set()  # ids of exceptions raised on the candidate's behalf
         self.kept_errors = []  # ... kept alive for the job, so that no other object takes their ids
+        self.named = {}  # (strict) ref of a completion object -> the exception classes the tests' call that made it named
+        self.tests_classes = set()  # the tests' classes derived from the completion's (subclassed)
+        self.forwarded = set()  # ids of the functions of those classes, which the candidate's copies call
+        self.made = None  # (during subclassed) the mirror classes the candidate's answer made
         self.env = None  # the overrides for the candidate (Guards)
         self.extras = None  # what the candidate's replies carry besides the answer (Guards)
 
@@ -600,13 +605,89 @@ class Judge:
     # ------------------------------------------------------------ the tests' uses of the candidate's objects
 
     def call(self, target, args, kwargs):
-        return self.ask("call", target, [items(args), items(_flat_kwargs(kwargs))], "()",
-                        constructing=type(target) is MirrorMeta)
+        result = self.ask("call", target, [items(args), items(_flat_kwargs(kwargs))], "()",
+                          constructing=type(target) is MirrorMeta)
+        if self.rules.strict and (args or kwargs) and isinstance(result, RemoteBase):
+            self.note_named(result, args, kwargs)
+        return result
 
     def call_method(self, owner, name, args, kwargs):
         if self.opaque and self.table.refs.get(id(owner)) in self.opaque:
             self.opaque_use(owner, "callm", name, args or kwargs)
-        return self.ask("callm", owner, [name, items(args), items(_flat_kwargs(kwargs))], f".{name}()")
+        result = self.ask("callm", owner, [name, items(args), items(_flat_kwargs(kwargs))], f".{name}()")
+        if self.rules.strict and (args or kwargs) and isinstance(result, RemoteBase):
+            self.note_named(result, args, kwargs)
+        return result
+
+    def call_super(self, owner, cls, name, args, kwargs):
+        """``cls``'s own ``name`` (a completion class's) called on ``owner``, an instance of a class
+        of the tests derived from it (proxies._Inherited: ``super().__init__(...)``, an inherited
+        method): in the candidate, from ``cls`` down its own MRO."""
+        if self.opaque and self.table.refs.get(id(owner)) in self.opaque:
+            self.opaque_use(owner, "callm", name, args or kwargs)
+        return self.ask("callsuper", owner, [cls, name, items(args), items(_flat_kwargs(kwargs))], f".{name}()")
+
+    def note_named(self, result, args, kwargs):
+        """(strict) The exception classes the tests named in the call that gave ``result``
+        (``ignoring(KeyError)``, ``Suppressing((KeyError, IndexError))``, ``errors=ValueError``): the
+        exceptions of the tests' own code that its ``__exit__`` may swallow (:meth:`may_suppress`)."""
+        named = tuple(x for arg in (*args, *kwargs.values()) for x in (arg if type(arg) in (tuple, list) else (arg,))
+                      if isinstance(x, type) and issubclass(x, BaseException))
+        if named:
+            self.named[self.table.refs.get(id(result))] = named
+
+    def subclassed(self, cls):
+        """The tests derived ``cls`` from the completion's classes (``class Dog(Animal): ...``;
+        proxies.MirrorMeta). The candidate makes the same class from the completion's own, with the
+        tests' attributes: their functions (methods, static and class methods, properties' parts)
+        are called here, on the instance as it crossed, and their other values cross as values.
+        ``cls`` then stands for the candidate's class (its ref): constructing it makes an instance
+        in the candidate, as the completion's classes do; what ``cls`` inherits is the completion
+        classes' own, asked by name (proxies._Inherited). A class the tests build is the tests'
+        (never opaque), and so is an instance of it that one of its methods is called on (:meth:`serve`)."""
+        refs = self.table.refs
+        if not all(type(base) is MirrorMeta and refs.get(id(base)) is not None for base in cls.__bases__):
+            raise TypeError("a class of the tests may derive from the completion's classes, not from them and others")
+        attributes = []
+        for name, value in vars(cls).items():
+            if name in _CLASS_OWN or isinstance(value, types.MemberDescriptorType):
+                continue
+            if isinstance(value, types.FunctionType):
+                entry = [name, "m", value]
+            elif isinstance(value, (staticmethod, classmethod)):
+                entry = [name, "s" if isinstance(value, staticmethod) else "c", value.__func__]
+            elif isinstance(value, property):
+                entry = [name, "p", value.fget, value.fset, value.fdel]
+            elif not name.startswith("__") or value is None:  # `__hash__ = None` (the tests' __eq__)
+                entry = [name, "v", value]
+            else:
+                continue
+            self.forwarded.update(id(f) for f in entry[2:] if isinstance(f, types.FunctionType))
+            attributes.append(entry)
+        self.made = []
+        try:
+            made = self.ask("subclass", None, [cls.__name__, cls.__qualname__, list(cls.__bases__), attributes])
+            fresh = self.made
+        finally:
+            self.made = None
+        ref = refs.get(id(made))
+        if type(made) is not MirrorMeta or not any(m is made for m in fresh) or ref is None:
+            self.set_tamper("protocol", "a subclass answered by something that is not a new class")
+            self.fail(self.gone)
+        refs.pop(id(made), None)
+        self.table.objects[ref] = cls  # the tests' class stands for the candidate's from now on
+        refs[id(cls)] = ref
+        self.kept_errors.append(made)  # kept alive: its id is never another object's
+        self.methods[cls] = self.methods.pop(made, set())
+        self.opaque.discard(ref)
+        self.tainted.discard(ref)
+        self.paths[ref] = str(cls.__qualname__)[:100]
+        self.tests_classes.add(cls)
+        for base in cls.__mro__[1:]:  # what it inherits, and super(), from the completion's classes by name
+            if type(base) is MirrorMeta and base not in self.tests_classes:
+                for name in sorted({*self.methods.get(base, ()), "__init__"}):
+                    if name not in vars(base):
+                        setattr(base, name, _Inherited(base, name))
 
     def op(self, target, name, *args):
         if self.opaque and self.table.refs.get(id(target)) in self.opaque:
@@ -616,7 +697,7 @@ class Judge:
         result = self.ask("op", target, [name, *args], f"#{name}")
         if name == "exit" and result and len(args) > 1 and args[1] is not None:
             where = f"{self.test}|{self.paths.get(self.table.refs.get(id(target)), '?')}#exit"
-            if not self.may_suppress(args[1], where):
+            if not self.may_suppress(args[1], where, self.named.get(self.table.refs.get(id(target)), ())):
                 return False
         if self.rules.strict and name in BINARY and not self.rules.record:
             other = args[0] if args else None
@@ -626,11 +707,13 @@ class Judge:
                               "tests' values)")
         return result
 
-    def may_suppress(self, error, point):
+    def may_suppress(self, error, point, named=()):
         """Whether a completion's ``__exit__`` may swallow ``error`` at ``point``: never the tests'
         assertion or a skip or stop of the test framework (a test that did not run to its end never
         passes); otherwise where the task's reference swallowed one too, or (no reference) an
-        exception the completion raised itself."""
+        exception the completion raised itself, or one of the tests' own code of a class the tests
+        named in the call that made the context manager (``named``: ``with ignoring(KeyError):
+        {}['x']``, what ``contextlib.suppress`` does); never the judge's own failures."""
         control = _control_classes()
         own = id(error) in self.candidate_errors
         if (isinstance(error, AssertionError) and not own) or (control and isinstance(error, control)):
@@ -641,7 +724,7 @@ class Judge:
         elif self.rules.mode == "reference":
             allowed = point in self.rules.suppressed
         else:
-            allowed = own
+            allowed = own or (bool(named) and isinstance(error, named) and not isinstance(error, FailedCall))
         if not allowed:
             self.failed = self.failed or (f"the completion's __exit__ swallowed {type(error).__name__} where the "
                                           "task's reference lets it through: a test that did not run to its end "
@@ -693,6 +776,7 @@ class Judge:
             if (op in ("get", "set", "callm") and (not rest or type(rest[0]) is not str)) or (op == "set" and len(rest) != 2):
                 raise ProtocolError("a malformed request")
             why = self.refused(op, target, rest)  # before its values are looked at: rewiring is the attack
+            receiver = self.receiver(op, target, rest)
             if why is not None:
                 self.failed = self.failed or f"test_object: {why}"
                 self.set_tamper("test_object", why)
@@ -700,6 +784,8 @@ class Judge:
             try:
                 self.check_changes(message.changed, point + ">", path + ">")
                 self.check(rest, point + ">", path + ">")
+                if receiver is not None:  # the tests' own instance, its own method called on it (subclassed)
+                    self.opaque.discard(receiver)
             except TypeMismatch as exc:
                 return "exc", [TypeError(str(exc))]
             if op in ("get", "callm") and rest[0].startswith("_") and not (op == "get" and rest[0] in METADATA
@@ -726,6 +812,18 @@ class Judge:
             raise
         except BaseException as exc:
             return "exc", [exc]
+
+    def receiver(self, op, target, rest):
+        """The ref of the instance (or class) of a class of the tests (:meth:`subclassed`) that a
+        call of one of that class's own functions is on, where it is not opaque already: it stays
+        the tests' own there."""
+        if op != "call" or id(target) not in self.forwarded or not rest or type(rest[0]) is not list or not rest[0]:
+            return None
+        first = rest[0][0]
+        if type(first) not in self.tests_classes and first not in self.tests_classes:
+            return None
+        ref = self.table.refs.get(id(first))
+        return ref if ref not in self.opaque else None
 
     def refused(self, op, target, rest):
         """Why the candidate may not do ``op`` to the tests' object ``target`` (None: it may)."""
@@ -816,6 +914,8 @@ class Judge:
                 raise ProtocolError("a malformed class")
             obj = make_mirror(name, qualname, module, base_values, methods, info, self.setup_classes)
             self.methods[obj] = set(methods)
+            if self.made is not None:
+                self.made.append(obj)
         elif kind == "i" and len(desc) == 3:
             cls = decoder.item(desc[1])
             if type(cls) is not MirrorMeta:
@@ -853,6 +953,11 @@ class Judge:
         self.hashes[ref] = value
         return obj
 
+
+# what a class of the tests holds that is the class's own, never sent to the candidate's copy (Judge.subclassed)
+_CLASS_OWN = frozenset({"__module__", "__qualname__", "__doc__", "__dict__", "__weakref__", "__slots__", "__classcell__",
+                        "__firstlineno__", "__static_attributes__", "__orig_bases__", "__annotations__", "__annotate__",
+                        "__type_params__"})
 
 # what the candidate may read of the tests' functions and classes besides public names: their names and docstring
 # (functools.wraps in a decorator the tests apply), strings the judge reads with the objects' own descriptors

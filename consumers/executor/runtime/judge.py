@@ -90,11 +90,12 @@ def bind(judge, namespace, report, wanted, entry_point, preimported):
     """Bind the completion's names the tests use: not those the task's setup defined (its own
     helpers stay the judge's; the entry point always comes from the completion), never a builtin
     (but the entry point). With a reference, a name is bound only as the reference binds it
-    (:func:`_binding`); a name it does not bind is not bound."""
+    (:func:`_binding`); a name it does not bind is not bound. Returns the names bound to the
+    completion's value as it is (and those it may still define), for :class:`LiveNames`."""
     if type(report) is not list or len(report) % 2:
         raise ProtocolError("a malformed name report")
     rules = judge.rules
-    reported, by_ref = {}, {}
+    reported, by_ref, live = {}, {}, {}
     for index in range(0, len(report), 2):
         name, value = report[index], report[index + 1]
         if type(name) is not str or name not in wanted or name in reported:
@@ -119,8 +120,23 @@ def bind(judge, namespace, report, wanted, entry_point, preimported):
         bound = _binding(judge, name, value, kind, module, entry_point, preimported)
         if bound is not _UNBOUND:
             namespace[name] = bound
+            if bound is value:
+                live[name] = value
     if entry_point in namespace and entry_point not in reported:
         del namespace[entry_point]  # the setup's stub (HumanEval prompts) is not the answer
+    for name in wanted:  # not defined yet: a later call may define it (`global cache; cache = {}`)
+        if name not in reported and name not in namespace and _may_bind(name, entry_point):
+            live[name] = _UNBOUND
+    return live
+
+
+def _may_bind(name, entry_point):
+    """Whether the completion may bind ``name`` for the tests at all (a name the setup does not
+    define: :func:`bind`)."""
+    if name == entry_point:
+        return True
+    return not (name.startswith("__") or name in ("raises", "run_program") or hasattr(builtins, name)
+                or name in sys.stdlib_module_names)
 
 
 _UNBOUND = object()
@@ -198,6 +214,7 @@ class Guards:
                                                        warnings._showwarnmsg_impl)
         self.warning_registry = {}
         self.patches = []  # (patch, "module.attribute") of active mock.patch-es (see _wrap_mock)
+        self.live = None  # the completion's names the tests read as it rebinds them (LiveNames)
         self.builtins_before = _CACHE.get("builtins") or dict(vars(builtins))
         self.builtins_values = _CACHE.get("builtins_values") or list(self.builtins_before.values())
         self.stdin = sys.stdin
@@ -343,7 +360,11 @@ class Guards:
             raise ProtocolError("malformed extras")
         for index in range(0, len(values), 2):
             kind, value = values[index], values[index + 1]
-            if kind == "random" and self.random_shared:
+            if type(kind) is str and kind[:1] in ("=", "-"):  # the completion rebound a name the tests read
+                if self.live is None:
+                    raise ProtocolError("a name rebound before the names were bound")
+                self.live.moved(kind[1:], kind[0] == "=", value)
+            elif kind == "random" and self.random_shared:
                 if type(value) is not list or len(value) != 2:
                     raise ProtocolError("a malformed random state")
                 random = sys.modules["random"]
@@ -382,6 +403,50 @@ class Guards:
         if self.judge.handles_in(list(message.args), f"{self.judge.test}|<warning>", "<warning>"):
             return "type_mismatch: a warning of the completion's carries objects of its own"
         return None
+
+
+class LiveNames:
+    """The completion's module-level names as the tests read them *now*. In Python the tests share
+    the completion's module (``import solution; solution.counter``, or the bare name where the
+    tests run in its namespace): after ``hit()`` does ``global counter; counter += 1`` they read
+    the new value. The candidate says with each reply which of the names the tests read its
+    module rebound or deleted (candidate.py ``_moved_names``); the judge rebinds them in the
+    tests' namespace and in its ``solution`` module, where the tests have not bound them to
+    something else themselves. Only names :func:`bind` bound to the completion's value as it was
+    (never a name the setup defines, a builtin's, a module's or one the reference binds to a
+    standard-library object); the new value arrives at a point of its own (``3|counter``) and is
+    checked there like a call's result (crossing.Judge.check): without a reference an object of
+    the completion's is opaque, so a counter rebound to an object that claims equality compares
+    with nothing."""
+
+    def __init__(self, judge, spaces, live, names):
+        self.judge, self.spaces, self.names = judge, spaces, frozenset(names)
+        self.last = dict(live)  # name -> what the judge bound there last (_UNBOUND: nothing)
+
+    def moved(self, name, present, value):
+        if name not in self.names:
+            raise ProtocolError(f"a name that was not asked for: {str(name)[:200]!r}")
+        before = self.last.get(name, _NOT_LIVE)
+        if before is _NOT_LIVE:
+            return
+        judge = self.judge
+        ref = judge.table.refs.get(id(value)) if isinstance(value, RemoteBase) else None
+        if present and ref is not None and ref in judge.modules:  # a module: never bound because the completion
+            del self.last[name]  # named it (bind); what the tests hold stays
+            return
+        if present:
+            refused = judge.check(value, f"{judge.test}|{name}", name, lazy=True)
+            value = value if refused is None else refused
+        for space in self.spaces:
+            if space.get(name, _UNBOUND) is before:  # not rebound by the tests themselves
+                if present:
+                    space[name] = value
+                else:
+                    space.pop(name, None)
+        self.last[name] = value if present else _UNBOUND
+
+
+_NOT_LIVE = object()
 
 
 def _tests_eval(source, globals=None, locals=None):
@@ -840,8 +905,9 @@ def judge_main(part, read_fd, write_fd, report, guarded=True):
     try:
         if status != "ok" or len(detail) != 1:
             raise ProtocolError("an unknown ready status")
-        bind(judge, namespace, detail[0], set(names), entry_point, preimported)
-        sys.modules[SOLUTION] = solution_module(namespace, names)
+        live = bind(judge, namespace, detail[0], set(names), entry_point, preimported)
+        sys.modules[SOLUTION] = module = solution_module(namespace, names)
+        guards.live = LiveNames(judge, (namespace, module.__dict__), live, names)
     except ProtocolError as exc:
         judge.set_tamper("protocol", exc)
         return finish(judge, report, tests, 0)

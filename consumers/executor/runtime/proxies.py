@@ -330,7 +330,24 @@ class Method:
 class MirrorMeta(type):
     """The metaclass of a judge-side mirror of a class the completion defines: a real class
     (``isinstance``, ``except``, ``raises`` work through its real bases); constructing it and its
-    class attributes are requests."""
+    class attributes are requests.
+
+    A class the tests derive from mirrors (``class Dog(Animal): def sound(self): ...``) is made
+    in both processes (crossing.Judge.subclassed): here as the tests wrote it, and in the
+    candidate as a subclass of the completion's own classes whose attributes are the tests'
+    (their methods run here, called by the completion's as ``self.sound()``); the tests' class
+    stands for the candidate's, so its instances live in the candidate like the completion's, and
+    what it inherits (``speak``, ``super().__init__(...)``) is asked of the completion's class by
+    name (:class:`_Inherited`)."""
+
+    def __new__(mcls, name, bases, namespace, mirror=False):
+        cls = super().__new__(mcls, name, bases, namespace)
+        if not mirror:
+            _j().subclassed(cls)
+        return cls
+
+    def __init__(cls, name, bases, namespace, mirror=False):
+        super().__init__(name, bases, namespace)
 
     def __call__(cls, *args, **kwargs):
         return _j().call(cls, args, kwargs)
@@ -427,6 +444,44 @@ class _Forwarded:
         return Method(target, self.name) if self.method else _j().attribute(target, self.name)
 
 
+class _Inherited:
+    """A method of the completion's class ``owner``, on its mirror once the tests derive a class
+    from it (MirrorMeta): read from an instance of the tests' class (``dog.speak()``, which the
+    tests' class does not define, or ``super().speak()`` / ``super().__init__(...)`` in one of its
+    methods) it is ``owner``'s own, bound to that instance in the candidate (``callsuper``), never
+    the candidate's lookup from the instance's class, which would find the tests' override again;
+    read from the completion's own instances and classes it is what it was (a request by name)."""
+
+    __slots__ = ("owner", "name")
+
+    def __init__(self, owner, name):
+        self.owner, self.name = owner, name
+
+    def __get__(self, obj, owner=None):
+        judge = _j()
+        if obj is None:
+            return judge.attribute(self.owner if owner is None else owner, self.name)
+        if type(obj) in judge.tests_classes or self.name == "__init__":
+            return _Super(obj, self.owner, self.name)
+        return Method(obj, self.name)
+
+
+class _Super:
+    """``owner``'s ``name`` bound to the instance ``obj`` (:class:`_Inherited`): calling it is one
+    request."""
+
+    __slots__ = ("obj", "owner", "name")
+
+    def __init__(self, obj, owner, name):
+        self.obj, self.owner, self.name = obj, owner, name
+
+    def __call__(self, *args, **kwargs):
+        return _j().call_super(self.obj, self.owner, self.name, args, kwargs)
+
+    def __repr__(self):
+        return f"<method {self.name} of a completion class>"
+
+
 def _dataclass_fields(specs):
     """``__dataclass_fields__`` for a mirror of a completion dataclass (names only: what
     ``asdict``, ``astuple``, ``fields`` and ``replace`` read)."""
@@ -462,7 +517,7 @@ def make_mirror(name, qualname, module, bases, methods, info, setup_classes=()):
     doc = info.get("doc")
     namespace = {"__module__": str(module)[:200], "__qualname__": str(qualname)[:200],
                  "__doc__": doc[:10000] if type(doc) is str else None}
-    probe = type.__new__(type, "probe", tuple(kept), {})
+    probe = MirrorMeta.__new__(MirrorMeta, "probe", tuple(kept), {}, mirror=True)
     exception = issubclass(probe, BaseException)
     value = _value_base(probe)
     fields = info.get("fields")
@@ -495,9 +550,9 @@ def make_mirror(name, qualname, module, bases, methods, info, setup_classes=()):
             if type(compares) is list and len(compares) == 2 and compares[0] is True:
                 namespace.update(_field_comparisons(dataclass, compares[1] is True))
     try:
-        cls = MirrorMeta(str(name)[:200], tuple(kept + setup), namespace)
+        cls = MirrorMeta(str(name)[:200], tuple(kept + setup), namespace, mirror=True)
     except TypeError:  # bases that cannot be combined here: keep the first
-        cls = MirrorMeta(str(name)[:200], tuple(kept[:1]), namespace)
+        cls = MirrorMeta(str(name)[:200], tuple(kept[:1]), namespace, mirror=True)
     if info.get("enum") is True and not exception and value is None:
         IDENTITY.add(cls)
     return cls

@@ -310,3 +310,69 @@ def test_messages_honest_code_never_sends_are_tamper(payload: str, reason: str) 
     assert verdicts(events) == [False, False]
     tamper = [e for e in events if e["e"] == "tamper"]
     assert len(tamper) == 1 and reason in tamper[0]["msg"], tamper
+
+
+COUNTER = "counter = 0\ndef hit():\n    global counter\n    counter += 1\n    return counter\n"
+YES = "class Yes:\n    def __eq__(self, o):\n        return True\n    __hash__ = object.__hash__\n"
+
+
+def test_the_completions_globals_are_read_live() -> None:
+    """A global the completion rebinds during a call reaches the tests (judge.LiveNames), checked
+    where it arrives; never a name the setup defines or a module's."""
+    tests = ["import solution\nhit()\nhit()\nassert solution.counter == 2", "hit()\nassert counter == hit() - 1",
+             "hit()\nfrom solution import counter\nassert counter == 5"]
+    assert verdicts(judged(COUNTER, tests, entry_point="hit")[0]) == [True, True, True]
+    assert verdicts(judged_against(COUNTER, COUNTER, tests, entry_point="hit")[0]) == [True, True, True]
+    lying = YES + COUNTER.replace("counter += 1", "counter = Yes()")
+    assert verdicts(judged(lying, tests[:2], entry_point="hit")[0]) == [False, False]
+    assert verdicts(judged_against(COUNTER, lying, tests[:2], entry_point="hit")[0]) == [False, False]
+    defined = "def init(n):\n    global table\n    table = list(range(n))\ndef reset():\n    global table\n    del table\n"
+    assert verdicts(judged(defined, ["init(2)\nassert table == [0, 1]",
+                                     "reset()\ntry:\n    table\nexcept NameError:\n    pass\nelse:\n    assert False"],
+                           entry_point="init")[0]) == [True, True]
+    rebinds = "import math\ndef hit(n):\n    global LIMIT, math\n    LIMIT, math = 10 ** 9, None\n    return n * 100\n"
+    events, _ = judged(rebinds, ["hit(1)\nassert hit(1) <= LIMIT", "hit(1)\nassert math.sqrt(4) == 2"], setup="LIMIT = 3",
+                       entry_point="hit")
+    assert verdicts(events) == [False, True]  # the setup's LIMIT and the judge's math stay
+
+
+ANIMAL = ("class Animal:\n    def __init__(self, name):\n        self.name = name\n    def speak(self):\n"
+          "        return f'{self.name} says {self.sound()}'\n    def sound(self):\n        return '...'\n")
+
+
+def test_the_tests_subclass_the_completions_class() -> None:
+    """The tests' class derived from the completion's (crossing.Judge.subclassed): their methods run
+    here, called by the completion's; super() reaches the completion's own; what the completion
+    makes of it is opaque; rewiring the tests' methods is tamper."""
+    tests = ["class Dog(Animal):\n    def __init__(self, name):\n        super().__init__(name.upper())\n"
+             "    def sound(self):\n        return 'woof'\n    def speak(self):\n        return super().speak() + '!'\n"
+             "d = Dog('rex')\nassert d.speak() == 'REX says woof!' and isinstance(d, Animal) and d.name == 'REX'",
+             "assert Animal('cat').speak() == 'cat says ...'"]
+    assert verdicts(judged(ANIMAL, tests, entry_point="Animal")[0]) == [True, True]
+    assert verdicts(judged_against(ANIMAL, ANIMAL, tests, entry_point="Animal")[0]) == [True, True]
+    lying = YES + ANIMAL.replace("return f'{self.name} says {self.sound()}'", "return Yes()")
+    assert verdicts(judged(lying, tests[:1], entry_point="Animal")[0]) == [False]
+    made = ANIMAL + "    def __contains__(self, o):\n        return True\n" \
+                    "def adopt(name):\n    pet = Animal.__subclasses__()[-1](name)\n    pet.sound()\n    return pet\n"
+    events, _ = judged(made, ["class Dog(Animal):\n    def sound(self):\n        return 'woof'\n"
+                              "assert 'rex' in adopt('rex')"], entry_point="adopt")
+    assert verdicts(events) == [False] and "type_mismatch" in failures(events)[0]["msg"]
+    rewires = ANIMAL.replace("class Animal:\n", "class Animal:\n    def __init_subclass__(cls, **kw):\n"
+                             "        vars(cls)['sound'].__closure__[0].cell_contents.__doc__ = 'x'\n")
+    events, _ = judged(rewires, tests[:1], entry_point="Animal")
+    assert verdicts(events) == [False] and [e["kind"] for e in events if e["e"] == "tamper"] == ["test_object"]
+
+
+def test_a_suppressing_context_manager_swallows_what_the_tests_named() -> None:
+    """The completion's __exit__ may swallow an exception of the tests' own code of a class the tests
+    named making it (crossing.Judge.may_suppress); never their assertion, nor what they did not name."""
+    code = ("class Suppress:\n    def __init__(self, *kinds):\n        self.kinds = kinds\n    def __enter__(self):\n"
+            "        return self\n    def __exit__(self, kind, value, tb):\n"
+            "        return kind is not None and issubclass(kind, self.kinds)\n")
+    tests = ["with Suppress(KeyError):\n    {}['k']", "with Suppress((IndexError, ValueError)):\n    int('x')",
+             "try:\n    with Suppress(KeyError):\n        1 / 0\nexcept ZeroDivisionError:\n    pass\nelse:\n    assert False"]
+    assert verdicts(judged(code, tests, entry_point="Suppress")[0]) == [True, True, True]
+    everything = code.replace("return kind is not None and issubclass(kind, self.kinds)", "return True")
+    attacks = ["with Suppress(KeyError):\n    assert {}.get('k')['a'] == 1", "with Suppress(KeyError, AssertionError):\n    assert 1 == 2",
+               "with Suppress():\n    assert False"]
+    assert verdicts(judged(everything, attacks, entry_point="Suppress")[0]) == [False, False, False]
