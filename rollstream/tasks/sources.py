@@ -33,13 +33,14 @@ import gzip
 import hashlib
 import json
 import math
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
 from rollstream.errors import ConfigError
+from rollstream.registry import Registry
 from rollstream.schemas.events import RewardSpec
 from rollstream.schemas.tasks import TaskSpec, decode_task
 from rollstream.tasks.dedup import NEAR_THRESHOLD, duplicate_clusters
@@ -107,21 +108,39 @@ def split_tasks(tasks: list[TaskSpec], fraction: float, seed: int = 0, *,
     return [t for t in tasks if t.task_id not in held], [t for t in tasks if t.task_id in held]
 
 
-def load_source(spec: str) -> list[TaskSpec]:
-    kind, _, arg = spec.partition(":")
-    if kind == "builtin":
-        return builtin_tasks()
-    if kind == "jsonl" and arg:
-        return jsonl_tasks(Path(arg))
-    if kind == "humaneval":
-        return humaneval_tasks(Path(arg) if arg else None)
-    if kind == "hf" and arg:
-        return hf_tasks(Path(arg))
-    if kind == "outside":  # tasks that read read-only assets (rollstream/tasks/outside.py)
-        from rollstream.tasks.outside import outside_tasks
+def _path(kind: str, arg: str) -> Path:
+    if not arg:
+        raise ConfigError(f"task source {kind!r} needs a path: {kind}:PATH")
+    return Path(arg)
 
-        return outside_tasks()
-    raise ConfigError(f"unknown task source {spec!r}; use builtin, outside, jsonl:PATH, humaneval[:PATH] or hf:PATH")
+
+def _outside(arg: str) -> list[TaskSpec]:  # tasks that read read-only assets (rollstream/tasks/outside.py)
+    from rollstream.tasks.outside import outside_tasks
+
+    return outside_tasks()
+
+
+# Task sources by the name before the colon of a source spec; each loader takes what follows it ("" when
+# nothing does). More register with SOURCES.register or the ``rollstream.task_sources`` entry points.
+SOURCES: Registry[Callable[[str], list[TaskSpec]]] = Registry(
+    "task source", "rollstream.task_sources", "SOURCES.register", {
+        "builtin": lambda arg: builtin_tasks(),
+        "jsonl": lambda arg: jsonl_tasks(_path("jsonl", arg)),
+        "humaneval": lambda arg: humaneval_tasks(Path(arg) if arg else None),
+        "hf": lambda arg: hf_tasks(_path("hf", arg)),
+        "outside": _outside,
+    })
+
+
+def load_source(spec: str) -> list[TaskSpec]:
+    """The tasks of one source spec (``name`` or ``name:ARG``, :data:`SOURCES`)."""
+    kind, _, arg = spec.partition(":")
+    try:
+        loader = SOURCES.get(kind)
+    except ValueError as exc:
+        raise ConfigError(f"task source {spec!r}: {exc}; a source is NAME or NAME:ARG (jsonl:PATH, hf:PATH, "
+                          "humaneval[:PATH])") from None
+    return loader(arg)
 
 
 def builtin_tasks() -> list[TaskSpec]:

@@ -108,3 +108,24 @@ def test_the_held_out_split_keeps_every_duplicate_cluster_whole() -> None:
         for cluster in clusters:
             assert len(held_ids & set(cluster.members)) in (0, len(cluster.members)), (seed, cluster.members)
         assert len(held) >= 0.25 * len(tasks) - 1
+
+
+@pytest.mark.unit
+def test_task_sources_are_a_registry_keyed_by_their_name(tmp_path) -> None:
+    """``name`` or ``name:ARG`` looked up in SOURCES: a registered source is loaded by its name, an
+    unknown one names the registered ones, one that needs a path says so."""
+    from rollstream.errors import ConfigError
+    from rollstream.schemas.tasks import TaskSpec
+    from rollstream.tasks.sources import SOURCES, load_source
+
+    assert {"builtin", "jsonl", "humaneval", "hf", "outside"} <= set(SOURCES.names())
+    SOURCES.register("fixed", lambda arg: [TaskSpec(task_id=f"fixed/{arg or 'none'}", prompt="p")])
+    try:
+        assert [t.task_id for t in load_source("fixed:x")] == ["fixed/x"]
+        with pytest.raises(ConfigError, match=r"task source 'nope:1': .*registered: builtin, fixed, hf"):
+            load_source("nope:1")
+    finally:
+        SOURCES._items.pop("fixed")
+    for kind in ("jsonl", "hf"):
+        with pytest.raises(ConfigError, match=f"needs a path: {kind}:PATH"):
+            load_source(kind)
