@@ -34,7 +34,9 @@ event omits it) and the rollouts a group left out (``GroupAdvantaged.excluded``,
 ``infra`` outcome is never a reward, which a version-4 reader would take for one. Version 5 also
 adds the signed ``attestation`` of a verdict (defaulted). ``ExecutionRecord.test_results`` /
 ``test_results_omitted`` (each test's result) are defaulted fields: version unchanged, and so is
-``Attestation.digests`` (the per-field digests of a v2 signature: empty in a v1 one).
+``Attestation.digests`` (the per-field digests of a v2 signature: empty in a v1 one), and so are the
+``math_answer`` fields (``RewardSpec.answer``/``answer_format``/``answer_pattern``/``answer_tolerance``,
+``ExecutionRecord.answer_check``).
 
 ``tests/schemas/test_compat.py`` holds frozen copies of the version-1 shapes and
 checks that what they wrote still decodes.
@@ -45,6 +47,7 @@ Timestamps are Unix seconds (float) set by the writer; they have no defaults.
 from __future__ import annotations
 
 import keyword
+import re
 from typing import Annotated, Literal
 
 import msgspec
@@ -76,6 +79,10 @@ TaskTrust = Literal["judge", "in_process", "auto"]
 # The language a task's completion is written in: Python, or a whole program in one of the others,
 # compiled in the sandbox and run by the judge's tests over its standard input and output.
 Language = Literal["python", "c", "cpp", "java", "javascript", "go", "rust"]
+# Where a ``math_answer`` completion's answer is read: the last \\boxed{...} (braces balanced), GSM8K's
+# "#### n", the last "the answer is ...", or the task's own regex (RewardSpec.answer_pattern).
+AnswerFormat = Literal["boxed", "gsm8k", "the_answer_is", "regex"]
+MAX_ANSWER_PATTERN = 256  # characters of a task's answer regex (plain data: compiled, never evaluated)
 ErrorKind = Literal[
     "none",  # ran and exited cleanly (tests may still have failed)
     "no_code",  # nothing to run was found in the completion
@@ -234,6 +241,14 @@ class RewardSpec(msgspec.Struct, frozen=True, kw_only=True):
     # The completion's language: "python", or a whole program (``program``) in another, its code the
     # first fenced block tagged in that language; the tests stay Python over run_program(stdin).
     language: Language = "python"
+    # ``math_answer`` (consumers/executor/answers.py, docs/tasks.md "Math answers"): the gold answer as the
+    # dataset gives it (a number, LaTeX, a GSM8K solution ending "#### n", a MATH solution with \\boxed{});
+    # where the completion's answer is read (``answer_format``; "regex": ``answer_pattern``, its group 1
+    # or the whole match); two numbers within ``answer_tolerance`` (relative, of max(1, |gold|)) are equal.
+    answer: Text = ""
+    answer_format: AnswerFormat = "boxed"
+    answer_pattern: Annotated[str, Meta(max_length=MAX_ANSWER_PATTERN)] = ""
+    answer_tolerance: Annotated[float, Meta(ge=0.0, le=1.0)] | None = None
 
     def __post_init__(self) -> None:
         if self.entry_point and not (self.entry_point.isidentifier() and not keyword.iskeyword(self.entry_point)):
@@ -246,6 +261,26 @@ class RewardSpec(msgspec.Struct, frozen=True, kw_only=True):
         if self.kind == "python_pytest" and self.program:
             raise ValueError("kind 'python_pytest' runs pytest files against the completion's functions: "
                              "program must be false (a stdin/stdout program's tests call run_program)")
+        if self.kind == "math_answer":
+            _check_math_answer(self)
+
+
+def _check_math_answer(spec: RewardSpec) -> None:
+    """What a ``math_answer`` spec needs: a gold answer, nothing to run, a pattern that is plain data."""
+    if not spec.answer.strip():
+        raise ValueError("kind 'math_answer' needs the gold answer (RewardSpec.answer)")
+    if spec.tests or spec.subtasks or spec.setup or spec.program or spec.entry_point or spec.language != "python":
+        raise ValueError("kind 'math_answer' compares an answer with RewardSpec.answer: it runs nothing (no tests, "
+                         "subtasks, setup, program, entry_point or language)")
+    if (spec.answer_format == "regex") != bool(spec.answer_pattern):
+        raise ValueError("answer_pattern goes with answer_format 'regex' (and only with it)")
+    if spec.answer_pattern:
+        try:  # compiled, never evaluated; run by the executor's answer workers under their time limit
+            re.compile(spec.answer_pattern)
+        except (re.error, RecursionError, OverflowError) as exc:
+            raise ValueError(f"answer_pattern does not compile: {exc}") from None
+    if spec.weights == {"tests": 1.0}:  # the field's default: this kind's is {"answer": 1.0}
+        msgspec.structs.force_setattr(spec, "weights", {"answer": 1.0})
 
 
 class WorkspaceFile(msgspec.Struct, frozen=True, kw_only=True):
@@ -376,8 +411,21 @@ class TestResult(msgspec.Struct, frozen=True, kw_only=True):
     node_id: ShortText = ""  # a pytest file's test (file::name[params]); empty for a statement test
 
 
+class AnswerVerdict(msgspec.Struct, frozen=True, kw_only=True):
+    """How an answer kind's verdict (``math_answer``) was reached: the answer read from the completion, where,
+    what it was compared with, what the CAS made of each, and why they matched or not."""
+
+    rule: ShortText  # where the answer was read: boxed, gsm8k, the_answer_is, regex
+    extracted: ShortText = ""  # the answer as written (cut at 500 characters; empty: none found)
+    gold: ShortText = ""  # the gold answer it was compared with (read from RewardSpec.answer)
+    extracted_parsed: ShortText = ""  # what the CAS read the answer as (cut at 500 characters)
+    gold_parsed: ShortText = ""
+    matched: bool = False
+    reason: ShortText = ""
+
+
 class ExecutionRecord(msgspec.Struct, frozen=True, kw_only=True):
-    """What happened when a completion ran in a sandbox."""
+    """What happened when a completion ran in a sandbox (or, for an answer kind, was checked)."""
 
     sandbox_id: ShortText
     exit_code: int | None
@@ -407,6 +455,8 @@ class ExecutionRecord(msgspec.Struct, frozen=True, kw_only=True):
     # test ran, or written before per-test results existed.
     test_results: Annotated[list[TestResult], Meta(max_length=MAX_TEST_RESULTS)] = []
     test_results_omitted: Annotated[int, Meta(ge=0)] = 0
+    # An answer kind's verdict (math_answer): what was read, compared with what, and why; None for code
+    answer_check: AnswerVerdict | None = None
 
     @property
     def passed(self) -> bool:

@@ -2,8 +2,9 @@
 RunResult to a reward with its components and an ExecutionRecord. Pure functions, no I/O.
 
 A reward kind is anything with the :class:`RewardKind` shape, registered by name in a
-:class:`RewardRegistry` and selected by ``RewardSpec.kind``. ``python_tests`` is built in; more
-kinds plug in through the ``rollstream.rewards`` entry-point group (``name = "pkg.mod:Kind"``) or
+:class:`RewardRegistry` and selected by ``RewardSpec.kind``. ``python_tests``, ``python_pytest`` and
+``math_answer`` (an :class:`AnswerKind`: checked without a sandbox, consumers/executor/answers.py) are built
+in; more kinds plug in through the ``rollstream.rewards`` entry-point group (``name = "pkg.mod:Kind"``) or
 by adding to the registry passed to the executor.
 
 ``python_tests`` rules (docs/executor.md has the table):
@@ -254,6 +255,27 @@ class RewardKind(Protocol):
     def score(self, spec: RewardSpec, completion: str, result: RunResult) -> Scored: ...
 
 
+class AnswerKind:
+    """A kind decided without a sandbox (``math_answer``, consumers/executor/answers.py): ``score.evaluate``
+    awaits its ``check`` instead of preparing a Job (no container, no reference run); what it parses it
+    parses where it says (math_answer: the executor's answer pool, worker processes with a time and a
+    memory limit per answer, never the stage's own process). ``close`` ends what it holds."""
+
+    components: frozenset[str] = frozenset()
+
+    async def check(self, spec: RewardSpec, completion: str) -> Scored:
+        raise NotImplementedError
+
+    def prepare(self, spec: RewardSpec, completion: str, job_id: str) -> Job | Scored:
+        raise TypeError(f"reward kind {spec.kind!r} runs nothing: its verdict is awaited from check()")
+
+    def score(self, spec: RewardSpec, completion: str, result: RunResult) -> Scored:
+        raise TypeError(f"reward kind {spec.kind!r} runs nothing: its verdict is awaited from check()")
+
+    def close(self) -> None:
+        """Release what the kind holds (worker processes)."""
+
+
 class PythonTests:
     """``python_tests``: the completion's code, then the spec's tests as statements."""
 
@@ -469,12 +491,22 @@ class RewardRegistry:
             )
         return kind
 
+    def close(self) -> None:
+        """End what the kinds hold (the answer kinds' worker processes); the registry may be used again."""
+        for name in self.names():
+            kind = self._kinds.get(name)
+            if isinstance(kind, AnswerKind):
+                kind.close()
+
 
 ENTRY_POINTS = "rollstream.rewards"
 
 
 def default_registry(entry_points: Iterable[metadata.EntryPoint] | None = None) -> RewardRegistry:
-    """``python_tests``, ``python_pytest`` and every kind in the ``rollstream.rewards`` entry-point group."""
-    registry = RewardRegistry({"python_tests": PythonTests(), PYTEST_KIND: PytestFiles()})
+    """``python_tests``, ``python_pytest``, ``math_answer`` (its worker pool started on first use) and every
+    kind in the ``rollstream.rewards`` entry-point group."""
+    from rollstream.consumers.executor.answers import MATH_KIND, MathAnswer
+
+    registry = RewardRegistry({"python_tests": PythonTests(), PYTEST_KIND: PytestFiles(), MATH_KIND: MathAnswer()})
     registry.load_entry_points(entry_points)
     return registry

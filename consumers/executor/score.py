@@ -40,6 +40,7 @@ from rollstream.config import Config
 from rollstream.consumers.executor.reference import ReferenceCheck, ReferenceChecks, log_check
 from rollstream.consumers.executor.rewards import (
     NO_REFERENCE,
+    AnswerKind,
     RewardRegistry,
     Scored,
     default_registry,
@@ -101,6 +102,8 @@ async def evaluate(
     if max_timeout_s is not None and spec.timeout_s > max_timeout_s:
         spec = msgspec.structs.replace(spec, timeout_s=max_timeout_s)
     kind = registry.get(spec)
+    if isinstance(kind, AnswerKind):  # no sandbox: checked by the kind's own workers (math_answer's pool)
+        return Evaluation(scored=await kind.check(spec, completion))
     check = None
     if references is not None and spec.reference:
         check = await retry(functools.partial(references.check, spec, task_id), what=f"reference check of {job_id}",
@@ -349,15 +352,28 @@ async def score_file(
 ) -> dict[str, int]:
     """`rollstream score`: write one JSON verdict per completion to ``out`` (stdout), in input order.
 
-    Starts a sandbox pool from ``config.executor`` unless ``backend`` is given. Returns counts
+    Starts a sandbox pool from ``config.executor`` unless ``backend`` is given or every task is an answer
+    kind's (``math_answer``: checked by its worker pool, closed at the end with the registry made here). Returns counts
     ``{"scored": n, "errors": m}``; the CLI should exit non-zero when errors > 0.
     """
     out = out or sys.stdout
+    owned = registry is None
     registry = registry or default_registry()
+    try:
+        return await _score_file(config, paths, out, backend, registry)
+    finally:
+        if owned:
+            registry.close()  # the answer kinds' worker processes
+
+
+async def _score_file(config: Config, paths: list[str], out: IO[str], backend: SandboxBackend | None,
+                      registry: RewardRegistry) -> dict[str, int]:
     signer = load_signer(config.executor.attest)  # ConfigError (exit 2) when a configured key cannot be read
     if signer is not None:
         print(f"rollstream score: signing verdicts with key {signer.key_id}", file=sys.stderr)
     items = list(read_inputs(paths))
+    if backend is None and not any(_sandboxed(registry, item[1]) for item in items):
+        backend = NoSandbox()  # answers only (math_answer): no Docker needed
     if backend is None:
         from rollstream.consumers.executor.sandbox import DockerSandboxPool
 
@@ -366,6 +382,30 @@ async def score_file(
                                       config.executor.max_timeout_s, signer)
     return await _score_items(items, out, backend, registry, config.executor.concurrency,
                               config.executor.max_timeout_s, signer)
+
+
+class NoSandbox:
+    """The backend of a `rollstream score` whose every task is an answer kind's: nothing runs in it."""
+
+    image_id = "none"
+    runtime = "none"
+
+    @property
+    def limits(self) -> SandboxLimits:
+        return SandboxLimits(timeout_s=0.0, memory_mb=0, pids=0, cpus=0.0, output_bytes=0, tmpfs_mb=0)
+
+    async def execute(self, job: Job) -> RunResult:
+        raise SandboxError("no sandbox was started: these inputs' tasks are all checked without one")
+
+
+def _sandboxed(registry: RewardRegistry, task: TaskSpec | None) -> bool:
+    """Whether a task's completions run in a sandbox (an unknown kind: its line's error, say yes)."""
+    if task is None:
+        return False
+    try:
+        return not isinstance(registry.get(task.issued_reward()), AnswerKind)
+    except ValueError:
+        return True
 
 
 def signed_verdict(signer: Signer, verdict: dict[str, Any], spec: RewardSpec, completion: str,

@@ -419,6 +419,7 @@ async def run(
     from rollstream.stage_io import open_stage
     from rollstream.weights import learner_version
 
+    owned = registry is None
     registry = registry or default_registry()
     infra = config.infra
     log.info(
@@ -428,6 +429,8 @@ async def run(
         config.executor.concurrency,
     )
     async with AsyncExitStack() as stack:
+        if owned:
+            stack.callback(registry.close)  # the answer kinds' worker processes (math_answer)
         if backend is None:
             from rollstream.consumers.executor.backends import open_backend
 

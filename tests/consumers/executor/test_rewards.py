@@ -287,7 +287,7 @@ class Constant:
 
 def test_registry_plugs_in_a_kind_by_name_and_validates_weights():
     registry = default_registry(entry_points=[])
-    assert registry.names() == ["python_pytest", "python_tests"]
+    assert registry.names() == ["math_answer", "python_pytest", "python_tests"]
     with pytest.raises(ValueError, match="unknown reward kind 'constant'"):
         registry.get(RewardSpec(kind="constant"))
     registry.register("constant", Constant())
