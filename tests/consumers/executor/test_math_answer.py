@@ -287,3 +287,18 @@ async def test_a_sandbox_backend_that_is_not_there_is_not_needed() -> None:
 
     with pytest.raises(SandboxError):
         await NoSandbox().execute(None)
+
+
+async def test_the_executor_stage_scores_a_math_action_with_no_audit(kind: MathAnswer) -> None:
+    from rollstream.consumers.executor.score import NoSandbox
+    from rollstream.consumers.executor.stage import score_turn
+    from rollstream.schemas.events import ActionGenerated, Rollout
+
+    rollout = Rollout(rollout_id="g/0", group_id="g", sample_index=0, group_size=2, task_id="m/0", family="math",
+                      prompt_token_ids=[1], completion_token_ids=[2], behaviour_logprobs=[-1.0],
+                      policy_version_first=0, policy_version_last=0, issued_policy_version=0, finish_reason="stop")
+    action = ActionGenerated(rollout=rollout, completion_text=r"so \boxed{\frac{3}{4}}", reward=spec("0.75"),
+                             generator_id="gen", queued_s=0.0, generate_s=0.0, generated_at=1.0)
+    reward, audits, result = await score_turn(NoSandbox(), RewardRegistry({"math_answer": kind}), action, "ex")
+    assert reward.reward == 1.0 and reward.outcome == "passed" and audits == [] and result is None
+    assert reward.execution.answer_check.extracted_parsed == "3/4"
