@@ -75,6 +75,8 @@ def spec_digest(spec: RewardSpec) -> str:
         fields.append(sorted(spec.network))
     if spec.language != "python":  # and what the program is compiled as (Python's digests stay as they were)
         fields.append(["language", spec.language])
+    if spec.kind == "math_answer":  # an answer's verdict: the gold and where and how it is read
+        fields.append(["answer", spec.answer, spec.answer_format, spec.answer_pattern, spec.answer_tolerance])
     return hashlib.sha256(msgspec.msgpack.encode(fields)).hexdigest()
 
 

@@ -334,3 +334,20 @@ def test_audit_records_are_signed_and_checked(keys) -> None:
                     [msgspec.structs.replace(calls[0], received=2000), calls[1]]):
         assert keyring.check_audit(msgspec.structs.replace(egress, connections=changed)) == (
             "changed after signing: connections")
+
+
+def test_the_spec_digest_binds_a_program_s_language_and_a_math_task_s_answer() -> None:
+    """A verdict moved onto a spec that differs in what decides it fails verification: the
+    language a program is compiled as, a math task's gold answer and how the answer is read. A
+    Python task's digest is what it was before those fields."""
+    from rollstream.schemas.events import RewardSpec
+
+    tests = ["assert run_program('') == '1\\n'"]
+    assert spec_digest(RewardSpec(program=True, tests=tests)) != spec_digest(
+        RewardSpec(program=True, tests=tests, language="cpp"))
+    math = RewardSpec(kind="math_answer", answer="12", weights={"answer": 1.0})
+    assert len({spec_digest(math), spec_digest(msgspec.structs.replace(math, answer="13")),
+                spec_digest(msgspec.structs.replace(math, answer_format="gsm8k")),
+                spec_digest(msgspec.structs.replace(math, answer_tolerance=0.01))}) == 4
+    python = RewardSpec(entry_point="f", tests=["assert f() == 1"])
+    assert spec_digest(python) == "e4a5724052701bd7b173c0cb88831b4c0348c624329b671a696eb7f16069d710"  # as before
