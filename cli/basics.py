@@ -36,7 +36,13 @@ def register(name: str, parser: argparse.ArgumentParser) -> Any:
                                  "directory")
         parser.add_argument("path", nargs="?", help="asset-digest: the file or directory")
         parser.add_argument("--offline", action="store_true", help="build: debootstrap + docker import (no registry needed)")
-        parser.add_argument("--tag", default=None, help="build: image tag (default: executor.image)")
+        parser.add_argument("--tag", default=None, help="build: image tag (default: executor.image; with --languages "
+                                                         "rollstream-sandbox-polyglot:latest for all six, else the "
+                                                         "languages joined: rollstream-sandbox-c-cpp:latest)")
+        parser.add_argument("--languages", default=None, metavar="LIST",
+                            help="build: a second image with Debian's compilers of these languages besides Python, "
+                                 "comma-separated: c, cpp, java, javascript, go, rust (always debootstrap + docker "
+                                 "import; default: Python alone, today's image)")
         parser.add_argument("--json", action="store_true", help="doctor: one JSON object instead of the table")
         return sandbox
     if name == "plot":
@@ -108,13 +114,20 @@ def sandbox(args: argparse.Namespace, config: Config) -> int:
         print(local_digest(args.path))
         return 0
     if args.action == "doctor":
-        from rollstream.consumers.executor.doctor import doctor, report
+        from rollstream.consumers.executor.doctor import doctor, report, sandbox_images
 
-        text, status = report(asyncio.run(doctor(config.executor)), config.executor.runtime, args.json)
+        checks = asyncio.run(doctor(config.executor))
+        images = asyncio.run(sandbox_images(config.executor))
+        text, status = report(checks, config.executor.runtime, args.json, images)
         print(text)
         return status
-    from rollstream.consumers.executor.image import build_image
+    from rollstream.consumers.executor.image import build_image, build_plan
 
+    plan = build_plan(args.languages, args.tag)
+    if plan.languages:
+        build_image(tag=plan.tag, offline=True, languages=plan.languages)
+        print(f"built sandbox image {plan.tag} (python, {', '.join(plan.languages)})")
+        return 0
     tag = args.tag or config.executor.image
     build_image(tag=tag, offline=args.offline)
     print(f"built sandbox image {tag}")

@@ -8,7 +8,10 @@ reach the next one), and a short run of executions for the time each takes. Then
 (``RewardSpec.network``, docs/executor.md "Network"): a sandbox of a pool with an allowlist asks its
 proxy (started on network ``none``) for a host the proxy cannot resolve; it works when the proxy
 answers 502 and records the connection as the job's (under runsc that needs ``--host-uds=open``). It reports what the
-sandbox's kernel says it is and, for a runtime that does not work, why and what to do.
+sandbox's kernel says it is and, for a runtime that does not work, why and what to do. Last, the
+sandbox images the engine holds (label ``rollstream.sandbox.image``) and the languages each runs,
+with the compiler versions a language image recorded in its labels (image.py ``LANGUAGES_LABEL``,
+``COMPILER_LABEL``): ``rollstream sandbox build --languages ...`` makes them.
 
 Consumes: the Docker engine and the sandbox image. Produces: a table on stdout (``--json``: one
 object); exit status 0 when the configured ``executor.runtime`` works, 1 otherwise.
@@ -24,6 +27,7 @@ import uuid
 import msgspec
 
 from rollstream.config import ExecutorConfig
+from rollstream.consumers.executor.image import COMPILER_LABEL, LANGUAGES_LABEL, PYTHON
 from rollstream.consumers.executor.rewards import default_registry
 from rollstream.consumers.executor.sandbox import DockerSandboxPool, Job
 from rollstream.consumers.executor.score import evaluate
@@ -74,6 +78,36 @@ class RuntimeCheck(msgspec.Struct, kw_only=True):
     execution_ms: float | None = None  # median of TIMED executions (pass one test of two)
     problem: str = ""
     egress: str = ""  # "works", or why a task with a network allowlist would reach nothing here
+
+
+class ImageLanguages(msgspec.Struct, kw_only=True):
+    image: str  # its tags, comma-separated (its id where it has none)
+    languages: list[str]  # ["python"] for the Python image
+    compilers: dict[str, str] = {}  # language -> the version line its label recorded
+
+
+def image_languages(tags: list[str], labels: dict[str, str], image_id: str = "") -> ImageLanguages:
+    """What one sandbox image's labels say it runs."""
+    named = [name for name in (labels.get(LANGUAGES_LABEL) or PYTHON).split(",") if name]
+    return ImageLanguages(image=",".join(tags) or image_id[:19], languages=named,
+                          compilers={name: labels[COMPILER_LABEL + name] for name in named
+                                     if COMPILER_LABEL + name in labels})
+
+
+async def sandbox_images(config: ExecutorConfig) -> list[ImageLanguages]:
+    """Every sandbox image the engine holds and the languages (and compiler versions) it records."""
+    import aiodocker
+
+    docker = aiodocker.Docker(url=config.docker_url or None)
+    try:
+        found = await docker.images.list(filters=json.dumps({"label": ["rollstream.sandbox.image"]}))
+    except Exception as exc:
+        raise SandboxError(f"cannot list the sandbox images: {exc}") from exc
+    finally:
+        await docker.close()
+    images = [image_languages(sorted(t for t in (i.get("RepoTags") or []) if t != "<none>:<none>"),
+                              i.get("Labels") or {}, i.get("Id", "")) for i in found]
+    return sorted(images, key=lambda i: (len(i.languages), i.image))
 
 
 async def check_runtime(config: ExecutorConfig, runtime: str, registered: bool) -> RuntimeCheck:
@@ -168,13 +202,26 @@ def render(checks: list[RuntimeCheck], configured: str) -> str:
     return "\n".join(lines) + f"\n* executor.runtime ({configured})"
 
 
-def report(checks: list[RuntimeCheck], configured: str, as_json: bool) -> tuple[str, int]:
+def render_images(images: list[ImageLanguages]) -> str:
+    lines = ["sandbox images (languages; compiler versions from the image's labels):"]
+    for image in images:
+        lines.append(f"  {image.image}: {', '.join(image.languages)}")
+        lines += [f"    {name}: {version}" for name, version in image.compilers.items()]
+    if not images:
+        lines.append("  none: rollstream sandbox build --offline (Python), --languages c,cpp,java,javascript,go,rust")
+    return "\n".join(lines)
+
+
+def report(checks: list[RuntimeCheck], configured: str, as_json: bool,
+           images: list[ImageLanguages] | None = None) -> tuple[str, int]:
     """The text (or JSON) to print and the exit status: 0 when the configured runtime works."""
     ok = any(c.runtime == configured and c.works for c in checks)
     if as_json:
-        text = json.dumps({"configured": configured, "works": ok,
-                           "runtimes": [msgspec.to_builtins(c) for c in checks]}, indent=2)
+        body = {"configured": configured, "works": ok, "runtimes": [msgspec.to_builtins(c) for c in checks]}
+        if images is not None:
+            body["images"] = [msgspec.to_builtins(i) for i in images]
+        text = json.dumps(body, indent=2)
     else:
-        text = render(checks, configured)
+        text = render(checks, configured) + ("" if images is None else "\n" + render_images(images))
     return text, 0 if ok else 1
 

@@ -10,6 +10,15 @@ files with it: label ``rollstream.sandbox.pytest``) and an empty ``/work`` mount
   Debian mirror (or proxy), but no container registry: this is what CI and air-gapped hosts use.
 * ``offline=False``: ``docker build`` of ``compose/sandbox/Dockerfile`` (pulls ``debian:bookworm-slim``).
 
+``languages`` (``rollstream sandbox build --languages c,cpp,...``; :func:`build_plan`) adds Debian's
+compilers of those languages (:data:`LANGUAGES`) to the same tree, on the debootstrap path only
+(there is no Dockerfile for it): a second image, tagged by :func:`image_tag`
+(``rollstream-sandbox-polyglot:latest`` for all six, ``rollstream-sandbox-c-cpp:latest`` for a
+subset), with today's hardening (user 65534, ``/work``, no runner) and the compilers' versions as
+labels (``rollstream.sandbox.languages``, ``rollstream.sandbox.compiler.<language>``, asked of
+each compiler in the built tree). The Python image (no languages, the default) is built exactly as
+before.
+
 The image carries no runner: the executor passes the runner's source on the command line when it
 starts a container, so an image never goes stale when the runner changes.
 
@@ -28,9 +37,10 @@ import subprocess
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
-from rollstream.errors import SandboxError
+from rollstream.errors import ConfigError, SandboxError
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +77,104 @@ _IMAGE_CHANGES = (
 )
 
 
+LANGUAGES_LABEL = "rollstream.sandbox.languages"
+"""The languages an image runs, comma-separated, ``python`` first (a language image only)."""
+COMPILER_LABEL = "rollstream.sandbox.compiler."
+"""``COMPILER_LABEL + language``: the first line its compiler (interpreter) printed for its version."""
+PYTHON = "python"
+IMAGE_REPOSITORY = DEFAULT_TAG.split(":")[0]
+POLYGLOT_TAG = f"{IMAGE_REPOSITORY}-polyglot:latest"
+
+
+@dataclass(frozen=True)
+class Language:
+    """What a language adds to the sandbox image: Debian's packages and how to ask its version."""
+
+    name: str
+    packages: tuple[str, ...]
+    version: tuple[str, ...]  # run in the built tree; the first line it prints is the label's value
+
+
+# The languages an image can carry besides Python, in canonical order (tags, labels, the docs).
+LANGUAGES: dict[str, Language] = {
+    lang.name: lang for lang in (
+        Language("c", ("gcc", "libc6-dev"), ("gcc", "--version")),
+        Language("cpp", ("g++",), ("g++", "--version")),  # g++ 12: -std=c++17 (and 20)
+        Language("java", ("openjdk-17-jdk-headless",), ("javac", "-version")),
+        Language("javascript", ("nodejs",), ("node", "--version")),
+        Language("go", ("golang-go",), ("go", "version")),
+        Language("rust", ("rustc",), ("rustc", "--version")),
+    )
+}
+_PYTHON_VERSION = ("python3", "--version")
+# Removed from a language image's tree besides _TRIM: what no compile or run reads (jlink's modules,
+# Go's own test suite and its packages' test data).
+_LANGUAGE_TRIM = ("usr/lib/jvm/java-17-openjdk-amd64/jmods", "usr/share/go-1.19/test")
+_LANGUAGE_TRIM_DIRS = ("usr/share/go-1.19/src", "testdata")  # under the first, every directory named so
+
+
+@dataclass(frozen=True)
+class BuildPlan:
+    """What one ``rollstream sandbox build`` makes: the tag, the packages, how to label it."""
+
+    languages: tuple[str, ...]  # besides Python, canonical order; () is today's Python image
+    tag: str
+    packages: tuple[str, ...]
+    versions: dict[str, tuple[str, ...]]  # language -> the command whose first line is its label
+
+    def changes(self, versions: dict[str, str]) -> tuple[str, ...]:
+        """The ``docker import --change`` settings, given each language's version line."""
+        if not self.languages:
+            return _IMAGE_CHANGES
+        labels = [f"LABEL {LANGUAGES_LABEL}={','.join((PYTHON, *self.languages))}"]
+        labels += [f"LABEL {COMPILER_LABEL}{name}={_quoted(versions[name])}" for name in self.versions]
+        return (*_IMAGE_CHANGES[:-1], *labels, _IMAGE_CHANGES[-1])
+
+
+def parse_languages(text: str | list[str] | tuple[str, ...] | None) -> tuple[str, ...]:
+    """``"c,cpp"`` (or a list) as the languages besides Python, in canonical order, once each.
+
+    ``python`` may be named (it is always there); an unknown name is a ConfigError listing the
+    known ones."""
+    names = text.split(",") if isinstance(text, str) else list(text or ())
+    chosen = set()
+    for raw in names:
+        name = raw.strip().lower()
+        if not name or name == PYTHON:
+            continue
+        if name not in LANGUAGES:
+            raise ConfigError(f"unknown language {raw.strip()!r} for the sandbox image; known: "
+                              + ", ".join((PYTHON, *LANGUAGES)))
+        chosen.add(name)
+    return tuple(name for name in LANGUAGES if name in chosen)
+
+
+def image_tag(languages: tuple[str, ...]) -> str:
+    """The tag a language set is built as unless ``--tag`` says otherwise: ``rollstream-sandbox:latest``
+    for Python alone, ``rollstream-sandbox-polyglot:latest`` for every language, else the languages
+    joined in canonical order (``rollstream-sandbox-c-cpp:latest``)."""
+    if not languages:
+        return DEFAULT_TAG
+    if set(languages) == set(LANGUAGES):
+        return POLYGLOT_TAG
+    return f"{IMAGE_REPOSITORY}-{'-'.join(parse_languages(languages))}:latest"
+
+
+def build_plan(languages: str | list[str] | tuple[str, ...] | None = None, tag: str | None = None) -> BuildPlan:
+    """The plan for an image with ``languages`` besides Python (None: today's Python image)."""
+    chosen = parse_languages(languages)
+    packages = list(SANDBOX_PACKAGES)
+    for name in chosen:
+        packages += [p for p in LANGUAGES[name].packages if p not in packages]
+    versions = {PYTHON: _PYTHON_VERSION, **{name: LANGUAGES[name].version for name in chosen}} if chosen else {}
+    return BuildPlan(chosen, tag or image_tag(chosen), tuple(packages), versions)
+
+
+def _quoted(value: str) -> str:
+    """A label value as a Dockerfile string (the compilers' version lines have spaces)."""
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
 BASE_TAG = "rollstream-base:bookworm"
 # What the compose images need from their base: python3 (3.11 in bookworm) with venv (the stage
 # image installs into /opt/venv, on python:3.11-slim as here), and CA certificates for pip.
@@ -80,11 +188,19 @@ _BASE_CHANGES = (
 )
 
 
-def build_image(offline: bool, tag: str = DEFAULT_TAG, *, mirror: str = DEFAULT_MIRROR) -> str:
-    """Build the sandbox image and return its id. Raises SandboxError naming the failed step."""
+def build_image(offline: bool, tag: str | None = None, *, mirror: str = DEFAULT_MIRROR,
+                languages: str | list[str] | tuple[str, ...] | None = None) -> str:
+    """Build the sandbox image and return its id. Raises SandboxError naming the failed step.
+
+    With ``languages`` (besides Python) the image is always built offline (debootstrap + docker
+    import), tagged ``tag`` or :func:`image_tag`'s name for the set (never the Python image's unless
+    ``tag`` says so); without, ``tag`` or ``DEFAULT_TAG``."""
+    plan = build_plan(languages, tag)
+    if plan.languages:
+        return _build_languages(plan, mirror)
     if offline:
-        return _build_offline(tag, mirror)
-    return _build_dockerfile(tag)
+        return _build_offline(plan.tag, mirror)
+    return _build_dockerfile(plan.tag)
 
 
 def _run(cmd: list[str], step: str, **kwargs) -> subprocess.CompletedProcess:
@@ -130,6 +246,40 @@ def _build_offline(tag: str, mirror: str) -> str:
         )
         log.info("sandbox image python: %s", check.stdout.decode().strip())
         return _import(root, tag, _IMAGE_CHANGES)
+
+
+def _build_languages(plan: BuildPlan, mirror: str) -> str:
+    with _debootstrap(plan.packages, mirror, "the language sandbox build") as root:
+        (root / "work").mkdir(mode=0o755, exist_ok=True)
+        os.chown(root / "work", SANDBOX_UID, SANDBOX_UID)
+        for rel in _LANGUAGE_TRIM:
+            shutil.rmtree(root / rel, ignore_errors=True)
+        under, name = _LANGUAGE_TRIM_DIRS
+        for found in sorted((root / under).rglob(name)) if (root / under).is_dir() else ():
+            shutil.rmtree(found, ignore_errors=True)
+        _run(["chroot", str(root), "python3", "-c", "import json, ctypes, sys, pytest"], "python check")
+        with _proc_mounted(root):  # the JDK's launchers find their libraries through /proc/self/exe
+            versions = {name: _version(root, name, command) for name, command in plan.versions.items()}
+        log.info("sandbox image %s: %s", plan.tag, versions)
+        return _import(root, plan.tag, plan.changes(versions))
+
+
+@contextmanager
+def _proc_mounted(root: Path) -> Iterator[None]:
+    _run(["mount", "-t", "proc", "proc", str(root / "proc")], "mount /proc in the tree")
+    try:
+        yield
+    finally:
+        _run(["umount", str(root / "proc")], "umount /proc in the tree")
+
+
+def _version(root: Path, name: str, command: tuple[str, ...]) -> str:
+    """The first line ``command`` prints (stdout, else stderr) run in the tree at ``root``."""
+    done = _run(["chroot", str(root), *command], f"{name} version check")
+    lines = (done.stdout or done.stderr).decode(errors="replace").strip().splitlines()
+    if not lines:
+        raise SandboxError(f"{name} version check: {' '.join(command)} printed nothing")
+    return lines[0].strip()[:200]
 
 
 @contextmanager
