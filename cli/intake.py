@@ -52,6 +52,7 @@ from rollstream.tasks.intake import (
     Survivor,
     TaskCheck,
     TrivialSurvivor,
+    completion_parameters,
     digest,
     reasons_of,
     report_path,
@@ -186,7 +187,8 @@ async def check_task(box: Sandbox, task: TaskSpec, static: StaticChecks, config:
     """Every check of one task (the sandbox's runs, the static findings merged in)."""
     spec = task.issued_reward()
     reference = task.reference_solution or ""
-    found: dict[str, Any] = {}
+    found: dict[str, Any] = {"params_from_completion": completion_parameters(
+        spec.kind, spec.setup, [*spec.tests, *task.heldout_tests])}
     if reference and spec.tests:
         passed, evaluation = await box.passes(spec, reference, f"{task.task_id}/reference")
         found["reference_passes"] = passed
@@ -349,6 +351,9 @@ def _details(check: TaskCheck, verbose: bool) -> str:
         lines.append(f"reference: {check.reference_message}")
     if "all_skipped" in check.reasons:
         lines.append("every test is skipped by the tests themselves: the task verifies nothing")
+    for found in check.params_from_completion:
+        lines.append(f"pytest {found}: its parametrize reads the completion's names, so the completion chooses "
+                     "its own tests (pass the values in the file itself)")
     for survivor in check.trivial_passing:
         apart = f"; differs from the reference on {survivor.tells_apart}" if survivor.tells_apart else ""
         lines.append(f"a trivial program passes every test: {survivor.name}{apart}")

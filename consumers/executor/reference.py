@@ -55,6 +55,7 @@ class ReferenceCheck(msgspec.Struct, frozen=True, kw_only=True):
     suppressed: list[str] = []  # points where the reference's __exit__ swallowed an exception
     tests: int = 0
     pytest: bool = False  # the tests are pytest files (python_pytest): ``tests`` counts what they collected
+    collected: list[int] = []  # pytest files: the tests the reference's run under the judge collected, per file
 
     @property
     def mismatch(self) -> bool:
@@ -145,10 +146,12 @@ async def check_reference(backend: SandboxBackend, spec: RewardSpec, job_id: str
             index, _, count = str(entry).partition(":")
             if index.isdigit() and count.lstrip("-").isdigit():
                 skips[index] = int(count)
+    collected = [e["n"] for e in judged.events if e.get("e") == "collected" and type(e.get("n")) is int]
+    collected = collected if pytest_files and not failing and len(collected) == len(spec.tests) else []
     return ReferenceCheck(judged=not failing, in_process=not _outcomes(in_process, tests_total(spec, in_process.events))[0],
                           failing_test=failing[0] if failing else None, message=why[:1000], judge_failing=failing,
                           recorded=paths is not None, objects=objects, names=names, skips=skips, delegated=delegated,
-                          suppressed=suppressed, tests=total, pytest=pytest_files)
+                          suppressed=suppressed, tests=total, pytest=pytest_files, collected=collected)
 
 
 def _points(paths: object, key: str) -> list[str]:

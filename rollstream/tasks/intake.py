@@ -11,7 +11,9 @@ whose check failed or that was never checked, each with its reasons.
 Reasons a task fails (``TaskCheck.reasons``): ``no_reference``, ``reference_fails``,
 ``reference_fails_heldout``, ``wrong_solution_passes``, ``weak_tests`` (mutation score below
 ``intake.min_mutation_score``), ``all_skipped`` (the tests skip every test themselves: the task
-verifies nothing), ``contaminated``, ``personal_data``. A task whose reference passes some tests
+verifies nothing), ``params_from_completion`` (a pytest file parametrizes over names the completion
+defines: the completion chooses the tests it is scored by; :func:`completion_parameters`),
+``contaminated``, ``personal_data``. A task whose reference passes some tests
 only in process runs them there under ``trust = "auto"``: not a reason (the task chose ``auto``),
 but its check lists those tests and the guarantees they lose. Duplicates are reported
 (``duplicates``, and the report's clusters) and kept whole on one side of the held-out split;
@@ -20,6 +22,8 @@ they are not a reason on their own.
 
 from __future__ import annotations
 
+import ast
+import builtins
 import hashlib
 import os
 from collections.abc import Sequence
@@ -36,7 +40,7 @@ from rollstream.tasks.dedup import Cluster
 
 REPORT_VERSION = 2  # 2: trivial programs (a report of version 1 is checked again)
 REASONS = ("no_reference", "reference_fails", "reference_fails_heldout", "wrong_solution_passes", "weak_tests",
-           "all_skipped", "contaminated", "personal_data")
+           "all_skipped", "params_from_completion", "contaminated", "personal_data")
 
 
 class Survivor(msgspec.Struct, frozen=True, kw_only=True):
@@ -84,6 +88,9 @@ class TaskCheck(msgspec.Struct, frozen=True, kw_only=True):
     # without a reference"); the first one's error.
     needs_reference: list[int] = []
     needs_reference_message: str = ""
+    # pytest files whose tests are collected from the completion's names (a parametrize over its
+    # data): "file <index>: <names>" (completion_parameters)
+    params_from_completion: list[str] = []
     wrong_solutions: int = 0
     wrong_passing: list[int] = []  # indices of wrong solutions that passed every visible test
     mutants_total: int = 0  # every mutant the reference has
@@ -158,11 +165,79 @@ def reasons_of(check: TaskCheck, config: IntakeConfig) -> list[str]:
         reasons.append("weak_tests")
     if check.all_skipped:
         reasons.append("all_skipped")
+    if check.params_from_completion:
+        reasons.append("params_from_completion")
     if check.contamination:
         reasons.append("contaminated")
     if check.personal_data:
         reasons.append("personal_data")
     return reasons
+
+
+PARAMETRIZING = ("parametrize", "fixture")  # pytest.mark.parametrize(names, values), pytest.fixture(params=...)
+
+
+def completion_parameters(kind: str, setup: str, tests: Sequence[str]) -> list[str]:
+    """The pytest files (``python_pytest``) whose collected tests depend on the completion: a
+    ``parametrize``'s values or a fixture's ``params`` that read a name the tests take from the
+    completion (``from solution import CASES``, ``solution.CASES``, or a name neither the file, the
+    task's setup nor the builtins bind). The completion then chooses how many tests there are and
+    what they check; with a reference the executor holds each file to the count the reference
+    collected (runtime/pytests.py), but the values stay the completion's. One entry per such file:
+    ``"file <index>: <names>"``."""
+    if kind != "python_pytest":
+        return []
+    try:
+        provided = {name for node in ast.walk(ast.parse(setup)) for name in _bound(node)}
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        provided = set()
+    found = []
+    for index, source in enumerate(tests):
+        try:
+            tree = ast.parse(source)
+        except (SyntaxError, ValueError, MemoryError, RecursionError):
+            continue  # the executor reports the broken file
+        own = provided | set(dir(builtins)) | {name for node in ast.walk(tree) for name in _bound(node)}
+        modules = {a.asname or a.name for node in ast.walk(tree) if isinstance(node, ast.Import)
+                   for a in node.names if a.name == "solution"}
+        taken = {a.asname or a.name for node in ast.walk(tree)
+                 if isinstance(node, ast.ImportFrom) and node.module == "solution" and not node.level for a in node.names}
+        names = set()
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Call) and _callee(node.func) in PARAMETRIZING):
+                continue
+            values = node.args[1:] if _callee(node.func) == "parametrize" else []
+            values += [k.value for k in node.keywords if k.arg in ("argvalues", "params")]
+            for value in values:
+                for part in ast.walk(value):
+                    if isinstance(part, ast.Name) and isinstance(part.ctx, ast.Load) and (
+                            part.id in taken or part.id not in own):
+                        names.add(part.id)
+                    elif (isinstance(part, ast.Attribute) and isinstance(part.value, ast.Name)
+                          and part.value.id in modules):
+                        names.add(f"{part.value.id}.{part.attr}")
+        if names:
+            found.append(f"file {index}: {', '.join(sorted(names)[:10])}")
+    return found
+
+
+def _callee(func: ast.expr) -> str:
+    return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+
+
+def _bound(node: ast.AST) -> list[str]:
+    """The names ``node`` binds (other than a ``from solution import``: those are the completion's)."""
+    if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+        return [node.id]
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return [node.name]
+    if isinstance(node, ast.Import):
+        return [(a.asname or a.name).partition(".")[0] for a in node.names]
+    if isinstance(node, ast.ImportFrom) and node.module != "solution":
+        return [a.asname or a.name for a in node.names]
+    if isinstance(node, ast.arg):
+        return [node.arg]
+    return []
 
 
 def personal_data(task: TaskSpec) -> list[PersonalData]:

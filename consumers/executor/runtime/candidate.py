@@ -572,11 +572,17 @@ def _apply_env(env, shared):
             log = caught.__enter__()
             warnings.simplefilter("always")
             continue
-        owner_name, _, attribute = target.rpartition(".")
+        deleted = target[:1] == "-"  # the tests deleted the attribute (monkeypatch.delattr)
+        owner_name, _, attribute = target[deleted:].rpartition(".")
         try:
             owner = sys.modules.get(owner_name) or __import__(owner_name) and sys.modules[owner_name]
             old = getattr(owner, attribute, _MISSING)
-            setattr(owner, attribute, value)
+            if not deleted:
+                setattr(owner, attribute, value)
+            elif old is not _MISSING:
+                delattr(owner, attribute)
+            else:
+                continue
         except BaseException:
             continue
         undo.append((owner, attribute, old))
@@ -781,9 +787,15 @@ def candidate_main(code_text, setup, names, program, req_fd, resp_fd, out_cap):
             channel.send("ready", 0, "code_error", [type(exc).__name__, _text(exc, 500), _line_of(exc)])
             return 1
     report = []
+    served = namespace.get("__getattr__")  # PEP 562: a name the module does not hold, its __getattr__ serves
     for name in names:
         if name in namespace:
             report += [name, namespace[name]]
+        elif served is not None and callable(served) and not name.startswith("__"):
+            try:
+                report += [name, served(name)]  # what `from solution import name` would get (AttributeError: none)
+            except BaseException:
+                continue
     sys.stdout.flush()
     sys.stderr.flush()
     sys.stdout, sys.stderr = _OUT, _ERR

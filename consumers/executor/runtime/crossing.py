@@ -92,7 +92,8 @@ class Rules:
     * ``returns_objects``: (strict) the task declares that its entry points return objects;
     * ``delegated``: the points where the reference's run had the candidate evaluate code from
       data (``eval`` of a string that is not a literal, a pickle of the completion's classes);
-    * ``suppressed``: the points where the reference's ``__exit__`` swallowed an exception.
+    * ``suppressed``: the points where the reference's ``__exit__`` swallowed an exception;
+    * ``collected``: (pytest files) how many tests the reference's run collected from each file.
     """
 
     def __init__(self, spec=None):
@@ -107,6 +108,8 @@ class Rules:
         self.returns_objects = bool(spec.get("returns_objects", False))
         self.delegated = _points(spec.get("delegated"))
         self.suppressed = _points(spec.get("suppressed"))
+        collected = spec.get("collected")  # pytest files: the tests the reference's run collected, per file
+        self.collected = [n for n in collected if type(n) is int and n > 0] if type(collected) is list else []
 
     @property
     def record(self):

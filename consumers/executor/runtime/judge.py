@@ -326,12 +326,13 @@ class Guards:
         if cwd is not None and cwd != self.cwd:  # os.chdir in the tests (a temporary directory)
             overrides += ["os.chdir", cwd]
             self.cwd = cwd
-        for _, target in self.patches:
+        for _, target in self.patches:  # mock.patch, monkeypatch (pytests.py): as the tests' module has it now
             try:
                 module, _, attribute = target.rpartition(".")
-                overrides += [target, getattr(sys.modules[module], attribute)]
+                value = getattr(sys.modules[module], attribute, _UNBOUND)
             except BaseException:
                 continue
+            overrides += [target, value] if value is not _UNBOUND else ["-" + target, None]  # "-": deleted
         logging = sys.modules.get("logging")
         if logging is not None:
             levels = _logging_capture(logging)

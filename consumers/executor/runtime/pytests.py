@@ -26,6 +26,11 @@ What keeps the verdict the tests':
   process; a ``unittest.SkipTest`` it raises fails the test (crossing.py), a
   ``KeyboardInterrupt`` fails its test and the tests the stop leaves unrun. A skip or xfail the
   tests declare themselves (markers, ``pytest.skip`` in a test) is the tests'.
+* **What the tests patch, the completion sees:** ``monkeypatch`` of a module's attribute reaches
+  the candidate as the tests' ``mock.patch`` does (:func:`forward_monkeypatch`), until undone.
+* **The reference's count holds:** with a reference, each file is held to the number of tests the
+  reference's run collected from it (``Rules.collected``; a file parametrized over the
+  completion's data collects what the completion chose).
 * **Reports are the judge's:** each phase's report is made here from the exception itself (its
   type and ``str``, as every test form reports it), never by pytest's failure formatting (which
   would ``repr`` arguments). A call the judge refused (``type_mismatch``, an object of the tests
@@ -38,7 +43,7 @@ import types
 
 if __name__ != "__main__":  # on the host; in the sandbox these names come from the files above
     from rollstream.consumers.executor.runtime.codec import _text
-    from rollstream.consumers.executor.runtime.judge import _CACHE, _failure_type, _package_dirs
+    from rollstream.consumers.executor.runtime.judge import _CACHE, Guards, _failure_type, _package_dirs
     from rollstream.consumers.executor.runtime.proxies import MirrorMeta
 
 PYTEST_MODULE = "test_solution"  # the tests' module name (node ids read test_solution.py::...)
@@ -143,22 +148,29 @@ def run_pytest_files(namespace, files, report, judge=None):
     tests; a file that fails before its tests run counts as one failed test), then a ``test``
     event per test as it ends (``i`` numbered across the files, ``node`` its node id). With a
     reference, a test the reference's run did not skip fails when it skips (a skip the
-    completion caused never passes)."""
+    completion caused never passes), and each file is held to the count of tests the reference's
+    run collected from it (``Rules.collected``: a file that parametrizes over the completion's
+    data): a file that collects fewer counts the reference's number, those it did not collect
+    failing; one that collects more fails every test (they are not the reference's tests)."""
     rules = judge.rules if judge is not None else None
+    held = rules.collected if rules is not None and rules.mode == "reference" else []
+    held = held if len(held) == len(files) else [None] * len(files)
     base = 0
     state = {"gone": False}
 
-    def on_collected(n):
-        report({"e": "collected", "n": n})
-
-    for code in files:
+    for code, want in zip(files, held):
         count = [0]
+        found = [None]  # what the file collected
+
+        def on_collected(n, want=want, found=found):
+            found[0] = n
+            report({"e": "collected", "n": n if want is None or n >= want else want})
 
         def on_start(node, count=count, base=base):
             if judge is not None:
                 judge.test = str(base + count[0])  # what the judge records a call under: the test's index
 
-        def on_test(node, ok, skip, kind, msg, duration, count=count, base=base):
+        def on_test(node, ok, skip, kind, msg, duration, count=count, base=base, want=want, found=found):
             index = base + count[0]
             count[0] += 1
             if skip and rules is not None and rules.record:
@@ -166,6 +178,10 @@ def run_pytest_files(namespace, files, report, judge=None):
             elif skip and rules is not None and rules.mode == "reference" and rules.skips.get(str(index), 0) != -1:
                 ok, skip, kind = False, False, "SkipTest"
                 msg = "skipped: the test skipped where the task's reference ran it (a skip the completion caused never passes)"
+            if want is not None and found[0] is not None and found[0] > want:
+                ok, skip, kind = False, False, "CollectedCount"
+                msg = (f"the file collected {found[0]} tests where the task's reference collected {want}: "
+                       "they are not the reference's tests (its parameters come from the completion)")
             event = {"e": "test", "i": index, "ok": ok, "node": node[:300], "d": round(duration, 6)}
             if not ok:
                 event.update(type=kind[:100] or "Error", msg=(msg or "")[:300])
@@ -183,11 +199,27 @@ def run_pytest_files(namespace, files, report, judge=None):
         else:
             outcome = run_pytest_file(code, namespace, on_test, on_start, judge, on_collected)
         if type(outcome) is tuple:
-            report({"e": "collected", "n": 1})
+            total = max(1, want or 1)
+            report({"e": "collected", "n": total})
             report({"e": "test", "i": base, "ok": False, "type": outcome[1][:100], "msg": outcome[2][:300]})
-            base += 1
+            _not_collected(report, base + 1, base + total, 1, total,
+                           "not run: the file failed before its tests ran (the task's reference collected "
+                           f"{total} tests from it)")
+            base += total
+        elif want is not None and outcome < want:
+            _not_collected(report, base + outcome, base + want, outcome, want,
+                           f"not collected: the file collected {outcome} tests where the task's reference collected "
+                           f"{want} (its parameters come from the completion)")
+            base += want
         else:
             base += outcome
+
+
+def _not_collected(report, start, end, first, total, why):
+    """Failed tests ``start`` .. ``end - 1``: the ones the reference's run collected and this one did not."""
+    for k, index in enumerate(range(start, end)):
+        report({"e": "test", "i": index, "ok": False, "node": f"{PYTEST_MODULE}.py::<not collected {first + k + 1} of {total}>",
+                "type": "CollectedCount", "msg": why[:300]})
 
 
 def run_pytest_file(code, namespace, on_test, on_start=None, judge=None, on_collected=None):
@@ -209,6 +241,8 @@ def run_pytest_file(code, namespace, on_test, on_start=None, judge=None, on_coll
     except BaseException as exc:
         refused = judge is not None and judge.failed is not None  # a refused call says so itself
         return (0, *_failure_of(judge, exc, "" if refused else "the test file did not run: "))
+    if judge is not None:
+        forward_monkeypatch(sys.modules.get("_pytest.monkeypatch"))
     plugin = _Plugin(pytest, module, code.co_filename, on_test, on_start, judge, on_collected)
     config = _CACHE.pop("pytest_config", None)  # the zygote's, once per judge; else made here
     if config is None:
@@ -226,6 +260,71 @@ def run_pytest_file(code, namespace, on_test, on_start=None, judge=None, on_coll
     if not plugin.items:
         return 0, "NoTests", "the test file collects no tests"
     return len(plugin.items)
+
+
+def forward_monkeypatch(monkeypatch):
+    """The tests' ``monkeypatch`` of a module attribute reaches the completion as their
+    ``mock.patch`` does (judge.py ``_wrap_mock``): ``setattr``/``delattr`` of a module's attribute
+    (``monkeypatch.setattr(random, "randint", ...)`` or ``"random.randint"``) and
+    ``setitem``/``delitem`` of a module's ``__dict__`` are recorded in the job's Guards (``patches``),
+    so the candidate sees the attribute as the tests' module now has it (set, or deleted) for the
+    length of each request, until the patch is undone (the fixture's teardown, ``undo``,
+    ``MonkeyPatch.context``). Installed once per process, before the tests' first patch."""
+    if monkeypatch is None or getattr(monkeypatch.MonkeyPatch, "_rollstream_forwarded", False):
+        return
+    cls = monkeypatch.MonkeyPatch
+
+    def module_of(owner):
+        name = getattr(owner, "__name__", None) if type(owner) is types.ModuleType else None
+        return name if type(name) is str and sys.modules.get(name) is owner else None
+
+    def by_attribute(entry):
+        owner, name, _ = entry
+        module = module_of(owner)
+        return f"{module}.{name}" if module is not None and type(name) is str else None
+
+    def by_item(entry):
+        mapping, key, _ = entry
+        if type(mapping) is not dict or type(key) is not str:
+            return None
+        owner = next((m for m in list(sys.modules.values()) if type(m) is types.ModuleType and m.__dict__ is mapping),
+                     None)
+        module = module_of(owner)
+        return f"{module}.{key}" if module is not None else None
+
+    def recording(method, stack, target_of):
+        def patched(self, *args, **kwargs):
+            entries = getattr(self, stack)
+            before = len(entries)
+            try:
+                return method(self, *args, **kwargs)
+            finally:
+                guards = Guards.current
+                if guards is not None:
+                    for entry in entries[before:]:
+                        try:
+                            target = target_of(entry)
+                        except BaseException:
+                            continue
+                        if target is not None and not any(p is self and t == target for p, t in guards.patches):
+                            guards.patches.append((self, target))
+
+        return patched
+
+    undo = cls.undo
+
+    def undone(self):
+        guards = Guards.current
+        if guards is not None:
+            guards.patches[:] = [(p, t) for p, t in guards.patches if p is not self]
+        return undo(self)
+
+    cls.setattr = recording(cls.setattr, "_setattr", by_attribute)
+    cls.delattr = recording(cls.delattr, "_setattr", by_attribute)
+    cls.setitem = recording(cls.setitem, "_setitem", by_item)
+    cls.delitem = recording(cls.delitem, "_setitem", by_item)
+    cls.undo = undone
+    cls._rollstream_forwarded = True
 
 
 class _Plugin:
@@ -277,6 +376,15 @@ class _Plugin:
         if self.problem is None and self.items and self.on_collected is not None:
             self.on_collected(len(self.items))
 
+    def pytest_configure(self, config):
+        """pytest's unittest support (a ``unittest.TestCase`` in the file) reads the options of its
+        debugging plugin, which the judge never loads (``-p no:debugging``: no pdb, no ``--trace``,
+        ``pdb.set_trace`` left as it is): here they exist, and are off."""
+        for name in ("usepdb", "trace"):
+            if not hasattr(config.option, name):
+                setattr(config.option, name, False)
+    pytest_configure.pytest_impl = _FIRST
+
     def pytest_make_collect_report(self, collector):
         """A collector's report, its failure written from the exception (never pytest's formatting)."""
         from _pytest.reports import CollectReport
@@ -304,6 +412,9 @@ class _Plugin:
         from _pytest.reports import TestReport
 
         outcome, longrepr, failure = "passed", None, None
+        caught = getattr(item, "_excinfo", None)  # a TestCase's outcome, which unittest gave its result (the item)
+        if type(caught) is list and caught:  # as pytest's unittest support takes it (its hook would run after this one)
+            call.excinfo = caught.pop(0)
         if call.excinfo is not None:
             exc = call.excinfo.value
             if isinstance(exc, self.pytest.skip.Exception) and self.judge_clean():

@@ -12,6 +12,7 @@ import uuid
 
 import pytest
 
+from rollstream.consumers.executor.reference import ReferenceChecks
 from rollstream.consumers.executor.score import evaluate
 from rollstream.schemas.events import RewardSpec
 
@@ -156,8 +157,12 @@ HONEST_TESTS = 18  # collected by HONEST (add: 3 parameter sets)
 
 
 async def score(pool, registry, code, files, **spec):
+    """The completion's verdict; a spec with a reference is checked against it (its record goes with the job)."""
+    references = ReferenceChecks(pool) if spec.get("reference") else None
     evaluation = await evaluate(pool, registry, RewardSpec(kind="python_pytest", tests=files, timeout_s=20.0, **spec),
-                                f"```python\n{code}```", f"pytest/{uuid.uuid4().hex[:6]}")
+                                f"```python\n{code}```", f"pytest/{uuid.uuid4().hex[:6]}", references=references)
+    if references is not None:
+        assert evaluation.reference is not None and evaluation.reference.judged, evaluation.reference
     return evaluation.scored
 
 
@@ -290,3 +295,287 @@ async def test_a_container_loads_pytest_only_when_its_first_pytest_file_comes(po
     assert scored.reward == 1.0, [r for r in scored.execution.test_results if r.outcome != "passed"]
     after = await rss_kb()
     assert idle - before < 1024 and after - idle > 4096, (before, idle, after)
+
+
+# --- issue 52 item 1: unittest cases, monkeypatch, PEP 562 names, the collected count --------------
+
+UNITTEST_FILE = '''\
+import unittest
+import pytest
+from solution import add, mean
+
+
+class TestAdd(unittest.TestCase):
+    def setUp(self):
+        self.pairs = [(1, 2, 3), (-1, 1, 0)]
+
+    def test_pairs(self):
+        for a, b, expected in self.pairs:
+            with self.subTest(a=a, b=b):
+                self.assertEqual(add(a, b), expected)
+
+    def test_strings(self):
+        self.assertEqual(add("a", "b"), "ab")
+
+    def test_raises(self):
+        with self.assertRaises(ValueError):
+            mean([])
+
+    @unittest.skip("the tests' own skip")
+    def test_skipped(self):
+        self.fail("never runs")
+
+    @unittest.expectedFailure
+    def test_known_bug(self):
+        self.assertEqual(add(1, 1), 3)
+
+
+class TestMean(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.values = [1, 2, 3]
+
+    def test_mean(self):
+        self.assertAlmostEqual(mean(self.values), 2.0)
+
+
+def test_plain_function_beside_them():
+    assert add(2, 2) == 4
+
+
+def test_the_debugger_stays_unloaded(request):
+    assert not request.config.pluginmanager.has_plugin("debugging")
+    assert request.config.getoption("usepdb") is False and request.config.getoption("trace") is False
+'''
+UNITTEST_TESTS = 8
+
+
+@pytest.mark.parametrize("reference, trust", [(False, "judge"), (True, "judge"), (False, "in_process")])
+async def test_unittest_cases_in_a_pytest_file_run_as_pytest_runs_them(pool, registry, reference: bool,
+                                                                       trust: str) -> None:
+    spec = {"reference": SOLUTION, "trust": trust} if reference else {"trust": trust}
+    scored = await score(pool, registry, SOLUTION, [UNITTEST_FILE], entry_point="add", **spec)
+    e = scored.execution
+    assert e.tests_total == UNITTEST_TESTS, e.test_results
+    assert scored.reward == 1.0, [r for r in e.test_results if r.outcome != "passed"]
+    outcomes = {r.node_id: r.outcome for r in e.test_results}
+    assert outcomes["test_solution.py::TestAdd::test_pairs"] == "passed"
+    assert outcomes["test_solution.py::TestMean::test_mean"] == "passed"
+    assert outcomes["test_solution.py::TestAdd::test_skipped"] == "skipped"
+    assert outcomes["test_solution.py::TestAdd::test_known_bug"] == "skipped"  # xfailed: the tests' own
+
+
+@pytest.mark.parametrize("wrong", [
+    "def add(a, b):\n    return a - b",  # a wrong answer: unittest's failure is the test's failure
+    "def add(a, b):\n    class Yes:\n        def __eq__(self, o):\n            return True\n    return Yes()",
+    "def add(a, b):\n    import unittest\n    raise unittest.SkipTest('nothing to see')",  # a skip of the completion's
+    "def add(a, b):\n    raise KeyboardInterrupt",
+])
+@pytest.mark.parametrize("reference", [False, True])
+async def test_a_unittest_case_fails_what_the_completion_got_wrong(pool, registry, wrong: str, reference: bool) -> None:
+    code = SOLUTION.replace("def add(a, b):\n    return a + b", wrong)
+    spec = {"reference": SOLUTION} if reference else {}
+    scored = await score(pool, registry, code, [UNITTEST_FILE], entry_point="add", **spec)
+    e = scored.execution
+    assert e.tests_total == UNITTEST_TESTS, e.test_results
+    outcomes = {r.node_id: r.outcome for r in e.test_results}
+    for node in ("TestAdd::test_pairs", "TestAdd::test_strings", "test_plain_function_beside_them"):
+        assert outcomes[f"test_solution.py::{node}"] in ("failed", "error"), e.test_results
+    assert scored.reward < 1.0
+
+
+RANDOM_SOLUTION = '''\
+import random
+import time
+
+def roll():
+    return random.randint(1, 6)
+
+def stamp():
+    return time.time()
+
+def can_choose():
+    return hasattr(random, "choice")
+'''
+
+MONKEYPATCH_FILE = '''\
+import random
+import time
+import pytest
+from solution import roll, stamp, can_choose
+
+
+def test_object_form(monkeypatch):
+    monkeypatch.setattr(random, "randint", lambda a, b: 4)
+    assert roll() == 4
+
+
+def test_string_form(monkeypatch):
+    monkeypatch.setattr("random.randint", lambda a, b: b)
+    assert [roll(), roll()] == [6, 6]
+
+
+def test_undone_at_teardown():
+    assert len({roll() for _ in range(200)}) > 1
+
+
+def test_delattr(monkeypatch):
+    monkeypatch.delattr(random, "choice")
+    assert can_choose() is False
+
+
+def test_delattr_string_form(monkeypatch):
+    monkeypatch.delattr("random.choice")
+    assert not can_choose()
+
+
+def test_delattr_undone():
+    assert can_choose() is True
+
+
+def test_setitem_of_a_module_dict(monkeypatch):
+    monkeypatch.setitem(vars(time), "time", lambda: 1234.5)
+    assert stamp() == 1234.5
+
+
+def test_context_and_undo():
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(random, "randint", lambda a, b: 2)
+        assert roll() == 2
+    patch = pytest.MonkeyPatch()
+    patch.setattr(time, "time", lambda: 7.0)
+    assert stamp() == 7.0
+    patch.undo()
+    assert stamp() > 1e9 and len({roll() for _ in range(200)}) > 1
+'''
+MONKEYPATCH_TESTS = 8
+
+
+@pytest.mark.parametrize("reference", [False, True])
+async def test_the_tests_monkeypatch_reaches_the_completion_as_mock_patch_does(pool, registry, reference: bool) -> None:
+    spec = {"reference": RANDOM_SOLUTION} if reference else {}
+    scored = await score(pool, registry, RANDOM_SOLUTION, [MONKEYPATCH_FILE], entry_point="roll", **spec)
+    e = scored.execution
+    assert e.tests_total == MONKEYPATCH_TESTS and scored.reward == 1.0, [r for r in e.test_results if r.outcome != "passed"]
+
+
+@pytest.mark.parametrize("wrong, failing", [
+    ("def roll():\n    return 4", {"test_string_form", "test_undone_at_teardown", "test_context_and_undo"}),
+    # a generator of its own (always 1 from this seed), not the module's function the tests patch
+    ("def roll():\n    return random.Random(2).randint(1, 6)", {"test_object_form", "test_string_form",
+                                                               "test_undone_at_teardown", "test_context_and_undo"}),
+    ("def can_choose():\n    return True", {"test_delattr", "test_delattr_string_form"}),
+    ("def stamp():\n    return time.monotonic()", {"test_setitem_of_a_module_dict", "test_context_and_undo"}),
+    # the tests' patch is theirs: the completion cannot rewrite it
+    ("def roll():\n    random.randint.__code__ = (lambda a, b: 6).__code__\n    return random.randint(1, 6)",
+     {"test_object_form"}),
+])
+async def test_monkeypatch_still_fails_what_the_completion_got_wrong(pool, registry, wrong: str, failing: set) -> None:
+    name = wrong.split("(")[0]
+    start = RANDOM_SOLUTION.index(name)
+    end = RANDOM_SOLUTION.find("\ndef ", start + 1)
+    code = RANDOM_SOLUTION[:start] + wrong + "\n" + (RANDOM_SOLUTION[end:] if end != -1 else "")
+    scored = await score(pool, registry, code, [MONKEYPATCH_FILE], entry_point="roll", reference=RANDOM_SOLUTION)
+    e = scored.execution
+    failed = {r.node_id.split("::")[1] for r in e.test_results if r.outcome != "passed"}
+    assert failing <= failed, e.test_results
+    assert scored.reward < 1.0
+
+
+GETATTR_SOLUTION = '''\
+import math
+
+_AREAS = {"circle": lambda r: math.pi * r * r, "square": lambda s: s * s}
+
+def __getattr__(name):
+    if name.endswith("_area") and name[:-5] in _AREAS:
+        return _AREAS[name[:-5]]
+    raise AttributeError(f"module 'solution' has no attribute {name!r}")
+'''
+
+GETATTR_FILE = '''\
+import math
+import pytest
+from solution import circle_area
+import solution
+
+
+def test_imported():
+    assert circle_area(1) == pytest.approx(math.pi)
+
+
+def test_attribute():
+    assert solution.square_area(3) == 9
+'''
+
+
+@pytest.mark.parametrize("reference", [False, True])
+async def test_a_name_the_module_getattr_serves_imports(pool, registry, reference: bool) -> None:
+    spec = {"reference": GETATTR_SOLUTION} if reference else {}
+    scored = await score(pool, registry, GETATTR_SOLUTION, [GETATTR_FILE], entry_point="circle_area", **spec)
+    e = scored.execution
+    assert e.tests_total == 2 and scored.reward == 1.0, e.test_results
+
+
+@pytest.mark.parametrize("wrong", [
+    GETATTR_SOLUTION.replace('name.endswith("_area")', 'name.endswith("_zone")'),  # serves nothing: an ImportError
+    GETATTR_SOLUTION.replace("raise AttributeError", "raise SystemExit") .replace('name.endswith("_area")', "False"),
+    "def __getattr__(name):\n    class Yes:\n        def __eq__(self, o):\n            return True\n"
+    "        def __call__(self, *a):\n            return self\n    return Yes()\n",
+    "def __getattr__(name):\n    return lambda *a: 9\n",
+])
+@pytest.mark.parametrize("reference", [False, True])
+async def test_a_module_getattr_gives_nothing_the_tests_do_not_check(pool, registry, wrong: str, reference: bool) -> None:
+    spec = {"reference": GETATTR_SOLUTION} if reference else {}
+    scored = await score(pool, registry, wrong, [GETATTR_FILE], entry_point="circle_area", **spec)
+    assert scored.reward < 1.0, scored.execution.test_results
+
+
+CASES_SOLUTION = '''\
+CASES = [(0, 0), (1, 1), (2, 4), (3, 9), (-4, 16)]
+
+def square(x):
+    return x * x
+'''
+
+CASES_FILE = '''\
+import pytest
+from solution import CASES, square
+
+
+@pytest.mark.parametrize("x, expected", CASES)
+def test_square(x, expected):
+    assert square(x) == expected
+'''
+
+
+async def test_the_collected_count_is_held_to_the_reference(pool, registry) -> None:
+    scored = await score(pool, registry, CASES_SOLUTION, [CASES_FILE], entry_point="square", reference=CASES_SOLUTION)
+    assert scored.execution.tests_total == 5 and scored.reward == 1.0, scored.execution.test_results
+    # the same tests in another order: the count is what is held
+    shuffled = CASES_SOLUTION.replace("[(0, 0), (1, 1), (2, 4), (3, 9), (-4, 16)]", "[(5, 25), (3, 9), (2, 4), (1, 1), (0, 0)]")
+    scored = await score(pool, registry, shuffled, [CASES_FILE], entry_point="square", reference=CASES_SOLUTION)
+    assert scored.execution.tests_total == 5 and scored.reward == 1.0, scored.execution.test_results
+
+
+@pytest.mark.parametrize("cases, passed", [
+    ("[(1, 1)]", 1),  # fewer: the reference's five count, the four not collected fail
+    ("[]", 0),  # none: pytest's empty parameter set skips, where the reference ran it
+    ("[(1, 1)] * 5 + [(2, 4)] * 5", 0),  # more: none of them are the reference's tests
+])
+async def test_a_completion_that_changes_the_collected_count_does_not_score_full(pool, registry, cases: str,
+                                                                                 passed: int) -> None:
+    code = CASES_SOLUTION.replace("[(0, 0), (1, 1), (2, 4), (3, 9), (-4, 16)]", cases)
+    scored = await score(pool, registry, code, [CASES_FILE], entry_point="square", reference=CASES_SOLUTION)
+    e = scored.execution
+    assert e.tests_total == max(5, len(eval(cases))), e.test_results
+    assert e.tests_passed == passed and scored.reward < 1.0, e.test_results
+    reasons = [r.message for r in e.test_results if r.error_type == "CollectedCount"]
+    assert reasons and all("the task's reference collected 5" in m for m in reasons), e.test_results
+
+
+async def test_a_file_that_fails_counts_what_the_reference_collected(pool, registry) -> None:
+    code = CASES_SOLUTION.replace("CASES = ", "CASE_LIST = ")
+    scored = await score(pool, registry, code, [CASES_FILE], entry_point="square", reference=CASES_SOLUTION)
+    e = scored.execution
+    assert e.tests_total == 5 and e.tests_passed == 0 and e.test_results[0].error_type == "ImportError", e.test_results

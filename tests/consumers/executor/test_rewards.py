@@ -306,3 +306,16 @@ def test_registry_loads_entry_points():
 
     assert "constant" in default_registry(entry_points=[FakeEntry()]).names()
     assert isinstance(RewardRegistry().names(), list)
+
+
+def test_a_pytest_tasks_reference_record_carries_each_files_collected_count() -> None:
+    """The count the reference's run collected per file goes with every job of the task (issue 52):
+    the judge holds each file to it (runtime/pytests.py)."""
+    from rollstream.consumers.executor.reference import ReferenceCheck
+    from rollstream.consumers.executor.runtime.crossing import Rules
+
+    check = ReferenceCheck(judged=True, in_process=True, recorded=True, tests=7, pytest=True, collected=[5, 2])
+    rules = Rules(check.rules())
+    assert rules.mode == "reference" and rules.collected == [5, 2]
+    assert "collected" not in ReferenceCheck(judged=True, in_process=True, recorded=True, tests=2).rules()
+    assert Rules({"mode": "reference", "collected": [3, "x", -1]}).collected == [3]  # what is not a count is dropped

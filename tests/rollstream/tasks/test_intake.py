@@ -18,6 +18,7 @@ from rollstream.tasks.intake import (
     IntakeReport,
     TaskCheck,
     apply_intake,
+    completion_parameters,
     digest,
     load_report,
     personal_data,
@@ -238,3 +239,46 @@ def test_static_checks_of_the_suite_with_a_held_out_split() -> None:
     assert set(found.contamination).isdisjoint(found.held_out)  # the held-out side is what is compared with
     for cluster in found.clusters:  # clusters are whole on one side, so never contaminate across the split
         assert len(set(cluster.members) & set(found.held_out)) in (0, len(cluster.members))
+
+
+PARAMETRIZED = """\
+import pytest
+from solution import CASES, square
+import solution as s
+
+DATA = [(1, 1), (2, 4)]
+
+
+@pytest.mark.parametrize("x, y", CASES)
+def test_from_the_completion(x, y):
+    assert square(x) == y
+
+
+@pytest.fixture(params=s.SIZES)
+def size(request):
+    return request.param
+
+
+@pytest.mark.parametrize("x, y", DATA + [(i, i * i) for i in range(3)])
+def test_own(x, y):
+    assert square(x) == y
+
+
+@pytest.mark.parametrize("x", helper_values())
+def test_setup_values(x):
+    assert square(x) >= 0
+"""
+
+
+def test_a_pytest_file_parametrized_over_the_completions_names_is_a_finding() -> None:
+    """Tests collected from the completion's data: it chooses how many there are and what they check."""
+    setup = "def helper_values():\n    return [1, 2]\n"
+    assert completion_parameters("python_pytest", setup, [PARAMETRIZED]) == ["file 0: CASES, s.SIZES"]
+    own = PARAMETRIZED.replace('"x, y", CASES', '"x, y", DATA').replace("params=s.SIZES", "params=[1, 2]")
+    assert completion_parameters("python_pytest", setup, [own, "def test_x():\n    pass\n"]) == []
+    # a name neither the file nor the setup binds is the completion's too
+    assert completion_parameters("python_pytest", "", [own]) == ["file 0: helper_values"]
+    assert completion_parameters("python_tests", "", [PARAMETRIZED]) == []
+    check = TaskCheck(task_id="t", family="f", digest="d", reference_passes=True,
+                      params_from_completion=["file 0: CASES"])
+    assert reasons_of(check, IntakeConfig()) == ["params_from_completion"]
