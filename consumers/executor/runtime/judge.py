@@ -66,6 +66,7 @@ if __name__ != "__main__":  # on the host; in the sandbox these names come from 
     from rollstream.consumers.executor.runtime.proxies import (
         MirrorMeta,
         RemoteBase,
+        TypeMismatch,
         _NeedsCandidate,
         _State,
         raises,
@@ -436,15 +437,22 @@ class LiveNames:
             del self.last[name]  # named it (bind); what the tests hold stays
             return
         if present:
-            refused = judge.check(value, f"{judge.test}|{name}", name, lazy=True)
+            try:
+                refused = judge.check(value, f"{judge.test}|{name}", name, lazy=True)
+            except TypeMismatch as exc:  # the call fails; and the name, for whatever reads it later
+                self.rebind(name, before, Refused(str(exc)))
+                raise
             value = value if refused is None else refused
+        self.rebind(name, before, value if present else _UNBOUND)
+
+    def rebind(self, name, before, value):
         for space in self.spaces:
             if space.get(name, _UNBOUND) is before:  # not rebound by the tests themselves
-                if present:
-                    space[name] = value
-                else:
+                if value is _UNBOUND:
                     space.pop(name, None)
-        self.last[name] = value if present else _UNBOUND
+                else:
+                    space[name] = value
+        self.last[name] = value
 
 
 _NOT_LIVE = object()

@@ -250,6 +250,11 @@ TWINS = [
          "def adopt(name):\n    pet = Animal.__subclasses__()[-1](name)\n    pet.sound()\n    return pet\n",
          ["class Dog(Animal):\n    def sound(self):\n        return 'woof'\nassert 'rex says woof' in adopt('rex')"],
          entry="adopt"),
+    form("attack", "the-tests-subclass-handed-back-by-a-metaclass-that-contains-everything",
+         "class Meta(type):\n    def __contains__(cls, o):\n        return True\n"
+         + ANIMAL.replace("class Animal:", "class Animal(metaclass=Meta):")
+         + "def kind():\n    return Animal.__subclasses__()[-1]\n",
+         ["class Dog(Animal):\n    def sound(self):\n        return 'woof'\nassert 'woof' in kind()"], entry="kind"),
     form("attack", "exit-returns-true-on-the-tests-assertion",
          "class cm:\n    def __enter__(self):\n        return self\n    def __exit__(self, *exc):\n        return True\n",
          ["with cm():\n    assert False"], entry="cm"),

@@ -326,6 +326,10 @@ def test_the_completions_globals_are_read_live() -> None:
     lying = YES + COUNTER.replace("counter += 1", "counter = Yes()")
     assert verdicts(judged(lying, tests[:2], entry_point="hit")[0]) == [False, False]
     assert verdicts(judged_against(COUNTER, lying, tests[:2], entry_point="hit")[0]) == [False, False]
+    log = "log = []\ndef hit(x):\n    global log\n    log = log + [x]\n    return len(log)\n"
+    nested = YES + log.replace("log + [x]", "[Yes()]")  # refused inside: the call fails, and so does every later read
+    assert verdicts(judged_against(log, nested, ["hit(1)\nassert log == [1]", "assert log == [1]"], entry_point="hit")[0]) \
+        == [False, False]
     defined = "def init(n):\n    global table\n    table = list(range(n))\ndef reset():\n    global table\n    del table\n"
     assert verdicts(judged(defined, ["init(2)\nassert table == [0, 1]",
                                      "reset()\ntry:\n    table\nexcept NameError:\n    pass\nelse:\n    assert False"],
