@@ -963,9 +963,12 @@ class DockerSandboxPool:
         files, truncated = _workspace(reply)
         if reply.get("oom_killed") and "oom_killed" not in violations:
             violations.append("oom_killed")  # the cgroup OOM killer ran: the runner may be hurt
-        recycled = (
-            bool(violations) or not reply.get("clean", False) or warm.executions >= self.config.recycle_after
-        )
+        events = [e for e in reply.get("events", []) if isinstance(e, dict)]
+        # Retired after any violation: an attack on the sandbox (violations, a runner not clean) or
+        # on the verdict (the judge's tamper events: messages the honest code never sends), whether
+        # or not the runner saw harm: a container whose last job attacked it serves no other job.
+        attacked = bool(violations) or any(e.get("e") == "tamper" for e in events)
+        recycled = attacked or not reply.get("clean", False) or warm.executions >= self.config.recycle_after
         return RunResult(
             sandbox_id=warm.sandbox_id,
             container_id=warm.container_id,
@@ -978,7 +981,7 @@ class DockerSandboxPool:
             output_bytes=int(reply.get("output_bytes", 0)),
             stdout_tail=str(reply.get("stdout_tail", ""))[-TAIL_BYTES:],
             stderr_tail=str(reply.get("stderr_tail", ""))[-TAIL_BYTES:],
-            events=[e for e in reply.get("events", []) if isinstance(e, dict)],
+            events=events,
             violations=violations,
             runner_died=died,
             recycled=recycled,

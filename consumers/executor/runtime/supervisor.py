@@ -43,11 +43,15 @@ Cleanup: when the container's pids cgroup counts exactly PID 1, the zygotes and 
 nothing outlived the job, the usual case, checked with one read. Otherwise something did (a
 daemonised child, a fork bomb): PID 1 ``kill(-1)``s everything but itself (atomic with respect
 to fork), zygotes included, reaps, and replies ``clean: false``: the host replaces the
-container. Every pipe the job shared is drained after it and its blocking mode reset before the
-next, so nothing a job leaves reaches the next one.
+container. Every pipe the job shared is drained after it, and the runner's open files it held
+(stdout, stderr, reports) are reset to what they were before any job (status flags, O_ASYNC and
+so its signal owner, pipe sizes), so nothing a job leaves reaches the next one. A runner whose
+zygote did not fork its child ahead after a job refuses the next (``"ran": false``): the host
+runs that job elsewhere and replaces the container.
 """
 
 import ctypes
+import fcntl
 import json
 import os
 import resource
@@ -212,6 +216,10 @@ class Host:
                                  self.jerr_w, self.rep_r, self.rep_w, self.pid_r, self.pid_w, self.status_r, self.status_w))
         for fd in (self.out_r, self.err_r, self.jout_r, self.jerr_r, self.rep_r, self.pid_r, self.status_r):
             os.set_blocking(fd, False)
+        # the runner's open files every job's processes get as their own descriptors (stdout, stderr,
+        # reports): reset after each job to what they were before any (``_reset_shared_fds``)
+        self.shared = (self.out_w, self.err_w, self.jout_w, self.jerr_w, self.rep_w)
+        self.shared_state = _shared_state(self)
         self.poller = select.poll()
         for fd in (self.out_r, self.err_r, self.jout_r, self.jerr_r, self.status_r):
             self.poller.register(fd, select.POLLIN)
@@ -219,6 +227,7 @@ class Host:
         self.alive_w = None  # in a zygote: the write end of its own pipe (closed in each child)
         self.own = None  # in a zygote and its children: the zygote's command socket
         self.ahead = {}  # role -> pid of its zygote's child forked ahead, waiting for its job
+        self.unfit = None  # why this runner cannot serve another job (a zygote that did not fork ahead)
         self.zygotes_started = False
         self.pytest_ready = False  # the pytest zygote said it is warm (runtime/zygotes.py "P R")
         self.pytest_asked = False  # it was told to warm up ("w", at the first pytest file)
@@ -303,8 +312,11 @@ class Capture:
 # lose_zygotes_idle: ... after its reply, while the container waits; exit_before_reply: PID 1
 # exits with the job done but unanswered; raise: PID 1 fails handling the job; judge_slow_to_say_pid:
 # the judge waits JUDGE_PID_DELAY_S between taking the job and saying its pid (a candidate that kills
-# it then: the runner must not wait for a pid that never comes).
-RUNNER_HOOKS = ("lose_zygotes", "lose_zygotes_idle", "exit_before_reply", "raise", "judge_slow_to_say_pid")
+# it then: the runner must not wait for a pid that never comes); stop_zygote_idle: the candidate
+# zygote is stopped after the reply, before it forks the next child ahead (a zygote that no
+# longer answers, whatever stopped it: the next job must be refused, never charged with it).
+RUNNER_HOOKS = ("lose_zygotes", "lose_zygotes_idle", "exit_before_reply", "raise", "judge_slow_to_say_pid",
+                "stop_zygote_idle")
 JUDGE_PID_DELAY_S = 0.5
 
 
@@ -313,15 +325,24 @@ def _lose_zygotes(host):
     _kill_all()
 
 
+def _stop_zygote(host, role):
+    """Tests only: stop the zygote of ``role`` (start_zygotes forks them in ZYGOTES' order)."""
+    os.kill(list(host.zygotes)[ZYGOTES.index(role)], signal.SIGSTOP)
+
+
 def run_job(host, job):
     """Hand one job to the zygote, supervise it, clean up; returns the reply dict.
 
     A container whose zygotes are gone cannot run a job (a zygote must never hold one, and the
-    runner's heap has held jobs): the reply then says ``"ran": false`` with why in ``"unfit"``,
-    and the host runs the job on another container. The job that lost them says so itself: its
-    reply carries ``"unfit"`` and ``clean: false``, so the host retires the container at once."""
-    if not host.zygotes:
-        return {"id": job.get("id"), "nonce": job.get("nonce"), "ran": False, "unfit": "zygotes_lost", "clean": False}
+    runner's heap has held jobs), nor one whose zygote did not fork its child ahead after the last
+    job (``_unfit``: it no longer answers, whatever the last job did to it): the reply then says
+    ``"ran": false`` with why in ``"unfit"``, and the host runs the job on another container and
+    replaces this one: nothing of the job ran, so no job is charged with what an earlier one left.
+    The job that lost them says so itself: its reply carries ``"unfit"`` and ``clean: false``, so
+    the host retires the container at once."""
+    if not host.zygotes or host.unfit:
+        return {"id": job.get("id"), "nonce": job.get("nonce"), "ran": False, "unfit": host.unfit or "zygotes_lost",
+                "clean": False}
     setup = compile_trusted(host, job["setup"], "<setup>") if job.get("setup") else None
     tests = [compile_trusted(host, t, f"<test {i}>") for i, t in enumerate(job.get("tests", []))]
     timeout = float(job.get("timeout_s", 5.0))
@@ -336,7 +357,6 @@ def run_job(host, job):
     cap = int(job.get("output_bytes", 65536))
     tail = int(job.get("tail_bytes", 4000))
     out, err, rep = Capture(tail), Capture(tail), Capture(MAX_REPORT_BYTES)
-    _reset_shared_fds(host)
     relay = host.relay if job.get("egress_token") else None
     if relay is not None:
         relay.begin(str(job["egress_token"]))
@@ -390,6 +410,10 @@ def run_job(host, job):
         relay.end()
     if survivors and not result["timed_out"] and not result["output_limit"] and not zygote_lost:
         violations.append(f"stray_processes:{survivors}")  # a daemonised child, a fork bomb
+    halted = _zygotes_halted(host)  # stopped or ended by the job, though the job did not need them
+    if halted and not zygote_lost:
+        violations.append(halted)
+    _reset_shared_fds(host)  # nothing of the job is left to set them again: before PID 1 reads its pipes
     # Every writer is gone now (the zygotes write only pids and statuses): empty the pipes.
     pipes = ((host.out_r, out), (host.err_r, err), (host.jout_r, out), (host.jerr_r, err), (host.rep_r, rep),
              (host.pid_r, Capture(0)))
@@ -414,7 +438,7 @@ def run_job(host, job):
     if host.test_hooks and job.get("runner_hook") == "lose_zygotes":
         _lose_zygotes(host)
     result["violations"] = violations + problems
-    result["clean"] = not problems and not zygote_lost and not survivors and bool(host.zygotes)
+    result["clean"] = not problems and not zygote_lost and not survivors and not halted and bool(host.zygotes)
     if not host.zygotes:  # unfit for another job: said here, by the job that lost them
         result["unfit"] = "zygotes_lost"
     if job.get("collect_files") and collected:
@@ -604,11 +628,29 @@ def _ended(pid):
         return True
 
 
+F_SETPIPE_SZ, F_GETPIPE_SZ = 1031, 1032
+
+
+def _shared_state(host):
+    """What the descriptors a job's processes share with the runner look like before any job:
+    fd -> (status flags, pipe size)."""
+    return {fd: (fcntl.fcntl(fd, fcntl.F_GETFL), fcntl.fcntl(fd, F_GETPIPE_SZ)) for fd in host.shared}
+
+
 def _reset_shared_fds(host):
-    """Blocking mode lives on an open file, which the job's processes share with the runner:
-    undo whatever the last job set on the descriptors the next one gets."""
-    for fd in (host.out_w, host.err_w, host.jout_w, host.jerr_w, host.rep_w):
-        os.set_blocking(fd, True)
+    """A job's stdout, stderr and report descriptors are the runner's own open files (dup2'd into
+    the job's processes), and what lives on an open file or its pipe outlives the job: its status
+    flags (``O_NONBLOCK``; ``O_ASYNC``, which with ``F_SETOWN``/``F_SETSIG`` makes every later read
+    of the pipe by PID 1 send a signal of the job's choice to a process of its choice: SIGSTOP or
+    SIGKILL to its zygote, delivered once the job is over, left the next job a zygote that does
+    not answer) and the pipe's size. Called once every process of the job is gone, before PID 1
+    reads those pipes again: each back to what it was before any job (clearing ``O_ASYNC`` takes
+    the file off the pipe's signal list, so its owner no longer matters)."""
+    for fd, (flags, size) in host.shared_state.items():
+        if fcntl.fcntl(fd, fcntl.F_GETFL) != flags:
+            fcntl.fcntl(fd, fcntl.F_SETFL, flags)
+        if fcntl.fcntl(fd, F_GETPIPE_SZ) != size:
+            fcntl.fcntl(fd, F_SETPIPE_SZ, size)
 
 
 def _kill(pid):
@@ -666,6 +708,33 @@ def _events(capture, key):
             continue
         events.append(event)
     return events
+
+
+def _zygotes_halted(host):
+    """``runner_zygote_stopped`` / ``runner_zygote_died`` when a zygote was stopped or ended while
+    the job ran (PID 1 is their parent: one ``waitpid`` says so, after the job's processes are gone),
+    else None. A job may stop a zygote its own processes do not come from (the pytest zygote, in a
+    job without pytest files): nothing in that job waits on it, and the next job that needs it
+    would wait in vain, so it is this job's violation and the container is replaced."""
+    halted = None
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG | os.WUNTRACED)
+        except ChildProcessError:
+            return halted
+        if pid == 0:
+            return halted
+        if pid in host.zygotes:
+            halted = "runner_zygote_stopped" if os.WIFSTOPPED(status) else "runner_zygote_died"
+
+
+def _unfit(host):
+    """Why this runner cannot serve the next job (None: it can), once the last one is answered and
+    the zygotes were asked to fork ahead: every zygote that forks a job's processes must have its
+    child waiting. One that did not within ZYGOTE_GRACE_S no longer answers (stopped, killed, stuck):
+    a job given to it would wait for processes that never come, and lose by no doing of its own."""
+    missing = [role.decode() for role in (b"C", b"J") if role not in host.ahead]
+    return f"zygote_unresponsive:{','.join(missing)}" if missing else None
 
 
 def _reply(obj):
@@ -763,10 +832,13 @@ def main():
             if hook == "exit_before_reply":
                 os._exit(3)
             _reply(reply)
+            if hook == "stop_zygote_idle":
+                _stop_zygote(host, b"C")
+            if host.zygotes:  # the next job's processes, forked while the host prepares it
+                prefork(host, (b"C", b"J"))  # a role whose child still waits is skipped
+                host.unfit = _unfit(host)  # said in the next job's refusal: no message more per job
             if hook == "lose_zygotes_idle":
                 _lose_zygotes(host)
-            if host.zygotes:  # the next job's processes, forked while the host prepares it
-                prefork(host, (b"C",) if job.get("trust") == "in_process" else (b"C", b"J"))
         except Exception as exc:  # a runner bug must not leave the host waiting
             _reply({"id": job.get("id"), "nonce": job.get("nonce"), "error": f"runner: {type(exc).__name__}: {exc}",
                     "clean": False})

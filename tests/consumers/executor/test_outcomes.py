@@ -186,3 +186,163 @@ async def test_a_judge_killed_before_it_says_its_pid_is_a_violation_at_once(sand
         assert record.duration_s < spec.timeout_s, record  # no wait for the deadline
         assert not evaluation.lost  # the job's own verdict, never infra
         await full(Hooked(pool, "judge_slow_to_say_pid"), registry, "slow/1")  # the hook alone costs nothing
+
+
+# What a job can leave on the runner's open files that its processes hold as their own stdout,
+# stderr and report descriptors (runtime/supervisor.py ``_reset_shared_fds``): O_ASYNC with an owner
+# and a signal of its choice makes every later read of that pipe by PID 1 signal the owner, once
+# the job is over. Its zygote stopped (or killed) after the reply left the next honest job a zygote
+# that never forks its processes: a timeout past the host's limit (runner_unresponsive, -0.2), or
+# runner_zygote_died. Through a link to /proc/self/fd/1 the tests reopen the pipe (a file of their
+# own, closed with the job; refused under runsc, where it is root's).
+ARM = (
+    "import fcntl, os, signal\n"
+    "def arm(fd, owner, sig):\n"
+    "    fcntl.fcntl(fd, fcntl.F_SETOWN, owner)\n"
+    "    fcntl.fcntl(fd, 10, sig)  # F_SETSIG\n"
+    "    fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_ASYNC | os.O_NONBLOCK)\n"
+)
+# (id, the completion's first lines, a test of the tests' own, whether PID 1 reads nothing of the
+# armed pipe while the job runs: then the signal can only come after it, and must never come)
+LEFT_ON_SHARED_FILES = [
+    ("sigstop-to-its-zygote", ARM + "arm(1, os.getppid(), signal.SIGSTOP)\narm(2, os.getppid(), signal.SIGSTOP)\n",
+     None, True),
+    ("sigkill-to-its-zygote", ARM + "arm(1, os.getppid(), signal.SIGKILL)\n", None, True),
+    # PID 1 empties the report pipe every 20 ms while the job runs: the judge's zygote may stop then
+    # (the job's own violation), or just after (the next job is refused, and runs on a fresh one)
+    ("sigstop-through-the-tests-report-pipe", "", "import fcntl, os, signal\n"
+     "fcntl.fcntl(5, fcntl.F_SETOWN, os.getppid())\nfcntl.fcntl(5, 10, signal.SIGSTOP)\n"
+     "fcntl.fcntl(5, fcntl.F_SETFL, fcntl.fcntl(5, fcntl.F_GETFL) | os.O_ASYNC)", False),
+    ("pipe-shrunk", "import fcntl\nfor fd in (1, 2):\n    fcntl.fcntl(fd, 1031, 4096)  # F_SETPIPE_SZ\n", None, True),
+    ("link-to-stdout-written-by-the-tests", "import os\nos.symlink('/proc/self/fd/1', '/work/out')\n",
+     "try:\n    open('/work/out', 'w').write('{\"idle\": true}\\n' * 3)\nexcept OSError:\n    pass", True),
+    ("link-to-stdout-read-by-the-tests", "import os\nos.symlink('/proc/self/fd/1', '/work/out')\n",
+     "try:\n    open('/work/out').read()\nexcept OSError:\n    pass", True),
+]
+HONEST_FORMS = {
+    "judged": SPEC,
+    "in_process": msgspec.structs.replace(SPEC, trust="in_process"),
+    "pytest": RewardSpec(kind="python_pytest", entry_point="f", timeout_s=10.0,
+                         tests=["from solution import f\n\ndef test_f():\n    assert f(1) == 2\n"]),
+}
+
+
+@pytest.mark.parametrize("prelude, test, after_only", [a[1:] for a in LEFT_ON_SHARED_FILES],
+                         ids=[a[0] for a in LEFT_ON_SHARED_FILES])
+async def test_what_a_job_leaves_on_the_runners_files_never_reaches_the_next_job(sandbox_image, owner, registry,
+                                                                                 prelude, test, after_only):
+    """The runner resets its shared files once the job's processes are gone, before it reads those
+    pipes again: every form of honest job after it scores full, with no refusal, on the same
+    container (or, where the signal reached the zygote while the job still ran, which is that job's
+    own violation, on the fresh one that replaced it)."""
+    async with DockerSandboxPool(config(sandbox_image, owner)) as pool:
+        spec = msgspec.structs.replace(SPEC, timeout_s=2.0, tests=SPEC.tests + ([test] if test else []))
+        code = f"```python\n{prelude}def f(x):\n    return x + 1\n```"
+        hostile = await evaluate(pool, registry, spec, code, "left/0", attempts=1)
+        assert not hostile.lost, hostile.scored.execution
+        refused = 0
+        for form, honest in HONEST_FORMS.items():
+            for i in range(2):
+                after = await evaluate(pool, registry, honest, HONEST, f"left/{form}/{i}")
+                assert after.scored.reward == 1.0, (form, after.scored.execution)
+                refused += len(after.lost)
+                if after_only:  # the cause is gone: no refusal, no replacement
+                    assert not after.lost and after.result.sandbox_id == hostile.result.sandbox_id
+                else:
+                    assert after.lost in ([], ["container_unfit"]), after.lost
+        assert pool.recycled == int(hostile.result.recycled) + refused <= 1
+
+
+async def test_a_zygote_that_stops_answering_after_a_job_refuses_the_next_one(sandbox_image, owner, registry):
+    """Whatever leaves a zygote unable to fork its child ahead after a reply (here a test hook stops
+    it): the runner refuses the next job itself (``ran: false``, no message more per job), so that
+    job runs on a fresh container and keeps its full score, and the container is replaced."""
+    async with DockerSandboxPool(config(sandbox_image, owner), test_hooks=True) as pool:
+        first = await full(Hooked(pool, "stop_zygote_idle"), registry, "stopped/0")
+        assert not first.result.recycled  # it looked clean when it answered
+        second = await full(pool, registry, "stopped/1")
+        assert second.lost == ["container_unfit"] and second.result.sandbox_id != first.result.sandbox_id
+        assert pool.recycled == 1
+        third = await full(pool, registry, "stopped/2")  # the fresh one serves on
+        assert third.result.sandbox_id == second.result.sandbox_id and not third.lost and pool.recycled == 1
+
+
+FORGED_REPLY = (  # a made-up answer on the candidate's reply pipe before the judge asked (tamper: protocol)
+    "import json, os\n"
+    "def frame(obj):\n"
+    "    data = json.dumps(obj).encode()\n"
+    "    return len(data).to_bytes(4, 'big') + data\n"
+    "for seq in range(1, 4):\n"
+    "    os.write(4, frame([seq, 'ok', seq + 2, '', []]))\n"
+)
+LEFT_RUNNING = "import os, time\nif os.fork() == 0:\n    os.setsid()\n    time.sleep(60)\n"  # stray_processes
+
+
+@pytest.mark.parametrize("code, outcome", [(FORGED_REPLY, "violation"), (LEFT_RUNNING, "violation")],
+                         ids=["tamper", "stray-process"])
+async def test_a_job_judged_a_violation_retires_its_container(sandbox_image, owner, registry, code, outcome):
+    """An attack on the verdict (tamper) or on the sandbox (a process left running): its verdict is a
+    violation, its container is retired before another job, and the next honest job scores full on
+    a fresh one."""
+    async with DockerSandboxPool(config(sandbox_image, owner)) as pool:
+        spec = msgspec.structs.replace(SPEC, timeout_s=3.0)
+        hostile = await evaluate(pool, registry, spec, f"```python\n{code}def f(x):\n    return x + 1\n```",
+                                 "attack/0", attempts=1)
+        record = hostile.scored.execution
+        assert outcome_of(record.error_kind, record.passed) == outcome and hostile.scored.reward < 0, record
+        assert hostile.result.recycled and audit_record(hostile, pool.limits, "attack/0", 0.0).recycled
+        after = await full(pool, registry, "attack/1")
+        assert after.result.sandbox_id != hostile.result.sandbox_id and not after.lost and pool.recycled == 1
+
+
+async def test_honest_jobs_retire_no_container(sandbox_image, owner, registry):
+    """Honest work of every form, passing or not (a wrong answer, an exception, a timeout), is no
+    reason to replace a container: two containers serve 24 jobs, two at a time, and none is retired."""
+    cfg = msgspec.structs.replace(config(sandbox_image, owner), pool_size=2, concurrency=2)
+    wrong = "```python\ndef f(x):\n    return x\n```"
+    raises = "```python\ndef f(x):\n    raise ValueError(x)\n```"
+    slow = "```python\nimport time\ndef f(x):\n    time.sleep(5)\n```"
+    jobs = [(spec, code) for spec in HONEST_FORMS.values() for code in (HONEST, HONEST, wrong, raises)]
+    jobs += [(msgspec.structs.replace(SPEC, timeout_s=1.0), slow)] * 2
+    jobs += [(SPEC, HONEST)] * (24 - len(jobs))
+    async with DockerSandboxPool(cfg) as pool:
+        started = {w.sandbox_id for w in pool._all}
+        evaluations = await asyncio.gather(*(evaluate(pool, registry, spec, code, f"honest/{i}", attempts=1)
+                                             for i, (spec, code) in enumerate(jobs)))
+        for (_, code), evaluation in zip(jobs, evaluations, strict=True):
+            assert not evaluation.lost and not evaluation.result.recycled, evaluation.scored.execution
+            if code == HONEST:
+                assert evaluation.scored.reward == 1.0, evaluation.scored.execution
+        assert pool.recycled == 0 and {e.result.sandbox_id for e in evaluations} <= started
+
+
+STOP_THE_PYTEST_ZYGOTE = (  # the zygote PID 1 forked last: the pytest files' one, which this job never needs
+    "import os, signal\n"
+    "zygotes = sorted(int(p) for p in os.listdir('/proc') if p.isdigit() and int(p) != 1\n"
+    "                 and open(f'/proc/{p}/stat').read().rsplit(')', 1)[1].split()[1] == '1')\n"
+    "try:\n"
+    "    os.kill(zygotes[-1], signal.SIGSTOP)\n"
+    "except OSError:\n"
+    "    pass\n"
+)
+
+
+async def test_a_job_that_stops_a_zygote_it_does_not_need_is_a_violation(sandbox_image, owner, registry,
+                                                                          sandbox_runtime):
+    """Nothing in a job without pytest files waits on the pytest zygote, so its stop went unseen and
+    the next pytest file on that container timed out (runner_unresponsive, -0.2). PID 1, the zygotes'
+    parent, learns of the stop after the job: the job's violation, and the container is replaced.
+    Under runsc the zygote is root's and the kill is refused: the container serves on."""
+    async with DockerSandboxPool(config(sandbox_image, owner)) as pool:
+        spec = msgspec.structs.replace(SPEC, timeout_s=3.0)
+        hostile = await evaluate(pool, registry, spec, f"```python\n{STOP_THE_PYTEST_ZYGOTE}def f(x):\n    return x + 1\n```",
+                                 "stop/0", attempts=1)
+        record = hostile.scored.execution
+        if sandbox_runtime == "runsc":
+            assert hostile.scored.reward == 1.0 and not hostile.result.recycled, record
+        else:
+            assert outcome_of(record.error_kind, record.passed) == "violation" and hostile.scored.reward < 0, record
+            assert "runner_zygote_stopped" in record.error_message and hostile.result.recycled, record
+        after = await evaluate(pool, registry, HONEST_FORMS["pytest"], HONEST, "stop/1", attempts=1)
+        assert after.scored.reward == 1.0 and not after.lost, after.scored.execution
+        assert (after.result.sandbox_id != hostile.result.sandbox_id) == hostile.result.recycled
