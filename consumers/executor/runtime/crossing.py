@@ -689,7 +689,10 @@ class Judge:
         for base in cls.__mro__[1:]:  # what it inherits, and super(), from the completion's classes by name
             if type(base) is MirrorMeta and base not in self.tests_classes:
                 for name in sorted({*self.methods.get(base, ()), "__init__"}):
-                    if name not in vars(base):
+                    # public names only (a candidate's class may list any): never one Python looks up on the
+                    # type itself (__eq__, __getattribute__, __class__), which would hand it the tests' objects
+                    if (name == "__init__" or (name.isidentifier() and not name.startswith("_"))) \
+                            and name not in vars(base):
                         setattr(base, name, _Inherited(base, name))
 
     def op(self, target, name, *args):

@@ -255,6 +255,13 @@ TWINS = [
          + ANIMAL.replace("class Animal:", "class Animal(metaclass=Meta):")
          + "def kind():\n    return Animal.__subclasses__()[-1]\n",
          ["class Dog(Animal):\n    def sound(self):\n        return 'woof'\nassert 'woof' in kind()"], entry="kind"),
+    form("attack", "a-forged-class-description-makes-the-subclassed-mirror-answer-equality",
+         "import sys\nserving = next(m for m in list(sys.modules.values()) if hasattr(m, '_class_desc') and hasattr(m, 'encode_other'))\n"
+         "honest = serving._class_desc\ndef forged(cls, encoder):\n    desc = honest(cls, encoder)\n"
+         "    desc[5] = sorted({*desc[5], '__eq__', '__ne__'})\n    return desc\nserving._class_desc = forged\n"
+         "class Money:\n    def __init__(self, n):\n        self.n = n\n    def __eq__(self, o):\n        return True\n"
+         "    __hash__ = object.__hash__\n",
+         ["class Cents(Money):\n    pass\nassert Money(5) == 6"], entry="Money"),
     form("attack", "exit-returns-true-on-the-tests-assertion",
          "class cm:\n    def __enter__(self):\n        return self\n    def __exit__(self, *exc):\n        return True\n",
          ["with cm():\n    assert False"], entry="cm"),
