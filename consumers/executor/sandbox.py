@@ -147,8 +147,9 @@ def tested_names(tests: tuple[str, ...], entry_point: str = "") -> tuple[str, ..
     builtins and helpers and the names the tests bind themselves (``result = f(1)``: a global of
     the completion's called ``result`` is not the tests' result, even where their assignment did
     not run); the entry point always; and the names the tests take from the completion's module
-    (``from solution import add``, ``solution.add`` after ``import solution``). Cached: a group
-    shares its tests."""
+    (``from solution import add``, ``solution.add`` after ``import solution``, and what the tests
+    patch there: ``mock.patch("solution.helper")``, ``monkeypatch.setattr(solution, "helper", ...)``).
+    Cached: a group shares its tests."""
     loaded, bound = _loaded_and_bound(tests)
     names = (loaded - bound) | ({entry_point} if entry_point else set()) | _from_solution(tests)
     return tuple(sorted(n for n in names if n == entry_point or n not in JUDGE_NAMES))
@@ -165,10 +166,22 @@ def _from_solution(tests: tuple[str, ...]) -> frozenset[str]:
                 found.update(a.name for a in node.names if a.name != "*")
             elif isinstance(node, ast.Import):
                 aliases.update(a.asname or a.name for a in node.names if a.name == SOLUTION)
+        for node in ast.walk(tree):  # patch targets: mock.patch("solution.helper"), monkeypatch's string form
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                module, dot, rest = node.value.partition(".")
+                name = rest.partition(".")[0]
+                if module == SOLUTION and dot and name.isidentifier():
+                    found.add(name)
         if aliases:
             found.update(node.attr for node in ast.walk(tree)
                          if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
                          and node.value.id in aliases)
+            # mock.patch.object(solution, "helper"), monkeypatch.setattr(solution, "helper", ...), getattr(...)
+            found.update(node.args[1].value for node in ast.walk(tree)
+                         if isinstance(node, ast.Call) and len(node.args) >= 2
+                         and isinstance(node.args[0], ast.Name) and node.args[0].id in aliases
+                         and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)
+                         and node.args[1].value.isidentifier())
     return frozenset(found)
 
 

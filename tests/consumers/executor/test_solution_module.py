@@ -37,6 +37,12 @@ def test_the_names_taken_from_the_module_are_asked_of_the_completion() -> None:
     assert set(sandbox.tested_names((FORMS[1],), "add")) == {"add", "Stack"}  # not the alias plus
     assert set(sandbox.tested_names((FORMS[3],), "add")) == {"add"}
     assert sandbox.tested_names(("import solutions\nassert solutions.x == 1",), "") == ()  # another module
+    # what the tests patch on the module is a name they read from it
+    patched = ("from unittest import mock\nwith mock.patch('solution.helper', return_value=2):\n    assert f() == 2",
+               "import solution\ndef test(monkeypatch):\n    monkeypatch.setattr(solution, 'clock', lambda: 0)",
+               "import solution as s\nfrom unittest import mock\nmock.patch.object(s, 'rate')")
+    assert {"f", "helper", "clock", "rate"} <= set(sandbox.tested_names(patched, "f"))
+    assert sandbox.tested_names(("x = 'solutions.y'\nassert f(x)",), "f") == ("f",)
 
 
 @pytest.mark.sandbox
@@ -75,3 +81,18 @@ async def test_the_completion_s_own_sys_modules_does_not_reach_the_tests(pool, r
             "sys.modules['__main__'] = fake\n")
     scored = await score(pool, registry, code, FORMS[:1] + FORMS[2:4], entry_point="add")
     assert scored.reward == 0.0 and scored.execution.tests_passed == 0, scored.execution.test_results
+
+
+@pytest.mark.sandbox
+async def test_a_name_the_tests_only_patch_on_the_module_is_the_completion_s(pool, registry) -> None:
+    """``mock.patch("solution.helper", ...)`` or ``mock.patch.object(solution, "helper", ...)`` with
+    ``helper`` read nowhere else in the tests: the patch reaches the completion's function (no
+    AttributeError on a name the judge's module was never asked for); a wrong ``f`` still fails."""
+    code = "def helper():\n    return 1\n\ndef f():\n    return helper() + 1\n"
+    tests = ["from unittest import mock\nwith mock.patch('solution.helper', lambda: 10):\n    assert f() == 11",
+             "import solution\nfrom unittest import mock\nwith mock.patch.object(solution, 'helper', lambda: 5):\n"
+             "    assert f() == 6\nassert f() == 2"]
+    scored = await score(pool, registry, code, tests, entry_point="f")
+    assert scored.reward == 1.0, scored.execution.test_results
+    wrong = await score(pool, registry, "def helper():\n    return 1\n\ndef f():\n    return 2\n", tests, entry_point="f")
+    assert wrong.execution.tests_passed == 0, wrong.execution.test_results
