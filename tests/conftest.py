@@ -40,9 +40,15 @@ TIERS: dict[str, tuple[str, int]] = {
 SERVICE_FIXTURES = {"broker", "redis_url", "infra_config", "config", "sandbox_image", "executor_config", "pool"}
 
 
+# not a tier: the sandbox tests that .ci/run runs a second time under gVisor (executor.runtime = "runsc")
+CONTAINMENT = ("containment: the executor's containment tests (attacks on the sandbox, the runner and the verdict, "
+               "the machinery's failures, egress, assets, pytest files, honest forms): run again under runsc")
+
+
 def pytest_configure(config: pytest.Config) -> None:
     for name, (what, _) in TIERS.items():
         config.addinivalue_line("markers", f"{name}: {what}")
+    config.addinivalue_line("markers", CONTAINMENT)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -21,7 +21,7 @@ from rollstream.schemas.events import Asset, RewardSpec
 from rollstream.tasks.outside import asset_tasks
 from tests.fixtures.sandbox import check_references
 
-pytestmark = pytest.mark.sandbox
+pytestmark = [pytest.mark.sandbox, pytest.mark.containment]  # containment: again under runsc in CI
 
 
 async def volumes_of(owner: str) -> list[str]:

@@ -1,4 +1,4 @@
-"""Verdicts, round 3, through the real Docker sandbox (docs/executor.md, "The judge"): each class
+"""The judge's crossing rules, through the real Docker sandbox (docs/executor.md, "The judge"): each class
 of the issue in both directions, spread over the test forms (function, class, printed output,
 stdin program, in-place mutation, expected exception; ``unittest`` around them), with the task's
 reference present (its record in force, as in a run) and absent (the strictest reading).

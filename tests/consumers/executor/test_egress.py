@@ -23,7 +23,7 @@ from rollstream.consumers.executor.score import audit_record, evaluate
 from rollstream.schemas.events import RewardSpec
 from tests.fixtures.sandbox import check_references
 
-pytestmark = pytest.mark.sandbox
+pytestmark = [pytest.mark.sandbox, pytest.mark.containment]  # containment: again under runsc in CI
 
 SERVER = """
 import http.server, sys

@@ -18,7 +18,7 @@ import pytest
 from rollstream.consumers.executor.score import evaluate
 from rollstream.schemas.events import RewardSpec
 
-pytestmark = pytest.mark.sandbox
+pytestmark = [pytest.mark.sandbox, pytest.mark.containment]  # containment: again under runsc in CI
 
 
 def form(direction, name, code, tests, *, setup="", entry=""):

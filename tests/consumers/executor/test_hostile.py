@@ -21,7 +21,7 @@ from rollstream.consumers.executor.score import Evaluation, audit_record, evalua
 from rollstream.schemas.events import RewardSpec, SandboxAudit
 from tests.helpers import container_ended, container_processes, wait_until
 
-pytestmark = pytest.mark.sandbox
+pytestmark = [pytest.mark.sandbox, pytest.mark.containment]  # containment: again under runsc in CI
 
 TIMEOUT_S = 1.0
 SPEC = RewardSpec(tests=["assert f(1) == 2"], timeout_s=TIMEOUT_S)  # for attacks that should time out

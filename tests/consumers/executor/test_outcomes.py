@@ -22,7 +22,7 @@ from rollstream.consumers.executor.score import audit_record, evaluate
 from rollstream.schemas.events import RewardSpec, outcome_of
 from tests.helpers import DockerSocketProxy, wait_until
 
-pytestmark = pytest.mark.sandbox
+pytestmark = [pytest.mark.sandbox, pytest.mark.containment]  # containment: again under runsc in CI
 
 SPEC = RewardSpec(entry_point="f", tests=["assert f(1) == 2", "assert f(2) == 3"], timeout_s=10.0)
 HONEST = "```python\ndef f(x):\n    return x + 1\n```"

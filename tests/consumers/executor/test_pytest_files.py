@@ -16,7 +16,7 @@ from rollstream.consumers.executor.reference import ReferenceChecks
 from rollstream.consumers.executor.score import evaluate
 from rollstream.schemas.events import RewardSpec
 
-pytestmark = pytest.mark.sandbox
+pytestmark = [pytest.mark.sandbox, pytest.mark.containment]  # containment: again under runsc in CI
 
 SOLUTION = '''\
 import logging, os, warnings

@@ -33,7 +33,7 @@ from rollstream.errors import SandboxError
 from rollstream.schemas.events import RewardSpec
 from tests.helpers import containers_of, wait_until
 
-pytestmark = pytest.mark.sandbox
+pytestmark = [pytest.mark.sandbox, pytest.mark.containment]  # containment: again under runsc in CI
 
 ROOT = Path(__file__).resolve().parents[3]  # the repository (not tests/, whose rollstream/ holds tests)
 

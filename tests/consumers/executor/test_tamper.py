@@ -19,7 +19,7 @@ from rollstream.consumers.executor.sandbox import DockerSandboxPool
 from rollstream.consumers.executor.score import Evaluation, evaluate
 from rollstream.schemas.events import RewardSpec
 
-pytestmark = pytest.mark.sandbox
+pytestmark = [pytest.mark.sandbox, pytest.mark.containment]  # containment: again under runsc in CI
 
 ADD = RewardSpec(
     entry_point="add",

@@ -1,6 +1,6 @@
 import json
 
-from tests.consumers.executor.review2 import collector, d
+from tests.consumers.executor.reviewer_cases import collector, d
 
 CASES = []
 C, H = collector(CASES)

@@ -1,5 +1,5 @@
 
-from tests.consumers.executor.review2 import collector
+from tests.consumers.executor.reviewer_cases import collector
 
 CASES = []
 C, H = collector(CASES)

@@ -1,6 +1,6 @@
 import json
 
-from tests.consumers.executor.review2 import PAY, collector, d
+from tests.consumers.executor.reviewer_cases import PAY, collector, d
 
 CASES = []
 C, H = collector(CASES)

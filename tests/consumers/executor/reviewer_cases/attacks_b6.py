@@ -1,5 +1,5 @@
 
-from tests.consumers.executor.review2 import collector, d
+from tests.consumers.executor.reviewer_cases import collector, d
 
 CASES = []
 C, H = collector(CASES)

@@ -1,5 +1,5 @@
-"""Verdicts, round 3: the second security review's cases (tests/consumers/executor/review2/, kept as
-the reviewer wrote them), through the real sandbox with the task's reference checked as the
+"""A security reviewer's cases, kept as the reviewer wrote them (tests/consumers/executor/reviewer_cases/),
+through the real sandbox with the task's reference checked as the
 executor checks it.
 
 * ``attacks_*``: wrong code that scored full before the fixes: code run in the judge by
@@ -44,7 +44,7 @@ def cases(kind: str) -> list:
     """The review's cases of one kind: its attacks are named A..., its honest forms H..."""
     found: dict[str, object] = {}
     for name in FILES:
-        module = importlib.import_module(f"tests.consumers.executor.review2.{name}")
+        module = importlib.import_module(f"tests.consumers.executor.reviewer_cases.{name}")
         for case in module.CASES:  # (a case the reviewer kept in two files runs once)
             if case[0] not in LEFT_OUT and case[0][0] == ("A" if kind == "attacks" else "H"):
                 found.setdefault(case[0], pytest.param(case[0], case[1], case[2], id=case[0]))
@@ -54,7 +54,7 @@ def cases(kind: str) -> list:
 async def scored(pool, registry, spec: dict, code: str):
     spec = RewardSpec(**{"timeout_s": 10.0, **spec})
     references = ReferenceChecks(pool) if spec.reference else None
-    return await evaluate(pool, registry, spec, f"```python\n{code}```", f"review2/{uuid.uuid4().hex[:6]}",
+    return await evaluate(pool, registry, spec, f"```python\n{code}```", f"reviewer/{uuid.uuid4().hex[:6]}",
                           references=references)
 
 
@@ -64,7 +64,7 @@ async def test_attack_scores_below_full(pool, registry, name, spec, code) -> Non
     events = [e for e in evaluation.result.events if e.get("e") in ("test", "tamper")] if evaluation.result else []
     assert evaluation.scored.reward <= DESERVED.get(name, 0.0), (evaluation.scored.execution, events)
     probe = await evaluate(pool, registry, RewardSpec(tests=["assert spy() == []"], entry_point="spy"), PROBE_SPY,
-                           "review2/probe")
+                           "reviewer/probe")
     assert probe.scored.reward == 1.0, probe.result.events  # nothing reached the next job
 
 

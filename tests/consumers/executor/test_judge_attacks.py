@@ -1,4 +1,4 @@
-"""Verdicts, round 3: attacks a security review found after the first steps, each scoring below
+"""Attacks on the judge a security review found, each scoring below
 what the wrong code would need, through the real sandbox with the task's reference checked as the
 executor checks it (tests/consumers/executor/test_crossing.py holds the classes both ways). Each is
 wrong code written against tests of the forms real datasets use:
@@ -31,7 +31,7 @@ from rollstream.consumers.executor.score import evaluate
 from rollstream.schemas.events import RewardSpec
 from tests.consumers.executor.test_verdicts import PROBE_SPY
 
-pytestmark = pytest.mark.sandbox
+pytestmark = [pytest.mark.sandbox, pytest.mark.containment]  # containment: again under runsc in CI
 
 PAY = ("import sys\nfr = sys._getframe()\nwhile fr.f_code.co_name != 'run_test':\n    fr = fr.f_back\n"
        "fr.f_globals['_failure'] = lambda i, e: {'e': 'test', 'i': i, 'ok': True}\n")
@@ -127,13 +127,13 @@ DESERVED = {"F18-warning-skiptest-under-error-filter": 0.5}  # one of its two te
 async def test_attack_scores_below_full(pool, registry, name, spec, code) -> None:
     spec = RewardSpec(**{"timeout_s": 10.0, **spec})
     references = ReferenceChecks(pool) if spec.reference else None
-    evaluation = await evaluate(pool, registry, spec, f"```python\n{code}```", f"round3/{uuid.uuid4().hex[:6]}",
+    evaluation = await evaluate(pool, registry, spec, f"```python\n{code}```", f"attack/{uuid.uuid4().hex[:6]}",
                                 references=references)
     record = evaluation.scored.execution
     events = [e for e in evaluation.result.events if e.get("e") in ("test", "tamper")] if evaluation.result else []
     assert evaluation.scored.reward <= DESERVED.get(name, 0.0), (record, events)
     probe = await evaluate(pool, registry, RewardSpec(tests=["assert spy() == []"], entry_point="spy"), PROBE_SPY,
-                           "round3/probe")
+                           "attack/probe")
     assert probe.scored.reward == 1.0, probe.result.events  # nothing reached the next job
 
 
