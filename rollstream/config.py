@@ -100,7 +100,8 @@ class RLConfig(Section):
 class SamplerConfig(Section):
     sources: list[str] = msgspec.field(default_factory=lambda: ["builtin"])
     """Where tasks come from: "builtin", "outside" (tasks that read assets under /assets), "humaneval",
-    "jsonl:PATH", "hf:PATH" (a local datasets dir/file)."""
+    "jsonl:PATH", "hf:PATH" (a local datasets dir/file), "suite:NAME" (a built-in suite: "suite:code" is
+    "builtin", "suite:math" the math suite)."""
     family_weights: dict[str, Annotated[float, Meta(ge=0.0)]] = {}
     """Relative weight per task family; families not named get weight 1."""
     family_temperature: Annotated[float, Meta(ge=0.0)] = 0.0

