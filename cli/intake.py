@@ -13,6 +13,13 @@ Through the executor's warm sandbox pool (``consumers/executor/sandbox.py``) and
   the empty value of the result's type) fail them: one that passes every test and differs from
   the reference on a varied input makes the task's tests weak, with that program named.
 
+A ``math_answer`` task runs nothing: its gold answer is read as the executor reads it (found, within
+the executor's bounds, not a placeholder such as ``proof``) and parsed by the executor's answer pool
+(``consumers/executor/answers.py``, a worker under its time and memory limits): one that does not
+parse is ``answer_does_not_parse``; a reference solution with a marked answer (``#### n``, a last
+``\\boxed{}``) must reach the same answer, and each wrong solution must not (read as the executor
+reads a completion). No sandbox is started when every task is one.
+
 And without the sandbox (``rollstream/tasks/intake.py``): duplicate clusters, contamination by
 the evaluation sets in use (the held-out split of ``sampler.holdout_fraction``, HumanEval, every
 ``eval.sources``), personal data and secrets in prompts and tests.
@@ -38,10 +45,23 @@ from typing import Any
 import msgspec
 
 from rollstream.config import Config
+from rollstream.consumers.executor.answers import (
+    MAX_ANSWER_CHARS,
+    MAX_CHECK_S,
+    MAX_NESTING,
+    MathAnswer,
+    MathPool,
+    PoolError,
+    boxed,
+    gold_answer,
+    nesting,
+    refusal,
+    typography,
+)
 from rollstream.consumers.executor.reference import ReferenceChecks
 from rollstream.consumers.executor.rewards import RewardRegistry, default_registry
 from rollstream.consumers.executor.sandbox import DockerSandboxPool, SandboxBackend
-from rollstream.consumers.executor.score import evaluate
+from rollstream.consumers.executor.score import NoSandbox, evaluate
 from rollstream.errors import ConfigError
 from rollstream.schemas.events import RewardSpec
 from rollstream.schemas.tasks import TaskSpec
@@ -63,6 +83,10 @@ from rollstream.tasks.sources import humaneval_tasks, load_tasks, split_tasks
 
 QUICK_MUTANTS = 6
 SURVIVORS_SHOWN = 3
+MATH_KIND = "math_answer"
+# Gold answers that are no value (NuminaMath's proofs and unsolved problems): the CAS would read "proof"
+# as a product of five symbols, and nothing a completion can box is that answer
+PLACEHOLDERS = frozenset({"proof", "notfound", "not found", "none", "n/a", "na", "unknown"})
 
 
 def fenced(code: str) -> str:
@@ -78,6 +102,7 @@ class Sandbox:
         self.references = ReferenceChecks(pool)
         self.gate = asyncio.Semaphore(concurrency)
         self.executions = 0
+        self.answers: MathPool | None = None  # the executor's answer pool, for math_answer tasks (run_checks')
 
     async def passes(self, spec: RewardSpec, code: str, job: str) -> tuple[bool, Any]:
         """(the code passed every test of ``spec``, its execution record)."""
@@ -183,8 +208,80 @@ async def needs_reference(box: Sandbox, task: TaskSpec, spec: RewardSpec, refere
     return {"needs_reference": failing, "needs_reference_message": str(message)[:500]}
 
 
+def gold_problem(answer: str) -> tuple[str, str]:
+    """(the gold answer as the executor reads it, why no completion can match it or "") before any CAS:
+    empty, over the executor's bounds (it would cut it), nested deeper than any answer it reads, a
+    placeholder, a TeX macro."""
+    gold = gold_answer(answer)
+    if not gold:
+        return gold, "empty once read"
+    if len(gold) > MAX_ANSWER_CHARS:
+        return gold, f"{len(gold)} characters (the executor reads {MAX_ANSWER_CHARS})"
+    if nesting(gold) > MAX_NESTING:
+        return gold, f"nested over {MAX_NESTING} levels (no answer that deep is read)"
+    if gold.strip().lower() in PLACEHOLDERS:
+        return gold, f"{gold.strip()!r} is a placeholder, not a value"
+    why = refusal(gold)
+    if why and "macro" in why:
+        return gold, why
+    return gold, ""
+
+
+async def check_answer(pool: MathPool, task: TaskSpec) -> dict[str, Any]:
+    """A math_answer task's gold answer checked (:func:`gold_problem`, then parsed by the pool: compared
+    with itself, so it parses and is equal to itself), and its reference solution's marked answer
+    (``#### n`` or a last ``\\boxed{}``) compared with it."""
+    spec = task.reward
+    timeout_s = min(spec.timeout_s, MAX_CHECK_S)
+    gold, problem = gold_problem(spec.answer)
+    found: dict[str, Any] = {}
+    if not problem:
+        text = typography(gold)[0]
+        try:
+            reply = await pool.call({"op": "check", "answer": text, "gold": text, "tolerance": None}, timeout_s)
+        except PoolError as exc:
+            reply = {"error": exc.kind, "message": str(exc)}
+        if "error" in reply:
+            problem = f"the CAS could not read it ({reply.get('message') or reply['error']})"
+        elif not reply.get("gold_parsed") or reply.get("matched") is not True:
+            problem = f"the CAS does not read it ({reply.get('reason')})"
+    if problem:
+        return {"answer_parses": False, "answer_message": f"answer does not parse: {gold[:200]!r}: {problem}"[:500]}
+    found["answer_parses"] = True
+    reference = task.reference_solution or ""
+    if "####" in reference or boxed(reference):
+        said = gold_answer(reference)[:MAX_ANSWER_CHARS]
+        try:
+            reply = await pool.call({"op": "check", "answer": typography(said)[0], "gold": typography(gold)[0],
+                                     "tolerance": spec.answer_tolerance}, timeout_s)
+        except PoolError as exc:
+            reply = {"matched": False, "reason": str(exc)}
+        found["reference_passes"] = reply.get("matched") is True
+        found["reference_message"] = (f"the reference's answer {said[:200]!r} against the gold {gold[:200]!r}: "
+                                      f"{reply.get('reason') or reply.get('message') or reply.get('error')}")[:500]
+    passing = []
+    for number, wrong in enumerate(task.wrong_solutions):  # each must score 0 on the answer, as the executor reads it
+        try:
+            scored = await MathAnswer(pool).check(task.issued_reward(), wrong)
+        except PoolError:
+            continue
+        if scored.components.get("answer") == 1.0:
+            passing.append(number)
+    found["wrong_passing"] = passing
+    return found
+
+
 async def check_task(box: Sandbox, task: TaskSpec, static: StaticChecks, config: Config, limit: int) -> TaskCheck:
     """Every check of one task (the sandbox's runs, the static findings merged in)."""
+    if task.reward.kind == MATH_KIND:
+        if box.answers is None:  # started on the first math task; run_checks closes it
+            box.answers = MathPool()
+        found = await check_answer(box.answers, task)
+        check = TaskCheck(task_id=task.task_id, family=task.family, digest=digest(task),
+                          wrong_solutions=len(task.wrong_solutions), duplicates=static.duplicates.get(task.task_id, []),
+                          contamination=static.contamination.get(task.task_id, []),
+                          personal_data=static.personal_data.get(task.task_id, []), **found)
+        return msgspec.structs.replace(check, reasons=reasons_of(check, config.intake))
     spec = task.issued_reward()
     reference = task.reference_solution or ""
     found: dict[str, Any] = {"params_from_completion": completion_parameters(
@@ -244,9 +341,15 @@ async def run_checks(config: Config, tasks: list[TaskSpec], *, quick: bool = Fal
             if advance is not None:
                 advance()
             return check
-        return list(await asyncio.gather(*(one(t) for t in tasks))), box.executions
+        try:
+            return list(await asyncio.gather(*(one(t) for t in tasks))), box.executions
+        finally:
+            if box.answers is not None:
+                box.answers.close()
 
-    if backend is None:
+    if backend is None and all(t.reward.kind == MATH_KIND for t in tasks):
+        checks, executions = await all_tasks(NoSandbox())  # answers only: no Docker needed
+    elif backend is None:
         async with DockerSandboxPool(config.executor) as pool:
             checks, executions = await all_tasks(pool)
     else:
@@ -349,6 +452,8 @@ def _details(check: TaskCheck, verbose: bool) -> str:
     lines = []
     if "reference_fails" in check.reasons:
         lines.append(f"reference: {check.reference_message}")
+    if "answer_does_not_parse" in check.reasons:
+        lines.append(check.answer_message)
     if "all_skipped" in check.reasons:
         lines.append("every test is skipped by the tests themselves: the task verifies nothing")
     for found in check.params_from_completion:

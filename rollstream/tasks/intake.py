@@ -13,7 +13,10 @@ Reasons a task fails (``TaskCheck.reasons``): ``no_reference``, ``reference_fail
 ``intake.min_mutation_score``), ``all_skipped`` (the tests skip every test themselves: the task
 verifies nothing), ``params_from_completion`` (a pytest file parametrizes over names the completion
 defines: the completion chooses the tests it is scored by; :func:`completion_parameters`),
-``contaminated``, ``personal_data``. A task whose reference passes some tests
+``contaminated``, ``personal_data``, ``answer_does_not_parse`` (a ``math_answer`` task's gold answer
+is empty, over the executor's bounds, a placeholder such as ``proof``, or not read by the CAS: no
+completion can match it; such a task runs nothing, so it needs no reference, and a reference it has,
+a solution, must reach the same answer). A task whose reference passes some tests
 only in process runs them there under ``trust = "auto"``: not a reason (the task chose ``auto``),
 but its check lists those tests and the guarantees they lose. Duplicates are reported
 (``duplicates``, and the report's clusters) and kept whole on one side of the held-out split;
@@ -40,7 +43,7 @@ from rollstream.tasks.dedup import Cluster
 
 REPORT_VERSION = 2  # 2: trivial programs (a report of version 1 is checked again)
 REASONS = ("no_reference", "reference_fails", "reference_fails_heldout", "wrong_solution_passes", "weak_tests",
-           "all_skipped", "params_from_completion", "contaminated", "personal_data")
+           "all_skipped", "params_from_completion", "contaminated", "personal_data", "answer_does_not_parse")
 
 
 class Survivor(msgspec.Struct, frozen=True, kw_only=True):
@@ -106,6 +109,9 @@ class TaskCheck(msgspec.Struct, frozen=True, kw_only=True):
     duplicates: list[str] = []  # the other members of its duplicate cluster
     contamination: list[Overlap] = []
     personal_data: list[PersonalData] = []
+    # A math_answer task's gold answer as the executor's CAS reads it (None: not such a task); why not
+    answer_parses: bool | None = None
+    answer_message: str = ""
 
     @property
     def passed(self) -> bool:
@@ -154,7 +160,8 @@ def reasons_of(check: TaskCheck, config: IntakeConfig) -> list[str]:
     """The reasons ``check`` fails intake (in REASONS order)."""
     reasons = []
     if check.reference_passes is None:
-        reasons.append("no_reference")
+        if check.answer_parses is None:  # a math task runs nothing: it needs no reference
+            reasons.append("no_reference")
     elif not check.reference_passes:
         reasons.append("reference_fails")
     if check.heldout_passes is False:
@@ -171,6 +178,8 @@ def reasons_of(check: TaskCheck, config: IntakeConfig) -> list[str]:
         reasons.append("contaminated")
     if check.personal_data:
         reasons.append("personal_data")
+    if check.answer_parses is False:
+        reasons.append("answer_does_not_parse")
     return reasons
 
 

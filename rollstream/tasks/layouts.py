@@ -20,7 +20,23 @@ open-r1            ``prompt`` (or ``problem_statement``, ``problem``),        st
 acecode            ``question``, ``test_cases`` (assert statements)           the asserts
 kodcode            ``question``, ``solution``, ``test`` (``test_code`` in     the file, run by pytest
                    the earlier revision: a pytest file)
+multiple-choice    ``question``, ``choices`` (a list, or ``label``/``text``)  ``math_answer``: the
+                   or ``options``, ``answer`` (letter, index, label, text)    letter, boxed
+                   or ``answerKey`` or ``correct``
+gsm8k              ``question``, ``answer`` (ending ``#### n``)               ``math_answer``: n
+math (MATH,        ``problem``, ``answer`` or ``solution`` (its last          ``math_answer``
+NuminaMath,        ``\\boxed{}``), ``level``, ``type``, ``source``
+OpenR1-Math,
+DeepScaleR,
+Big-Math)
 =================  =========================================================  ==========================
+
+The math layouts (:data:`MATH_LAYOUTS`, read after the code layouts: a code row has its tests) make
+``math_answer`` tasks: the gold answer read from the row, the solution (never shown) the reference,
+the prompt asking for the final answer in ``\\boxed{}``; a multiple-choice row's gold is its letter,
+read by :data:`CHOICE_PATTERN` (a boxed capital letter: a letter compares as a letter). A gold that
+loads but does not parse is ``rollstream tasks check``'s finding (``answer_does_not_parse``), not a
+refusal.
 
 A program's output is compared token by token (``split()``: line breaks and runs of spaces
 alike), which the datasets' own checkers accept too (APPS' cascade ends with whitespace-split
@@ -61,6 +77,7 @@ from __future__ import annotations
 import ast
 import base64
 import binascii
+import hashlib
 import io
 import json
 import keyword
@@ -545,3 +562,238 @@ def published_task(row: Mapping[str, Any], family: str, index: int) -> TaskSpec 
         return msgspec.convert(msgspec.to_builtins(task), TaskSpec)
     except msgspec.ValidationError as exc:
         raise LayoutError(index, layout.name, f"the task it makes is invalid ({exc})") from None
+
+
+# --- math answers (kind ``math_answer``): the gold read from the row, the solution the reference
+
+BOXED_NOTE = "Please reason step by step, and put your final answer within \\boxed{}."
+CHOICE_NOTE = "Put the letter of the correct choice within \\boxed{} (one capital letter)."
+# A choice's letter where the completion boxed it: \boxed{B}, \boxed{(B)}, \boxed{\text{B}}, \boxed{B.}; any
+# other box is no answer of this kind (the pool compares the letter it finds with the gold letter).
+CHOICE_PATTERN = (r"\\boxed\s*\{\s*(?:\\text(?:bf|rm)?\s*\{\s*)?\(?\s*(?P<answer>[A-Z])\s*\)?\s*\.?\s*\}?\s*\}")
+LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+MAX_GOLD = 2000  # characters of a gold answer the executor reads (its answers.MAX_ANSWER_CHARS); longer: flagged
+_BOX_START = re.compile(r"\\(?:boxed|fbox)\s*(\{)?")
+_GROUPING = re.compile(r"[-+]?\d{1,3}(?:,\d{3})+(?:\.\d+)?")
+
+
+def last_boxed(text: str) -> str | None:
+    """The content of the last outermost ``\\boxed{...}`` (or ``\\fbox{...}``) of ``text`` whose braces
+    balance (``\\{`` and ``\\}`` are literal braces), or of a last ``\\boxed 5`` written without braces (to
+    the next space or ``$``); None when there is none. One pass: linear in ``text``."""
+    starts: dict[int, int] = {}  # a box's "{" -> where its content starts
+    bare: dict[int, str] = {}  # where a box without braces starts -> its content
+    for match in _BOX_START.finditer(text):
+        if match.group(1) is not None:
+            starts[match.end() - 1] = match.end()
+        elif rest := re.match(r"[^\s$]+", text[match.end():match.end() + MAX_GOLD]):
+            bare[match.start()] = rest.group(0)
+    found: tuple[int, str] | None = None  # (where it ends, its content)
+    stack: list[int | None] = []
+    open_box: int | None = None  # the stack depth of the box being read
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        if c == "\\":
+            if i in bare and open_box is None:
+                found = (i, bare[i])
+            i += 2 if text[i + 1:i + 2] in ("{", "}") else 1
+            continue
+        if c == "{":
+            if i in starts and open_box is None:
+                open_box = len(stack)
+                stack.append(starts[i])
+            else:
+                stack.append(None)
+        elif c == "}" and stack:
+            begin = stack.pop()
+            if begin is not None and open_box == len(stack):
+                found, open_box = (i, text[begin:i]), None
+        i += 1
+    return found[1].strip() if found is not None else None
+
+
+def _gold_text(value: Any, index: int, field: str) -> str:
+    """A gold answer given as text or a number, as text without ``$`` around it or a ``\\boxed{}`` wrapper."""
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise LayoutError(index, field, f"expected the answer as text or a number, not {type(value).__name__}")
+    try:
+        text = str(value).strip()
+    except ValueError as exc:  # an integer of more digits than str() writes
+        raise LayoutError(index, field, f"an answer that is not text ({exc})") from None
+    if text.startswith("$") and text.endswith("$"):
+        text = text.strip("$").strip()
+    whole = re.fullmatch(r"\\(?:boxed|fbox)\s*\{(.*)\}", text, re.DOTALL)
+    if whole and last_boxed(text) == whole.group(1).strip():  # one box around the whole answer
+        text = whole.group(1).strip()
+    if not text:
+        raise LayoutError(index, field, "empty: the row has no answer")
+    return text
+
+
+def gsm8k_gold(answer: str, index: int, field: str = "answer") -> str:
+    """What follows the last ``####`` of a GSM8K answer, digit grouping commas dropped (``1,234``: 1234)."""
+    gold = answer.rsplit("####", 1)[1].strip()
+    if not gold:
+        raise LayoutError(index, field, "nothing after its last '####' (GSM8K's final answer)")
+    return gold.replace(",", "") if _GROUPING.fullmatch(gold) else gold
+
+
+def _slug(value: Any) -> str:
+    """A row's subject, category or source as a family suffix (``Intermediate Algebra``: intermediate_algebra)."""
+    if not isinstance(value, str):
+        return ""
+    return re.sub(r"[^a-z0-9]+", "_", value.strip().lower()).strip("_")[:64]
+
+
+def _math_family(row: Mapping[str, Any], family: str, *fields: str) -> str:
+    """``family/subject`` by the first of ``fields`` the row fills (MATH's ``type``, MMLU's ``subject``,
+    NuminaMath's ``source``, ...), else the dataset's own family."""
+    for field in fields:
+        slug = _slug(row.get(field))
+        if slug:
+            return f"{family}/{slug}"
+    return family
+
+
+def _math_id(row: Mapping[str, Any], family: str, text: str, *fields: str) -> str:
+    """``family/id`` from the row's own id, else ``family/h`` + a hash of the problem's text (stable across
+    row orders; a repeated problem's repeats get ``-2``, ``-3``... in the source's order: sources.hf_tasks)."""
+    for field in fields:
+        value = row.get(field)
+        if isinstance(value, (str, int)) and not isinstance(value, bool) and str(value).strip():
+            return f"{family}/{str(value).strip()}"[:256]
+    return f"{family}/h{hashlib.sha256(text.encode('utf-8', 'surrogatepass')).hexdigest()[:16]}"
+
+
+def _level(row: Mapping[str, Any]) -> int:
+    """MATH's ``Level 3`` (or a number) as the task's difficulty (1 when the row has none or ``Level ?``)."""
+    level = row.get("level")
+    if isinstance(level, int) and not isinstance(level, bool):
+        return min(max(level, 0), 10)
+    match = re.fullmatch(r"\s*(?:level\s*)?(\d{1,2})\s*", level, re.IGNORECASE) if isinstance(level, str) else None
+    return min(int(match.group(1)), 10) if match else 1
+
+
+def _math_spec(gold: str, **kw: Any) -> RewardSpec:
+    return RewardSpec(kind="math_answer", answer=gold, **kw)
+
+
+MATH_IDS = ("unique_id", "uuid", "id", "problem_id", "idx", "index")
+
+
+def _gsm8k(row: Mapping[str, Any], family: str, index: int) -> TaskSpec:
+    """GSM8K (``question``, ``answer``: a solution ending ``#### n``); also any question with a one-line
+    ``answer`` (Big-Math's, DeepScaleR's when they name the problem ``question``)."""
+    question = _text(row, "question", index)
+    answer = _gold_text(row.get("answer"), index, "answer")
+    if "####" in answer:
+        gold, reference = gsm8k_gold(answer, index), answer
+    elif "\n" in answer.strip():
+        raise LayoutError(index, "answer", "a solution without GSM8K's final '#### n' line, and not a one-line answer")
+    else:
+        gold, reference = answer, None
+    return TaskSpec(task_id=_math_id(row, family, question, *MATH_IDS), family=_math_family(row, family, "source"),
+                    prompt=f"{question.rstrip()}\n\n{BOXED_NOTE}", reward=_math_spec(gold),
+                    reference_solution=reference)
+
+
+def _problem(row: Mapping[str, Any], family: str, index: int) -> TaskSpec:
+    """MATH / hendrycks (``problem``, ``solution`` with ``\\boxed{}``, ``level``, ``type``), MATH-500
+    (``answer``, ``subject``, ``unique_id``), NuminaMath and OpenR1-Math (``problem``, ``solution``,
+    ``answer``, ``source``), DeepScaleR and Big-Math (``problem``, ``answer``): the gold is ``answer`` when
+    the row fills it, else the solution's last ``\\boxed{}``; the solution is the reference."""
+    problem = _text(row, "problem", index)
+    solution = _optional_text(row, "solution", index)
+    if row.get("answer") not in (None, ""):
+        gold = _gold_text(row.get("answer"), index, "answer")
+    elif solution.strip():
+        boxed = last_boxed(solution)
+        if not boxed:
+            raise LayoutError(index, "solution", "no \\boxed{...} answer in it (and no 'answer' field)")
+        gold = boxed
+    else:
+        raise LayoutError(index, "answer", "missing or empty (and no 'solution' with a \\boxed{} answer)")
+    return TaskSpec(task_id=_math_id(row, family, problem, *MATH_IDS),
+                    family=_math_family(row, family, "type", "subject", "problem_type", "source"),
+                    prompt=f"{problem.rstrip()}\n\n{BOXED_NOTE}", reward=_math_spec(gold),
+                    reference_solution=solution if solution.strip() else None, difficulty=_level(row))
+
+
+def _choices(row: Mapping[str, Any], index: int) -> tuple[str, list[str], list[str]]:
+    """(the field, the choices' texts, their labels as published: letters, digits or empty)."""
+    field = "choices" if row.get("choices") is not None else "options"
+    value = row.get(field)
+    if isinstance(value, str):
+        value = _json(row, field, index)
+    if isinstance(value, dict):  # ARC, CommonsenseQA: {"label": [...], "text": [...]}
+        texts, labels = value.get("text"), value.get("label")
+        if not isinstance(texts, list) or not isinstance(labels, list) or len(texts) != len(labels):
+            raise LayoutError(index, field, "expected lists 'text' and 'label' of one length")
+    elif isinstance(value, list):
+        texts, labels = value, [""] * len(value)
+    else:
+        raise LayoutError(index, field, f"expected a list of choices or {{label, text}}, not {type(value).__name__}")
+    if not 2 <= len(texts) <= len(LETTERS):
+        raise LayoutError(index, field, f"{len(texts)} choices (2 to {len(LETTERS)})")
+    if not all(isinstance(t, (str, int, float)) and not isinstance(t, bool) and str(t).strip() for t in texts):
+        raise LayoutError(index, field, "a choice that is empty or not text")
+    texts = [str(t).strip() for t in texts]
+    if field == "options" and all(re.match(rf"{LETTERS[i]}\s*[).:]", t) for i, t in enumerate(texts)):
+        texts = [re.sub(r"^[A-Z]\s*[).:]\s*", "", t) for t in texts]  # AQuA's "A)21": lettered already
+    return field, texts, [str(label).strip() for label in labels]
+
+
+def _choice_index(row: Mapping[str, Any], texts: list[str], labels: list[str], index: int) -> tuple[str, int]:
+    """(the field, the index of the right choice): a letter, a label, a 0-based index or the choice's text."""
+    field = next((f for f in ("answer", "answerKey", "correct", "answer_index") if row.get(f) not in (None, "")),
+                 "answer")
+    value = row.get(field)
+    if isinstance(value, int) and not isinstance(value, bool):
+        position = value
+    elif isinstance(value, str) and value.strip():
+        said = value.strip()
+        if said in labels and any(labels):
+            position = labels.index(said)
+        elif len(said) == 1 and said.upper() in LETTERS:
+            position = LETTERS.index(said.upper())
+        elif said.isdigit():
+            position = int(said)
+        elif texts.count(said) == 1:
+            position = texts.index(said)
+        else:
+            raise LayoutError(index, field, f"{_shown(said)} is no choice's letter, label, index or text")
+    else:
+        raise LayoutError(index, field, "missing: the right choice's letter or index")
+    if not 0 <= position < len(texts):
+        raise LayoutError(index, field, f"choice {position} of {len(texts)} (a 0-based index)")
+    return field, position
+
+
+def _multiple_choice(row: Mapping[str, Any], family: str, index: int) -> TaskSpec:
+    """A question with lettered choices (MMLU: ``choices`` and an index; ARC, CommonsenseQA: ``choices``
+    with ``label``/``text`` and ``answerKey``; MMLU-Pro, AQuA: ``options`` and a letter): the prompt lists
+    the choices as A., B., ...; the gold is the right one's letter, read from the completion's ``\\boxed{}``."""
+    question = _text(row, "question", index)
+    _, texts, labels = _choices(row, index)
+    _, position = _choice_index(row, texts, labels, index)
+    listed = "\n".join(f"{LETTERS[i]}. {text}" for i, text in enumerate(texts))
+    return TaskSpec(task_id=_math_id(row, family, f"{question}\n{listed}", *MATH_IDS, "question_id"),
+                    family=_math_family(row, family, "subject", "category"),
+                    prompt=f"{question.rstrip()}\n\n{listed}\n\n{CHOICE_NOTE}",
+                    reward=_math_spec(LETTERS[position], answer_format="regex", answer_pattern=CHOICE_PATTERN))
+
+
+# Read after the code layouts (a code row has its tests; these have an answer): LAYOUTS' tail.
+MATH_LAYOUTS: tuple[Layout, ...] = (
+    Layout("multiple-choice", frozenset({"question"}), _multiple_choice, frozenset({"choices", "options"})),
+    Layout("gsm8k", frozenset({"question", "answer"}), _gsm8k),
+    Layout("math", frozenset({"problem"}), _problem, frozenset({"answer", "solution"})),
+)
+LAYOUTS = (*LAYOUTS, *MATH_LAYOUTS)
+
+
+def math_layout_of(row: Mapping[str, Any]) -> Layout | None:
+    """The math layout ``row`` is in when it is in no code layout (None otherwise)."""
+    layout = layout_of(row)
+    return layout if layout in MATH_LAYOUTS else None

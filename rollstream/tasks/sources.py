@@ -13,7 +13,9 @@ A source spec (``Config.sampler.sources``) is one of:
   directory, or a ``.jsonl/.json/.parquet/.csv`` file); never the hub. Rows may be TaskSpec
   objects, HumanEval-style (prompt, test, entry_point), MBPP-style (text, code, test_list) or
   in a published layout read as it is: TACO/APPS/CodeContests, LiveCodeBench, open-r1
-  verifiable-coding, AceCode, KodCode (rollstream/tasks/layouts.py).
+  verifiable-coding, AceCode, KodCode, and the math layouts (GSM8K, MATH, NuminaMath,
+  OpenR1-Math, DeepScaleR, Big-Math, multiple-choice rows: ``math_answer`` tasks)
+  (rollstream/tasks/layouts.py).
 
 ``load_tasks(specs)`` returns every task once, in a stable order (sorted by task id within
 a source, sources in the given order); duplicate task ids are an error, because the sampler's
@@ -303,8 +305,10 @@ def _mbpp_task(row: Mapping[str, Any], family: str, index: int = 0) -> TaskSpec:
 def task_from_row(row: Mapping[str, Any], family: str, index: int = 0) -> TaskSpec:
     """Dataset row ``index`` as a TaskSpec: TaskSpec-shaped, HumanEval-style, MBPP-style or in a
     published layout (rollstream/tasks/layouts.py); a ConfigError naming the row otherwise."""
-    from rollstream.tasks.layouts import LAYOUTS, published_task
+    from rollstream.tasks.layouts import LAYOUTS, math_layout_of, published_task
 
+    if "reward" not in row and math_layout_of(row) is not None:  # NuminaMath-CoT's, OpenR1-Math's `messages`
+        return published_task(row, family, index)  # are their solutions as a chat: the row is a math layout's
     if "reward" in row or "messages" in row:
         clean = {k: v for k, v in row.items() if v is not None}
         clean.setdefault("family", family)
@@ -392,8 +396,14 @@ def hf_tasks(path: Path) -> list[TaskSpec]:
     index = 0
     try:
         tasks = []
+        repeats: dict[str, int] = {}
         for index, row in enumerate(_rows(path)):
-            tasks.append(task_from_row(row, family, index))
+            task = task_from_row(row, family, index)
+            if task.reward.kind == "math_answer":  # a problem published twice (its id a hash of its text):
+                repeats[task.task_id] = seen = repeats.get(task.task_id, 0) + 1  # -2, -3, ... in the file's order
+                if seen > 1:
+                    task = msgspec.structs.replace(task, task_id=f"{task.task_id}-{seen}")
+            tasks.append(task)
         return tasks
     except ConfigError as exc:
         message = str(exc)

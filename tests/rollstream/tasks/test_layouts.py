@@ -110,8 +110,8 @@ def test_a_decompression_bomb_is_bounded(monkeypatch: pytest.MonkeyPatch) -> Non
 
 
 def test_errors_name_the_row_and_the_field_and_nothing_is_half_loaded(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match=r"row 4: keys \['answer', 'question'\] fit no layout.*taco"):
-        task_from_row({"question": "?", "answer": "42"}, "x", 4)
+    with pytest.raises(ConfigError, match=r"row 4: keys \['hint', 'question'\] fit no layout.*taco"):
+        task_from_row({"question": "?", "hint": "42"}, "x", 4)  # (question and answer: GSM8K's, a math task)
     good = json.loads((FIXTURES / "taco.jsonl").read_text().splitlines()[0])
     broken = dict(good, problem_id=5, input_output="{not json")
     path = tmp_path / "mixed.jsonl"
