@@ -276,8 +276,9 @@ TWINS = [
 
 @pytest.mark.parametrize("direction, code, tests, setup, entry", FORMS + TWINS)
 async def test_form_without_a_reference(pool, registry, direction, code, tests, setup, entry):
-    # 60 s: 100,000 calls take about 10 s under runc and 42 s under runsc (each call is a round trip)
-    spec = RewardSpec(tests=tests, setup=setup, entry_point=entry, timeout_s=60.0)
+    # 90 s: 100,000 calls take about 10 s under runc and 42-60 s under runsc (each call is a round trip; on a
+    # loaded 2-core machine 55-60 s, at the edge of the 60 s this had)
+    spec = RewardSpec(tests=tests, setup=setup, entry_point=entry, timeout_s=90.0)
     evaluation = await evaluate(pool, registry, spec, f"```python\n{code}```", f"forms/{uuid.uuid4().hex[:6]}")
     record = evaluation.scored.execution
     events = [e for e in evaluation.result.events if e.get("e") in ("test", "tamper", "gone")] if evaluation.result else []
