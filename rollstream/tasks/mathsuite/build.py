@@ -407,7 +407,8 @@ def committee(rng):
     m, w = rng.randint(4, 8), rng.randint(4, 8)
     k1, k2 = rng.randint(1, 3), rng.randint(1, 3)
     v = math.comb(m, k1) * math.comb(w, k2)
-    return (f"A committee of {k1} men and {k2} women is chosen from {m} men and {w} women. How many different "
+    men, women = "man" if k1 == 1 else "men", "woman" if k2 == 1 else "women"
+    return (f"A committee of {k1} {men} and {k2} {women} is chosen from {m} men and {w} women. How many different "
             "committees are possible?", f"C({m}, {k1}) × C({w}, {k2}) = {math.comb(m, k1)} × {math.comb(w, k2)} = {v}.",
             v)
 
