@@ -42,6 +42,25 @@ runner ready) per runtime.
 file (``kind = "python_pytest"``: 3 test functions, run by the judge with pytest), sides alternating
 ``--rounds`` times: ``executions_per_s`` (assert list), ``executions_per_s_pytest`` and
 ``pytest_ratio`` (``python bench/executor.py --quick --forms --rounds 4 --json OUT``).
+
+``--math`` measures the ``math_answer`` kind (docs/tasks.md, "Math answers"; no Docker): completions scored
+through ``MathAnswer.check``, the executor's own path, over a real :class:`MathPool` (its worker processes
+under RLIMIT_AS, a timeout per answer), ``--math-workers`` of them (default: the executor's, min(4, cpus)),
+as many checks in flight as there are workers (``python bench/executor.py --math --quick --json OUT``). The
+mix, for each task of the built-in math suite (``suite:math``): its reference solution and its wrong solution;
+model-style variants of the right answer worded around the reference's working (as a decimal, exact or
+rounded to 4 places; as ``\\frac``/``\\dfrac`` where the gold is a fraction; ``x = n`` for an equation;
+thousands grouped as ``5{,}040``; "The answer is n." under the ``the_answer_is`` rule); the answer stated
+without the box the task asks for; and a hedge (``\\boxed{gold} or \\boxed{wrong}``). Each has its expected verdict
+(:func:`math_mix`): 1 for the reference and the equal forms, 0 for the wrong solution, the rounded decimal,
+the unboxed answer and the hedge. The pool's workers are started (CAS loaded) before the clock starts:
+``math_pool_start_s``. Reported: ``math_checks_per_s``, ``math_checks_per_s_per_core`` (per worker,
+``math_workers``), the latency of one check (``math_latency_ms_p50``/``_p90``/``_p99``/``_max``, and the
+median per variant), ``math_checks`` (``math_checks_compared`` of them reached the CAS: a hedge or a missing
+answer is decided before it), ``math_correct_agree`` (the fraction of verdicts equal to the expected
+one; each that is not is printed and the run fails), ``cpus`` and ``load_average_start``. ``--quick``: the
+mix (1,170 completions) 5 times, seconds; otherwise 50 times. A completion recurs only a whole mix later, past
+math-verify's own parse cache (20 entries): the gold's parse is cached per worker, as in the executor.
 """
 
 from __future__ import annotations
@@ -451,9 +470,164 @@ async def runtimes(args: argparse.Namespace) -> None:
     print(json.dumps(figures))
 
 
+def percentile(values: list[float], q: float) -> float:
+    """The ``q``-th percentile (0-100) of ``values``, linearly interpolated between the closest ranks
+    (numpy's default): the 50th of [1, 2, 3, 4] is 2.5, the 100th the largest."""
+    if not values:
+        raise ValueError("no values")
+    if not 0 <= q <= 100:
+        raise ValueError(f"percentile {q} outside 0-100")
+    ordered = sorted(values)
+    rank = (len(ordered) - 1) * q / 100
+    low = int(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+def _decimal(value: Any) -> str | None:
+    """``value`` (a Fraction) as an exact decimal, or None when it has none (a denominator other than 2s and 5s)."""
+    from decimal import Decimal
+
+    denominator = value.denominator
+    for prime in (2, 5):
+        while denominator % prime == 0:
+            denominator //= prime
+    if denominator != 1:
+        return None
+    if value.denominator == 1:
+        return f"{value.numerator}.0"
+    return str(Decimal(value.numerator) / Decimal(value.denominator))
+
+
+def math_mix(tasks: list[Any]) -> list[tuple[str, str, Any, str, float]]:
+    """The completions ``--math`` scores: (task id, variant, reward spec, completion, expected ``answer``
+    component) for each task (a ``math_answer`` task whose gold is an integer or a reduced fraction, with a
+    reference solution ``working\\n\\n... \\boxed{gold}...`` and a wrong solution), in task order."""
+    from fractions import Fraction
+
+    from rollstream.consumers.executor.answers import boxed
+
+    mix = []
+    for task in tasks:
+        spec, gold = task.reward, task.reward.answer
+        value = Fraction(gold)
+        work = task.reference_solution.split("\n\n")[0]
+        wrong = boxed(task.wrong_solutions[0])[-1]
+
+        def says(answer: str, work: str = work) -> str:
+            return f"{work}\n\nThe answer is $\\boxed{{{answer}}}$."
+
+        rows = [("reference", spec, task.reference_solution, 1.0), ("wrong", spec, task.wrong_solutions[0], 0.0)]
+        exact = _decimal(value)
+        if exact is not None:
+            rows.append(("decimal", spec, says(exact), 1.0))
+        else:  # rounded to 4 places: not equal (no tolerance; math-verify rounds at 6)
+            rows.append(("decimal_rounded", spec, says(f"{float(value):.4f}"), 0.0))
+        if value.denominator > 1:
+            sign, a, b = "-" if value < 0 else "", abs(value.numerator), value.denominator
+            rows.append(("frac", spec, says(f"{sign}\\frac{{{a}}}{{{b}}}"), 1.0))
+            rows.append(("dfrac", spec, says(f"{sign}\\dfrac{{{a}}}{{{b}}}"), 1.0))
+        elif abs(value) >= 1000:
+            rows.append(("thousands", spec, says(f"{value.numerator:,}".replace(",", "{,}")), 1.0))
+        if task.family == "linear_equations":
+            rows.append(("assignment", spec, says(f"x = {gold}"), 1.0))
+        rows.append(("the_answer_is", msgspec.structs.replace(spec, answer_format="the_answer_is"),
+                     f"{work}\n\nThe answer is {gold}.", 1.0))
+        rows.append(("no_box", spec, f"{work}\n\nSo the answer is {gold}.", 0.0))  # the task asks for \boxed{}
+        rows.append(("hedge", spec, f"{work}\n\nIt is $\\boxed{{{gold}}}$ or $\\boxed{{{wrong}}}$.", 0.0))
+        mix.extend((task.task_id, variant, s, text, expected) for variant, s, text, expected in rows)
+    return mix
+
+
+async def math_checks(args: argparse.Namespace) -> None:
+    """``--math``: the math_answer kind's checks/s and latency over a real MathPool (see the docstring)."""
+    from bench.common import report
+    from rollstream.consumers.executor.answers import MathAnswer, MathPool
+    from rollstream.tasks.sources import load_tasks
+
+    load = [round(x, 2) for x in os.getloadavg()]
+    mix = math_mix(load_tasks(["suite:math"]))
+    repeats = 5 if args.quick else 50  # a completion recurs a mix later: past the CAS's own caches (20)
+    kind = MathAnswer(MathPool(args.math_workers))
+    workers = kind.pool.size
+    try:
+        started = time.perf_counter()  # every worker started and its CAS loaded, each with one check
+        firsts = [row for row in mix if row[1] == "reference"][:workers]  # each reaches the pool
+        await asyncio.gather(*(kind.check(spec, text) for _, _, spec, text, _ in firsts))
+        pool_start = time.perf_counter() - started
+        if kind.pool.started != workers:
+            raise SystemExit(f"the warm-up started {kind.pool.started} workers, not {workers}")
+        gate = asyncio.Semaphore(workers)
+        latencies: list[float] = []
+        by_variant: dict[str, list[float]] = {}
+        disagree: list[str] = []
+        compared = 0  # checks that reached the CAS (a hedge, no answer: decided before it)
+
+        async def one(task_id: str, variant: str, spec: Any, text: str, expected: float) -> None:
+            nonlocal compared
+            async with gate:
+                began = time.perf_counter()
+                scored = await kind.check(spec, text)
+                took = (time.perf_counter() - began) * 1000
+            latencies.append(took)
+            by_variant.setdefault(variant, []).append(took)
+            check = scored.execution.answer_check if scored.execution else None
+            compared += bool(check and check.gold_parsed)
+            got = scored.components.get("answer")
+            if got != expected:
+                disagree.append(f"{task_id} {variant}: expected {expected:g}, got {got} (error_kind "
+                                f"{scored.execution.error_kind if scored.execution else '?'}, read "
+                                f"{check.extracted if check else ''!r}: {check.reason if check else ''})")
+
+        started = time.perf_counter()
+        await asyncio.gather(*(one(*row) for _ in range(repeats) for row in mix))
+        elapsed = time.perf_counter() - started
+        killed = kind.pool.killed
+    finally:
+        kind.close()
+    n = len(latencies)
+    rate = n / elapsed
+    figures = {
+        "math_checks_per_s": round(rate, 1),
+        "math_checks_per_s_per_core": round(rate / workers, 1),
+        "math_workers": workers,
+        "math_latency_ms_p50": round(percentile(latencies, 50), 2),
+        "math_latency_ms_p90": round(percentile(latencies, 90), 2),
+        "math_latency_ms_p99": round(percentile(latencies, 99), 2),
+        "math_latency_ms_max": round(max(latencies), 2),
+        "math_checks": n,
+        "math_correct_agree": round(1 - len(disagree) / n, 4),
+        "math_pool_start_s": round(pool_start, 2),
+        "cpus": os.cpu_count(),
+        "load_average_start": load,
+        "math_latency_ms_p50_by_variant": {v: round(percentile(t, 50), 2) for v, t in sorted(by_variant.items())},
+        "math_checks_by_variant": {v: len(t) for v, t in sorted(by_variant.items())},
+        "math_checks_compared": compared,
+        "math_tasks": len({row[0] for row in mix}),
+        "math_repeats": repeats,
+        "math_workers_killed": killed,
+        "concurrency": workers,
+        "head": git("rev-parse", "HEAD"),
+        "head_dirty": bool(git("status", "--porcelain", "--untracked-files=no")),
+    }
+    for line in disagree[:50]:
+        print("disagree:", line)
+    print(f"math_answer: {n} checks ({len(mix)} completions x {repeats}) over {workers} workers, {rate:.1f}/s "
+          f"({rate / workers:.1f}/s per worker); latency p50 {figures['math_latency_ms_p50']} ms, p99 "
+          f"{figures['math_latency_ms_p99']} ms, max {figures['math_latency_ms_max']} ms; pool start "
+          f"{pool_start:.2f} s; verdicts as expected: {n - len(disagree)}/{n}")
+    report(figures, args.json)
+    if disagree:
+        raise SystemExit(f"{len(disagree)} verdicts differ from the expected ones (printed above)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="small run (< 2 min; with --against < 5 min)")
+    parser.add_argument("--math", action="store_true",
+                        help="the math_answer kind's checks/s and latency over a real MathPool (no Docker)")
+    parser.add_argument("--math-workers", type=int, default=None,
+                        help="--math: the pool's workers (default: the executor's, min(4, cpus))")
     parser.add_argument("--json", help="write the figures to this file")
     parser.add_argument("--image", default="rollstream-sandbox:latest")
     parser.add_argument("--pool-size", type=int, default=2)
@@ -474,7 +648,9 @@ def main() -> None:
         parser.error("--rounds must be at least 1")
     if args.against and args.runtime:
         parser.error("--against and --runtime are separate runs")
-    if args.forms:
+    if args.math:
+        asyncio.run(math_checks(args))
+    elif args.forms:
         asyncio.run(forms(args))
     elif args.runtime:
         asyncio.run(runtimes(args))
