@@ -27,6 +27,7 @@ from typing import Any
 import msgspec
 
 from rollstream.config import Config
+from rollstream.tasks import domain_of
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +50,7 @@ class SampleResult:
     ran: bool = True
     turns: int = 1
     completion: str = ""
+    domain: str = "code"  # rollstream.tasks.domain_of the task's reward kind
 
 
 def eval_spec(task: Any, tests: str) -> Any:
@@ -163,7 +165,8 @@ class Player:
                 episode.task.task_id, episode.task.family, episode.index, outcome.passed, outcome.reward,
                 execution.error_kind, completion.finish_reason, len(completion.token_ids),
                 has_code=code is not None, parses=code is not None and execution.error_kind != "syntax",
-                ran=execution.error_kind == "none", turns=episode.turn, completion=text)
+                ran=execution.error_kind == "none", turns=episode.turn, completion=text,
+                domain=domain_of(episode.task.reward.kind))
         return self._next(episode, completion, outcome)
 
     def _next(self, episode: _Episode, completion: Any, outcome: Any) -> _Episode:

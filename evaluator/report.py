@@ -8,7 +8,11 @@ intervals, and forgetting. Pure functions over :class:`evaluator.play.SampleResu
 * a family's interval is a percentile bootstrap of pass@1 resampling its tasks, then the samples
   within each task;
 * a family is *forgetting* when its interval's upper bound lies below its best earlier pass@1
-  (so the noise of a small live subset does not raise it).
+  (so the noise of a small live subset does not raise it);
+* the same per *domain* (``rollstream.tasks.domain_of``: "code", "math"; a sample's ``domain``):
+  pass@1 over the domain's tasks, its interval, forgetting, and *rising* (the interval's lower
+  bound above its best earlier pass@1: beyond the noise, as forgetting is); :func:`trade_offs` names a domain forgetting while another rises (joint training
+  trading one for the other).
 """
 
 from __future__ import annotations
@@ -84,22 +88,28 @@ def summarize(results: Iterable[Any], ks: Sequence[int]) -> dict[str, dict[str, 
     return summary
 
 
-def bootstrap_pass1(results: Iterable[Any], *, resamples: int = 1000, level: float = 0.9, seed: int = 0
-                    ) -> dict[str, tuple[float, float]]:
+def _group(r: Any, by: str) -> str:
+    return getattr(r, by, "code") if by == "domain" else r.family
+
+
+def bootstrap_pass1(results: Iterable[Any], *, resamples: int = 1000, level: float = 0.9, seed: int = 0,
+                    by: str = "family") -> dict[str, tuple[float, float]]:
     """family -> (low, high): a percentile bootstrap interval of pass@1, resampling the family's
-    tasks and then each chosen task's samples (``ALL`` too)."""
+    tasks and then each chosen task's samples (``ALL`` too). ``by="domain"``: per domain instead
+    (no ``ALL``: it is the families' ``ALL``)."""
     per_task: dict[str, list[bool]] = defaultdict(list)
-    family_of: dict[str, str] = {}
+    group_of: dict[str, str] = {}
     for r in scored(results):
         per_task[r.task_id].append(bool(r.passed))
-        family_of[r.task_id] = r.family
-    by_family: dict[str, list[list[bool]]] = defaultdict(list)
+        group_of[r.task_id] = _group(r, by)
+    by_group: dict[str, list[list[bool]]] = defaultdict(list)
     for task, outcomes in per_task.items():
-        by_family[family_of[task]].append(outcomes)
-        by_family[ALL].append(outcomes)
+        by_group[group_of[task]].append(outcomes)
+        if by == "family":
+            by_group[ALL].append(outcomes)
     out = {}
-    for family, tasks in by_family.items():
-        rng = random.Random(f"{seed}/{family}")
+    for group, tasks in by_group.items():
+        rng = random.Random(f"{seed}/{group}" if by == "family" else f"{seed}/{by}:{group}")
         means = []
         for _ in range(resamples):
             chosen = rng.choices(tasks, k=len(tasks))
@@ -107,13 +117,57 @@ def bootstrap_pass1(results: Iterable[Any], *, resamples: int = 1000, level: flo
         means.sort()
         low = means[int((1 - level) / 2 * resamples)]
         high = means[min(resamples - 1, int((1 + level) / 2 * resamples))]
-        out[family] = (low, high)
+        out[group] = (low, high)
     return out
 
 
 def forgetting(intervals: Mapping[str, tuple[float, float]], best: Mapping[str, float]) -> dict[str, bool]:
     """family -> whether its interval's upper bound lies below its best earlier pass@1."""
     return {family: family in best and high < best[family] for family, (_, high) in intervals.items()}
+
+
+def domains(results: Iterable[Any], best: Mapping[str, float], *, resamples: int = 1000, level: float = 0.9,
+            seed: int = 0) -> dict[str, dict[str, Any]]:
+    """domain -> {tasks, samples, pass1, ci_low, ci_high, best_before, forgetting, rising}: pass@1
+    averaged over the domain's tasks (as a family's), its bootstrap interval, the domain's best
+    earlier pass@1 (``best``), forgetting (the interval's upper bound below that best) and rising
+    (its lower bound above it: a rise beyond the noise, so that chance alone pairs no domain with a
+    forgetting one). Samples lost to ``infra`` count nowhere, as in :func:`summarize`."""
+    results = scored(results)
+    per_task: dict[str, list[Any]] = defaultdict(list)
+    for r in results:
+        per_task[r.task_id].append(r)
+    by_domain: dict[str, list[list[Any]]] = defaultdict(list)
+    for samples in per_task.values():
+        by_domain[_group(samples[0], "domain")].append(samples)
+    intervals = bootstrap_pass1(results, resamples=resamples, level=level, seed=seed, by="domain")
+    flagged = forgetting(intervals, best)
+    out = {}
+    for domain in sorted(by_domain):
+        groups = by_domain[domain]
+        pass1 = sum(sum(r.passed for r in g) / len(g) for g in groups) / len(groups)
+        low, high = intervals[domain]
+        before = best.get(domain)
+        out[domain] = {"tasks": len(groups), "samples": sum(len(g) for g in groups), "pass1": pass1,
+                       "ci_low": low, "ci_high": high, "best_before": before, "forgetting": flagged[domain],
+                       "rising": before is not None and low > before}
+    return out
+
+
+def best_after(best: Mapping[str, float], rows: Mapping[str, Mapping[str, Any]]) -> dict[str, float]:
+    """The best pass@1 per domain (or family) once ``rows`` (:func:`domains`) are in."""
+    out = dict(best)
+    for name, row in rows.items():
+        if row.get("pass1") is not None:
+            out[name] = max(out.get(name, 0.0), row["pass1"])
+    return out
+
+
+def trade_offs(rows: Mapping[str, Mapping[str, Any]]) -> list[tuple[str, str]]:
+    """(forgetting, rising) pairs of :func:`domains` rows: one domain fell below its best by more
+    than its noise while another rose above its own (the mixture trades one for the other)."""
+    return [(down, up) for down, d in rows.items() if d["forgetting"]
+            for up, u in rows.items() if up != down and u["rising"]]
 
 
 def task_digest(task_ids: Iterable[str]) -> str:

@@ -24,6 +24,10 @@ Consumes ``policy`` (``WeightsPublished``) in a consumer group of its own; produ
 * **Forgetting:** per family, a bootstrap interval of the live pass@1 over tasks and samples; the
   gauge ``rollstream_evaluator_forgetting{family}`` is 1 while the interval's upper bound lies
   below the family's best earlier live pass@1 (so the noise of a few tasks does not raise it).
+* **Domains:** the same per domain (``rollstream.tasks.domain_of``: code, math; ``EvalReported.domains``,
+  the gauges ``rollstream_evaluator_domain_heldout_pass1{domain,scope}`` and
+  ``rollstream_evaluator_domain_forgetting{domain}``), and a warning naming both when one domain is
+  forgetting while another rose above its best (joint training trading one for the other).
 * **The split:** with ``eval.heldout_digest`` (``rollstream run`` sets it from ``run.json``), an
   evaluator whose held-out split has another digest refuses to start.
 """
@@ -44,7 +48,7 @@ from rollstream.errors import ConfigError, WeightStoreError
 from rollstream.evaluator import report
 from rollstream.evaluator.play import Player, SampleResult
 from rollstream.metrics import StageMetrics
-from rollstream.schemas import EvalReported, FamilyEval
+from rollstream.schemas import DomainEval, EvalReported, FamilyEval
 
 log = logging.getLogger(__name__)
 STAGE = "evaluator"
@@ -120,6 +124,7 @@ class Evaluator:
     redis: Any
     metrics: Any
     best: dict[str, float] = field(default_factory=dict)  # family -> best live pass@1 so far
+    best_domains: dict[str, float] = field(default_factory=dict)  # domain -> best live pass@1 so far
     latest: EvalReported | None = None
     references: Any = None  # the tasks' reference checks, made once for every version
 
@@ -161,11 +166,15 @@ class Evaluator:
         intervals = report.bootstrap_pass1(results, resamples=options.bootstrap_resamples,
                                            level=options.bootstrap_level, seed=options.seed)
         families = families_of(results, ks, intervals, {} if last else self.best)
+        domains = report.domains(results, {} if last else self.best_domains, resamples=options.bootstrap_resamples,
+                                 level=options.bootstrap_level, seed=options.seed)
         if not last:
             for fam in families:
                 if "1" in fam.pass_at:
                     self.best[fam.family] = max(self.best.get(fam.family, 0.0), fam.pass_at["1"])
+            self.best_domains = report.best_after(self.best_domains, domains)
         return EvalReported(version=version, step=step, scope="final" if last else "live", families=families,
+                            domains=[DomainEval(domain=name, **row) for name, row in domains.items()],
                             samples=len(results), turns=options.turns, seed=options.seed,
                             task_digest=self.plan.final_digest if last else self.plan.live_digest,
                             heldout_digest=self.plan.heldout_digest, duration_s=time.monotonic() - started,
@@ -206,6 +215,11 @@ class Evaluator:
                 self.metrics.pass1_code.labels(*labels).set(fam.pass1_with_code)
             if event.scope == "live":
                 self.metrics.forgetting.labels(fam.family).set(1.0 if fam.forgetting else 0.0)
+        for dom in event.domains:
+            if dom.pass1 is not None:
+                self.metrics.domain_pass1.labels(dom.domain, event.scope).set(dom.pass1)
+            if event.scope == "live":
+                self.metrics.domain_forgetting.labels(dom.domain).set(1.0 if dom.forgetting else 0.0)
         self.metrics.version.set(event.version)
         overall = next((f for f in event.families if f.family == report.ALL), None)
         log.info("policy version %d (%s): held-out pass@1 %s over %d samples in %.0f s", event.version, event.scope,
@@ -214,6 +228,21 @@ class Evaluator:
             if fam.forgetting:
                 log.warning("family %s is forgetting: pass@1 %.3f (interval up to %.3f) below its best %.3f",
                             fam.family, fam.pass_at.get("1", 0.0), fam.ci_high or 0.0, fam.best_before or 0.0)
+        if event.domains:
+            log.info("policy version %d (%s): held-out pass@1 per domain: %s", event.version, event.scope,
+                     ", ".join(f"{d.domain} {d.pass1 or 0.0:.3f} [{d.ci_low or 0.0:.3f}, {d.ci_high or 0.0:.3f}] over "
+                               f"{d.tasks} tasks" for d in event.domains))
+        rows = {d.domain: {"forgetting": d.forgetting, "rising": d.rising} for d in event.domains}
+        figures = {d.domain: d for d in event.domains}
+        for dom in event.domains:
+            if dom.forgetting:
+                log.warning("domain %s is forgetting: pass@1 %.3f (interval up to %.3f) below its best %.3f",
+                            dom.domain, dom.pass1 or 0.0, dom.ci_high or 0.0, dom.best_before or 0.0)
+        for down, up in report.trade_offs(rows):
+            log.warning("domain %s is forgetting (pass@1 %.3f, best %.3f) while domain %s rose above its best "
+                        "(pass@1 %.3f, best %.3f): the mixture trades %s for %s", down, figures[down].pass1 or 0.0,
+                        figures[down].best_before or 0.0, up, figures[up].pass1 or 0.0,
+                        figures[up].best_before or 0.0, down, up)
 
     async def handle(self, waiting: list[tuple[int, int]]) -> None:
         """Evaluate the newest waiting version (and the last, whenever it waits); report the others
@@ -243,6 +272,11 @@ class EvaluatorMetrics:
                                         "with a code block (format apart from correctness)", ("family", "scope"))
         self.forgetting = metrics.gauge("evaluator_forgetting", "1 while a family's live pass@1 interval lies below "
                                         "its best earlier pass@1", ("family",))
+        self.domain_pass1 = metrics.gauge("evaluator_domain_heldout_pass1", "Held-out pass@1 of the latest evaluated "
+                                          "version, per domain (code, math: rollstream.tasks.domain_of) and scope",
+                                          ("domain", "scope"))
+        self.domain_forgetting = metrics.gauge("evaluator_domain_forgetting", "1 while a domain's live pass@1 "
+                                               "interval lies below its best earlier pass@1", ("domain",))
         self.version = metrics.gauge("evaluator_version", "The latest policy version the evaluator evaluated")
 
 

@@ -36,7 +36,8 @@ adds the signed ``attestation`` of a verdict (defaulted). ``ExecutionRecord.test
 ``test_results_omitted`` (each test's result) are defaulted fields: version unchanged, and so is
 ``Attestation.digests`` (the per-field digests of a v2 signature: empty in a v1 one), and so are the
 ``math_answer`` fields (``RewardSpec.answer``/``answer_format``/``answer_pattern``/``answer_tolerance``,
-``ExecutionRecord.answer_check``).
+``ExecutionRecord.answer_check``), and so is ``EvalReported.domains`` (per-domain figures: empty in
+an older report).
 
 ``tests/schemas/test_compat.py`` holds frozen copies of the version-1 shapes and
 checks that what they wrote still decodes.
@@ -608,6 +609,21 @@ class FamilyEval(msgspec.Struct, frozen=True, kw_only=True):
     forgetting: bool = False  # ci_high < best_before
 
 
+class DomainEval(msgspec.Struct, frozen=True, kw_only=True):
+    """One domain's figures in an evaluation (``rollstream.tasks.domain_of``: "code", "math"): pass@1
+    over its tasks, its bootstrap interval, and whether it is forgetting (as :class:`FamilyEval`)."""
+
+    domain: ShortText
+    tasks: Annotated[int, Meta(ge=0)]
+    samples: Annotated[int, Meta(ge=0)]
+    pass1: Share | None = None  # averaged over the domain's tasks
+    ci_low: Share | None = None  # a bootstrap interval of pass1 over tasks and samples
+    ci_high: Share | None = None
+    best_before: Share | None = None  # the domain's best pass@1 at an earlier version (same scope)
+    forgetting: bool = False  # ci_high < best_before
+    rising: bool = False  # ci_low > best_before (a rise beyond the noise)
+
+
 EvalScope = Literal["live", "final"]
 
 
@@ -623,6 +639,7 @@ class EvalReported(Event, frozen=True, kw_only=True):
     status: Literal["evaluated", "skipped"] = "evaluated"
     reason: ShortText = ""
     families: list[FamilyEval] = []
+    domains: list[DomainEval] = []  # per domain (code, math); defaulted: older reports decode
     samples: Annotated[int, Meta(ge=0)] = 0
     turns: Annotated[int, Meta(ge=1)] = 1
     seed: int = 0

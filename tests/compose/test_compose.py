@@ -275,7 +275,7 @@ def test_stack_runs_offline_and_every_dashboard_query_finds_data(stack: Stack) -
     groups = stack.api("/api/v1/rules")["groups"]
     rules = {rule["name"]: rule for group in groups for rule in group["rules"]}
     assert {"StageDown", "StageMissing", "ConsumerLagGrowing", "DeadLetters", "StaleDropsHigh",
-            "SandboxTamper", "FamilyForgetting"} <= set(rules), sorted(rules)
+            "SandboxTamper", "FamilyForgetting", "DomainForgetting"} <= set(rules), sorted(rules)
     unhealthy = [(name, rule.get("lastError")) for name, rule in rules.items() if rule["health"] != "ok"]
     assert not unhealthy, unhealthy
     wait_for("the DeadLetters alert", lambda: any(

@@ -122,6 +122,11 @@ STRATEGIES = {
             "pass_at": st.dictionaries(st.sampled_from(["1", "2", "5"]), st.floats(0, 1)),
             "mean_reward": _finite, "with_code": st.one_of(st.none(), st.floats(0, 1)),
             "ci_low": st.one_of(st.none(), st.floats(0, 1)), "forgetting": st.booleans()}), max_size=3),
+        "domains": st.lists(st.fixed_dictionaries({
+            "domain": st.sampled_from(["code", "math"]), "tasks": st.integers(0, 10**4),
+            "samples": st.integers(0, 10**5), "pass1": st.one_of(st.none(), st.floats(0, 1)),
+            "ci_high": st.one_of(st.none(), st.floats(0, 1)), "forgetting": st.booleans(),
+            "rising": st.booleans()}), max_size=2),
         "samples": st.integers(0, 10**6), "turns": st.integers(1, 8), "seed": st.integers(-2**31, 2**31),
         "task_digest": _texts, "heldout_digest": _texts, "duration_s": st.floats(0, 1e5), "reported_at": _stamp,
     }),
