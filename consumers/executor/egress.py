@@ -26,7 +26,6 @@ import io
 import logging
 import tarfile
 from collections.abc import Sequence
-from importlib import resources
 from typing import Any
 
 from rollstream.consumers.executor.runtime.egress import MAX_RECORDS, covers, parse_entry
@@ -75,8 +74,6 @@ def socket_dir_archive() -> bytes:
     return buffer.getvalue()
 
 
-def proxy_source() -> str:
-    return resources.files("rollstream.consumers.executor.runtime").joinpath("egress.py").read_text()
 
 
 def proxy_config(image: str, labels: dict[str, str], volume: str, network: str, cmd: list[str]) -> dict[str, Any]:

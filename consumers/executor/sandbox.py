@@ -58,10 +58,10 @@ from rollstream.consumers.executor.egress import (
     check_allowed,
     network_key,
     proxy_config,
-    proxy_source,
     socket_dir_archive,
 )
 from rollstream.consumers.executor.image import PYTEST_LABEL
+from rollstream.consumers.executor.runtime import importer
 from rollstream.consumers.executor.runtime.candidate import SOLUTION
 from rollstream.errors import SandboxError, SandboxLost
 from rollstream.retry import retry
@@ -254,25 +254,26 @@ class SandboxBackend(Protocol):
     async def execute(self, job: Job) -> RunResult: ...
 
 
-# The sandbox's runtime, in order: each uses the names of those before it.
-RUNTIME = ("codec.py", "channel.py", "proxies.py", "crossing.py", "fromdata.py", "candidate.py", "judge.py", "pytests.py",
-           "inprocess.py", "workspace.py", "zygotes.py", "cleanup.py", "warmup.py", "relay.py", "supervisor.py")
 # The command line carries a bootstrap; the runtime itself arrives on stdin (a -c argument is
-# capped at 128 KiB by the kernel).
-BOOTSTRAP = "import sys;exec(compile(sys.stdin.buffer.read(int(sys.stdin.buffer.readline())),'<runner>','exec'))"
+# capped at 128 KiB by the kernel): runtime/importer.py's source, which the bootstrap runs, then
+# the bundle of the runtime's modules, which its boot() imports from.
+BOOTSTRAP = ("import sys;i=sys.stdin.buffer;m=type(sys)('rollstream.consumers.executor.runtime.importer');"
+             "exec(compile(i.read(int(i.readline())),'<runner>/importer.py','exec'),m.__dict__);sys.exit(m.boot(i))")
 
 
-@functools.lru_cache(maxsize=1)
-def runner_source() -> str:
-    """What the container runs: the sandbox's runtime modules as one source, in order."""
-    package = resources.files("rollstream.consumers.executor.runtime")
-    return "\n\n".join(package.joinpath(name).read_text() for name in RUNTIME)
+@functools.lru_cache(maxsize=4)
+def runner_preamble(entry: str = importer.ENTRY) -> bytes:
+    """What the bootstrap reads first from the container's stdin: the importer, then the bundle
+    of every module of the runtime package with ``entry`` to run (runtime/importer.py)."""
+    package = resources.files(importer.PACKAGE)
+    sources = {path.name: path.read_text() for path in package.iterdir() if path.name.endswith(".py")}
+    return importer.pack(dict(sorted(sources.items())), entry)
 
 
 def runtime_identity(container_runtime: str) -> str:
     """The runtime a verdict was decided by: the container runtime (runc, runsc, ...) and the
-    digest of the runner source the container runs."""
-    digest = hashlib.sha256(runner_source().encode()).hexdigest()[:16]
+    digest of what the container runs (runner_preamble: the importer and the bundle)."""
+    digest = hashlib.sha256(runner_preamble()).hexdigest()[:16]
     return f"{container_runtime}+runner:{digest}"
 
 
@@ -280,12 +281,6 @@ def sandbox_identity(backend: Any) -> tuple[str, str]:
     """(image, runtime) a backend decides verdicts under ("unknown" where it does not say: the
     sim backend, a pool not started)."""
     return getattr(backend, "image_id", "") or "unknown", getattr(backend, "runtime", "") or "unknown"
-
-
-def runner_preamble() -> bytes:
-    """What the bootstrap reads first from the container's stdin: the runtime's size, then it."""
-    source = runner_source().encode()
-    return str(len(source)).encode() + b"\n" + source
 
 
 def limits_from_config(config: ExecutorConfig) -> SandboxLimits:
@@ -895,9 +890,8 @@ class DockerSandboxPool:
             await self._delete(container)
             raise
         warm = _Warm(container, stream, name)
-        source = proxy_source().encode()
         try:
-            await stream.write_in(str(len(source)).encode() + b"\n" + source)
+            await stream.write_in(runner_preamble(importer.EGRESS_ENTRY))
             ready = await warm.receive(PROXY_READY_TIMEOUT_S)
         except TimeoutError:
             ready = None

@@ -1,2 +1,3 @@
-"""The in-container runtime of the sandbox: standard library only, sent to each container as one
-source in the order consumers/executor/sandbox.py:RUNTIME gives (on the host, ordinary modules)."""
+"""The in-container runtime of the sandbox: standard library only. Each container gets every
+module of this package as a bundle on its stdin and imports them under these same names
+(runtime/importer.py; the entry point is supervisor.py's ``main``); on the host, ordinary modules."""

@@ -1,7 +1,7 @@
 """The candidate: the completion's process, which answers the judge's requests.
 
-Runs INSIDE the sandbox after ``codec.py``, ``channel.py`` and ``proxies.py`` (standard library
-only; on the host, an ordinary module). The candidate is a fresh fork of the zygote, which never
+A module of the runtime (standard library only; in the sandbox it arrives in the runtime's
+bundle, runtime/importer.py; on the host, an ordinary module). The candidate is a fresh fork of the zygote, which never
 loaded a job: it runs the task's ``setup``, then the completion's code, reports what it defines
 under the names the tests read, then serves requests until the runner ends it (consumers/
 judge.py for the other side). Everything here is honest serving code; the completion can change
@@ -20,29 +20,28 @@ import builtins
 import os
 import sys
 
-if __name__ != "__main__":  # on the host; in the sandbox these names come from the files above
-    from rollstream.consumers.executor.runtime.channel import Channel, items
-    from rollstream.consumers.executor.runtime.codec import (
-        MUTABLE,
-        ProtocolError,
-        Table,
-        _text,
-        environ_apply,
-        run_setup,
-        setup_classes_of,
-        std_name,
-    )
-    from rollstream.consumers.executor.runtime.proxies import (
-        CANDIDATE_PARITY,
-        JUDGE_PARITY,
-        STD_VALUE_CLASSES,
-        VALUE_BASES,
-        _builtin_base,
-        _flat_kwargs,
-        _value_base,
-        exception_item,
-        exception_value,
-    )
+from rollstream.consumers.executor.runtime.channel import Channel, items
+from rollstream.consumers.executor.runtime.codec import (
+    MUTABLE,
+    ProtocolError,
+    Table,
+    clip_text,
+    environ_apply,
+    run_setup,
+    setup_classes_of,
+    std_name,
+)
+from rollstream.consumers.executor.runtime.proxies import (
+    CANDIDATE_PARITY,
+    JUDGE_PARITY,
+    STD_VALUE_CLASSES,
+    VALUE_BASES,
+    builtin_base,
+    exception_item,
+    exception_value,
+    flat_kwargs,
+    value_base,
+)
 
 SOLUTION = "solution"  # the completion's module name
 # What one call may print: it travels with the reply, within the frame's bytes, and the judge prints it where the
@@ -87,7 +86,7 @@ class JudgeProxy:
     __slots__ = ()
 
     def __call__(self, *args, **kwargs):
-        return _ask("call", self, [items(args), items(_flat_kwargs(kwargs))])
+        return _ask("call", self, [items(args), items(flat_kwargs(kwargs))])
 
     def __getattr__(self, name):
         value = _ask("get", self, [name])
@@ -116,7 +115,7 @@ class _BoundJudge:
         self.owner, self.name = owner, name
 
     def __call__(self, *args, **kwargs):
-        return _ask("callm", self.owner, [self.name, items(args), items(_flat_kwargs(kwargs))])
+        return _ask("callm", self.owner, [self.name, items(args), items(flat_kwargs(kwargs))])
 
 
 def _judge_forward(op):
@@ -184,7 +183,7 @@ def encode_other(x, encoder):
     if isinstance(x, BaseException):
         if getattr(builtins, t.__name__, None) is t or std_name(t) is not None:
             return exception_item(x, encoder)
-        return _handle(x, encoder, ["e", encoder.item(t), encoder.item(tuple(x.args)), _text(x, 4000),
+        return _handle(x, encoder, ["e", encoder.item(t), encoder.item(tuple(x.args)), clip_text(x, 4000),
                                     encoder.item({})])
     if isinstance(x, type):
         named = std_name(x)
@@ -194,14 +193,14 @@ def encode_other(x, encoder):
             return _handle(x, encoder, _class_desc(x, encoder))
         if named is not None:  # a standard-library class: its name, so the reference's record can say so
             return _handle(x, encoder, ["s", *named])
-        return _handle(x, encoder, ["f", _text(getattr(x, "__qualname__", "class"), 100)])
+        return _handle(x, encoder, ["f", clip_text(getattr(x, "__qualname__", "class"), 100)])
     for base, kind in MUTABLE.items():  # a completion's subclass of a container: as the container,
         if isinstance(x, base):  # its content read with the container's own methods (codec.base_view)
             return encoder.container(x, kind)
     if t.__name__ == "module" and isinstance(getattr(x, "__name__", None), str):
         return _handle(x, encoder, ["m", x.__name__])
     if std_name(t) is None and t.__module__ != "builtins":  # an instance of a completion class
-        base = _value_base(t)
+        base = value_base(t)
         plain = None if base is None else encoder.item(_plain_value(x, base))
         return _handle(x, encoder, ["i", encoder.item(t), plain])
     if _is_iterator(x, t):
@@ -230,9 +229,9 @@ def _class_desc(cls, encoder):
         if base in VALUE_BASES or (std_name(base) is None and base.__module__ != "builtins"):
             bases.append(encoder.item(base))  # a value type by name, a completion or setup class by handle/name
         elif issubclass(base, BaseException):
-            bases.append({"st": list(std_name(base) or ("builtins", _builtin_base(base)))})
-        elif _value_base(base) is not None:  # IntEnum, StrEnum: the value type they derive from
-            bases.append(encoder.item(_value_base(base)))
+            bases.append({"st": list(std_name(base) or ("builtins", builtin_base(base)))})
+        elif value_base(base) is not None:  # IntEnum, StrEnum: the value type they derive from
+            bases.append(encoder.item(value_base(base)))
     own = [klass for klass in cls.__mro__ if std_name(klass) is None and klass.__module__ != "builtins"]
     methods, attrs = set(), set()
     for klass in own:
@@ -260,7 +259,7 @@ def _class_desc(cls, encoder):
     enum = sys.modules.get("enum")
     if enum is not None and issubclass(cls, enum.Enum):
         info["enum"] = True
-    return ["c", _text(cls.__name__, 200), _text(cls.__qualname__, 200), _text(cls.__module__, 200), bases,
+    return ["c", clip_text(cls.__name__, 200), clip_text(cls.__qualname__, 200), clip_text(cls.__module__, 200), bases,
             sorted(methods), encoder.item(info)]
 
 
@@ -332,10 +331,10 @@ def serve(message):
         status, reply = "exc", [exc]
     finally:
         extras = restore()
-    printed = _OUT.size + _ERR.size
+    printed = CAPTURED_OUT.size + CAPTURED_ERR.size
     if printed > PRINT_CAP:
-        _OUT.drain()
-        _ERR.drain()
+        CAPTURED_OUT.drain()
+        CAPTURED_ERR.drain()
         return "fail", [f"printed {printed} characters in one call"]
     if _CANDIDATE.watched:
         moved = _moved_names()
@@ -360,7 +359,7 @@ def _moved_names():
 
 
 _IS_METHOD = object()
-_OUT, _ERR = PrintCapture(), PrintCapture()
+CAPTURED_OUT, CAPTURED_ERR = PrintCapture(), PrintCapture()
 
 
 def _get(target, name):
@@ -662,15 +661,15 @@ def _log_record(logging, record):
     try:
         message = record.getMessage()
     except BaseException:
-        message = _text(record.msg, 10000)
+        message = clip_text(record.msg, 10000)
     exc_text = None
     if record.exc_info:
         try:
             exc_text = logging.Formatter().formatException(record.exc_info)
         except BaseException:
             exc_text = None
-    return [_text(record.name, 500), int(record.levelno), _text(record.levelname, 100), str(message)[:10000],
-            _text(record.pathname, 500), int(record.lineno or 0), _text(record.funcName, 200),
+    return [clip_text(record.name, 500), int(record.levelno), clip_text(record.levelname, 100), str(message)[:10000],
+            clip_text(record.pathname, 500), int(record.lineno or 0), clip_text(record.funcName, 200),
             None if exc_text is None else exc_text[:10000], float(record.created)]
 
 
@@ -771,7 +770,7 @@ def candidate_main(code_text, setup, names, program, req_fd, resp_fd, out_cap):
     channel.send("compiled", 0, "", [])
     failed = run_setup(setup, namespace)
     if failed is not None:
-        channel.send("ready", 0, "setup_error", [type(failed).__name__, _text(failed, 500)])
+        channel.send("ready", 0, "setup_error", [type(failed).__name__, clip_text(failed, 500)])
         return 1
     candidate.setup = {k: v for k, v in namespace.items() if k != "__builtins__"}
     classes = setup_classes_of(namespace)
@@ -784,7 +783,7 @@ def candidate_main(code_text, setup, names, program, req_fd, resp_fd, out_cap):
             exec(code, namespace)
         except BaseException as exc:  # SystemExit too: the tests never get an answer
             print_exception(exc)
-            channel.send("ready", 0, "code_error", [type(exc).__name__, _text(exc, 500), _line_of(exc)])
+            channel.send("ready", 0, "code_error", [type(exc).__name__, clip_text(exc, 500), line_of(exc)])
             return 1
     report = []
     served = namespace.get("__getattr__")  # PEP 562: a name the module does not hold, its __getattr__ serves
@@ -798,11 +797,11 @@ def candidate_main(code_text, setup, names, program, req_fd, resp_fd, out_cap):
                 continue
     sys.stdout.flush()
     sys.stderr.flush()
-    sys.stdout, sys.stderr = _OUT, _ERR
+    sys.stdout, sys.stderr = CAPTURED_OUT, CAPTURED_ERR
     try:
         channel.send("ready", 0, "ok", [items(report)])
     except BaseException as exc:  # a value that cannot cross: the names go unreported
-        _complain(f"candidate: cannot report its names: {type(exc).__name__}: {_text(exc, 300)}")
+        _complain(f"candidate: cannot report its names: {type(exc).__name__}: {clip_text(exc, 300)}")
         channel.send("ready", 0, "ok", [items([])])
     else:  # from now on the judge hears when the module rebinds one of them (serve)
         candidate.watched = {name: namespace.get(name, _MISSING) for name in names}
@@ -816,7 +815,7 @@ def candidate_main(code_text, setup, names, program, req_fd, resp_fd, out_cap):
 
 
 def _printed():
-    return _OUT.drain(), _ERR.drain()
+    return CAPTURED_OUT.drain(), CAPTURED_ERR.drain()
 
 
 def _complain(text):
@@ -826,7 +825,7 @@ def _complain(text):
         pass
 
 
-def _line_of(exc):
+def line_of(exc):
     line, tb = None, exc.__traceback__
     while tb is not None:
         if tb.tb_frame.f_code.co_filename == "<completion>":
@@ -848,15 +847,20 @@ def print_exception(exc):
             frames, tb = [], exc.__traceback__
             while tb is not None:
                 code = tb.tb_frame.f_code
-                if code.co_filename != print_exception.__code__.co_filename:
+                if code.co_filename.rpartition("/")[0] != RUNTIME_FILES:
                     frames.append(f'  File "{code.co_filename}", line {tb.tb_lineno}, in {code.co_name}\n')
                 tb = tb.tb_next
             if len(frames) > 40:
                 frames = frames[:20] + [f"  [... {len(frames) - 40} more frames ...]\n"] + frames[-20:]
-            text = _text(exc, 2000)
+            text = clip_text(exc, 2000)
             lines = ["Traceback (most recent call last):\n", *frames,
                      f"{type(exc).__name__}: {text}\n" if text else f"{type(exc).__name__}\n"]
         sys.stderr.write("".join(lines))
         sys.stderr.flush()
     except BaseException:
         pass
+
+
+# The runtime's own files (their frames are left out of what print_exception prints): this
+# package's directory on the host, <runner>/ in the container (runtime/importer.py).
+RUNTIME_FILES = print_exception.__code__.co_filename.rpartition("/")[0]

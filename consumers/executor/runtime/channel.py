@@ -1,7 +1,7 @@
 """The link between a sandbox job's judge and its candidate: requests both ways, replies in order.
 
-Runs INSIDE the sandbox after ``codec.py`` (standard library only; on the host, an ordinary
-module). Either side may ask the other while it waits for an answer of its own (the judge asks
+A module of the runtime (standard library only; in the sandbox it arrives in the runtime's
+bundle, runtime/importer.py; on the host, an ordinary module). Either side may ask the other while it waits for an answer of its own (the judge asks
 the candidate to call the completion; the completion calls a key function the tests passed,
 which the judge runs), so both run the same loop: send a request, then serve what arrives
 until the reply to *that* request does.
@@ -19,17 +19,16 @@ that answers anything but the question the judge is waiting for is a protocol er
 import _thread
 import os
 
-if __name__ != "__main__":  # on the host; in the sandbox these names come from codec.py above
-    from rollstream.consumers.executor.runtime.codec import (
-        Decoder,
-        Encoder,
-        NotTransferable,
-        ProtocolError,
-        dumps,
-        loads,
-        receive,
-        send_bytes,
-    )
+from rollstream.consumers.executor.runtime.codec import (
+    Decoder,
+    Encoder,
+    NotTransferable,
+    ProtocolError,
+    dumps,
+    loads,
+    receive,
+    send_bytes,
+)
 
 MAX_NESTING = 64  # requests served inside requests
 

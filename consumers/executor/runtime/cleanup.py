@@ -1,13 +1,12 @@
-"""After each job, in the sandbox (part of the runtime's one source, see
-consumers/executor/runtime/supervisor.py; standard library only): nothing but PID 1 and the
+"""After each job, in the sandbox (a module of the runtime, in its bundle,
+runtime/importer.py; standard library only): nothing but PID 1 and the
 zygotes may be left, and nothing the job wrote."""
 
 import os
 import signal
 import time
 
-if __name__ != "__main__":  # on the host (linters, readers): what the sandbox gets from the files above
-    from rollstream.consumers.executor.runtime.workspace import WORK, _wipe
+from rollstream.consumers.executor.runtime.workspace import WORK, wipe
 
 MQUEUE = "/dev/mqueue"
 SHM = "/dev/shm"  # a tmpfs of its own, for multiprocessing's semaphores: wiped like /work
@@ -33,23 +32,23 @@ def cleanup(host, collect=None, settle_s=SETTLE_S):
         count = host.tasks()
         if survivors or not settled or (count is not None and count > _expected(host)):
             host.drop_zygotes()
-            problems += _kill_all()
+            problems += kill_all()
     if collect is not None:
         collect()
     if os.listdir(WORK):
-        _wipe(WORK)
+        wipe(WORK)
         if os.listdir(WORK):
             problems.append("cleanup_failed:work_dir")
     try:
         if os.listdir(SHM):
-            _wipe(SHM)
+            wipe(SHM)
             if os.listdir(SHM):
                 problems.append("cleanup_failed:shm")
     except OSError:
         pass
     try:
         if os.listdir(MQUEUE):  # creating queues is disabled by sysctl; checked anyway
-            _wipe(MQUEUE)
+            wipe(MQUEUE)
             problems.append("cleanup_failed:mqueue")
     except OSError:
         pass
@@ -113,7 +112,7 @@ def _states():
     return states
 
 
-def _kill_all():
+def kill_all():
     """Kill every process but init (``kill(-1)`` is atomic with respect to fork, so a fork bomb
     cannot outrun it) and reap them all."""
     for _ in range(600):

@@ -1,7 +1,7 @@
 """Values between a sandbox job's judge and its candidate: an identity-keeping codec and framing.
 
-Runs INSIDE the sandbox as the first part of the runtime's source (``consumers/executor/sandbox.py:
-runner_source`` concatenates the runtime modules in order); standard library only. On the host
+A module of the runtime: in the sandbox it arrives in the runtime's bundle (runtime/importer.py)
+and is imported as on the host; standard library only. On the host
 it is an ordinary module, unit-tested there.
 
 Python passes references; two processes cannot. Each side keeps a :class:`Table` of every
@@ -988,7 +988,7 @@ def run_setup(setup, namespace):
     return None
 
 
-def _text(exc, limit):
+def clip_text(exc, limit):
     try:
         return str(exc)[:limit]
     except BaseException:  # a hostile __str__

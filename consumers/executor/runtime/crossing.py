@@ -1,8 +1,8 @@
 """The judge's end of the boundary: one rule for what crosses from the candidate into the tests,
 and what the candidate may do to the tests' own objects.
 
-Runs INSIDE the sandbox after ``codec.py``, ``channel.py`` and ``proxies.py`` (standard library
-only; on the host, an ordinary module). The judge process holds one :class:`Judge`.
+A module of the runtime (standard library only; in the sandbox it arrives in the runtime's
+bundle, runtime/importer.py; on the host, an ordinary module). The judge process holds one :class:`Judge`.
 
 **The one rule.** Every value the judge decodes from the candidate is checked at the *point* it
 arrives: the test it arrived in and how the tests reached it (``3|Stack().pop()``: a call's
@@ -37,42 +37,41 @@ internal stop raised by the completion fail the test instead of skipping it.
 import sys
 import types
 
-if __name__ != "__main__":  # on the host; in the sandbox these names come from the files above
-    from rollstream.consumers.executor.runtime.channel import Channel, LinkDown, items
-    from rollstream.consumers.executor.runtime.codec import (
-        SIMPLE,
-        NotTransferable,
-        ProtocolError,
-        Table,
-        TooLarge,
-        _text,
-        instance_state,
-        resolve_std,
-        std_name,
-    )
-    from rollstream.consumers.executor.runtime.proxies import (
-        _METHOD,
-        CANDIDATE_PARITY,
-        JUDGE_PARITY,
-        STD_VALUE_CLASSES,
-        CandidateGone,
-        FailedCall,
-        Method,
-        MirrorMeta,
-        Remote,
-        RemoteBase,
-        RemoteIterator,
-        TypeMismatch,
-        _flat_kwargs,
-        _Inherited,
-        _j,
-        _new_exception,
-        _value_base,
-        exception_item,
-        exception_value,
-        make_mirror,
-        raises,
-    )
+from rollstream.consumers.executor.runtime.channel import Channel, LinkDown, items
+from rollstream.consumers.executor.runtime.codec import (
+    SIMPLE,
+    NotTransferable,
+    ProtocolError,
+    Table,
+    TooLarge,
+    clip_text,
+    instance_state,
+    resolve_std,
+    std_name,
+)
+from rollstream.consumers.executor.runtime.proxies import (
+    CALLABLE_ATTRIBUTE,
+    CANDIDATE_PARITY,
+    JUDGE_PARITY,
+    STD_VALUE_CLASSES,
+    CandidateGone,
+    FailedCall,
+    Inherited,
+    Method,
+    MirrorMeta,
+    Remote,
+    RemoteBase,
+    RemoteIterator,
+    TypeMismatch,
+    current_judge,
+    exception_item,
+    exception_value,
+    flat_kwargs,
+    make_mirror,
+    new_exception,
+    raises,
+    value_base,
+)
 
 BINARY = frozenset({"add", "sub", "mul", "matmul", "truediv", "floordiv", "mod", "pow", "lshift", "rshift", "and",
                     "or", "xor", "divmod"})
@@ -134,7 +133,7 @@ class Refused:
         object.__setattr__(self, "_why", why)
 
     def _fail(self, *args, **kwargs):
-        judge = _j()
+        judge = current_judge()
         why = object.__getattribute__(self, "_why")
         judge.failed = judge.failed or why
         raise TypeMismatch(why)
@@ -152,7 +151,7 @@ for _name in ("call", "eq", "ne", "lt", "le", "gt", "ge", "hash", "bool", "len",
     setattr(Refused, f"__{_name}__", Refused._fail)
 
 
-def _control_classes():
+def control_classes():
     """The test framework's skip and stop exceptions (a completion's never skips a test)."""
     case = sys.modules.get("unittest.case")
     if case is None:
@@ -377,13 +376,13 @@ class Judge:
             refused = self.check(value, point, path, constructed=constructed, receiver=receiver, lazy=True)
             return value if refused is None else refused
         if status == "m":
-            return _METHOD
+            return CALLABLE_ATTRIBUTE
         if status == "exc" and len(values) == 1 and isinstance(values[0], BaseException):
             error = values[0]
             if isinstance(error, FailedCall):
                 self.set_tamper("protocol", "a FailedCall from the candidate")
                 self.fail(self.gone)
-            control = _control_classes()
+            control = control_classes()
             if control and isinstance(error, control):
                 self.failed = self.failed or (f"the completion raised {type(error).__name__}: a test the completion "
                                               "skipped or stopped never passes")
@@ -558,7 +557,7 @@ class Judge:
         object."""
         found, steps = [], [] if steps is None else steps  # steps[i]: where found[i] lies
         refs, paths, points = self.table.refs, self.paths, self.points
-        control = _control_classes()
+        control = control_classes()
         setup = self.setup_classes
         nested = path + "[]"
         stack, seen = [(value, "")], set()
@@ -608,7 +607,7 @@ class Judge:
     # ------------------------------------------------------------ the tests' uses of the candidate's objects
 
     def call(self, target, args, kwargs):
-        result = self.ask("call", target, [items(args), items(_flat_kwargs(kwargs))], "()",
+        result = self.ask("call", target, [items(args), items(flat_kwargs(kwargs))], "()",
                           constructing=type(target) is MirrorMeta)
         if self.rules.strict and (args or kwargs) and isinstance(result, RemoteBase):
             self.note_named(result, args, kwargs)
@@ -617,18 +616,18 @@ class Judge:
     def call_method(self, owner, name, args, kwargs):
         if self.opaque and self.table.refs.get(id(owner)) in self.opaque:
             self.opaque_use(owner, "callm", name, args or kwargs)
-        result = self.ask("callm", owner, [name, items(args), items(_flat_kwargs(kwargs))], f".{name}()")
+        result = self.ask("callm", owner, [name, items(args), items(flat_kwargs(kwargs))], f".{name}()")
         if self.rules.strict and (args or kwargs) and isinstance(result, RemoteBase):
             self.note_named(result, args, kwargs)
         return result
 
     def call_super(self, owner, cls, name, args, kwargs):
         """``cls``'s own ``name`` (a completion class's) called on ``owner``, an instance of a class
-        of the tests derived from it (proxies._Inherited: ``super().__init__(...)``, an inherited
+        of the tests derived from it (proxies.Inherited: ``super().__init__(...)``, an inherited
         method): in the candidate, from ``cls`` down its own MRO."""
         if self.opaque and self.table.refs.get(id(owner)) in self.opaque:
             self.opaque_use(owner, "callm", name, args or kwargs)
-        return self.ask("callsuper", owner, [cls, name, items(args), items(_flat_kwargs(kwargs))], f".{name}()")
+        return self.ask("callsuper", owner, [cls, name, items(args), items(flat_kwargs(kwargs))], f".{name}()")
 
     def note_named(self, result, args, kwargs):
         """(strict) The exception classes the tests named in the call that gave ``result``
@@ -646,7 +645,7 @@ class Judge:
         are called here, on the instance as it crossed, and their other values cross as values.
         ``cls`` then stands for the candidate's class (its ref): constructing it makes an instance
         in the candidate, as the completion's classes do; what ``cls`` inherits is the completion
-        classes' own, asked by name (proxies._Inherited). A class the tests build is the tests'
+        classes' own, asked by name (proxies.Inherited). A class the tests build is the tests'
         (never opaque), and so is an instance of it that one of its methods is called on (:meth:`serve`)."""
         refs = self.table.refs
         if not all(type(base) is MirrorMeta and refs.get(id(base)) is not None for base in cls.__bases__):
@@ -693,7 +692,7 @@ class Judge:
                     # type itself (__eq__, __getattribute__, __class__), which would hand it the tests' objects
                     if (name == "__init__" or (name.isidentifier() and not name.startswith("_"))) \
                             and name not in vars(base):
-                        setattr(base, name, _Inherited(base, name))
+                        setattr(base, name, Inherited(base, name))
 
     def op(self, target, name, *args):
         if self.opaque and self.table.refs.get(id(target)) in self.opaque:
@@ -720,7 +719,7 @@ class Judge:
         exception the completion raised itself, or one of the tests' own code of a class the tests
         named in the call that made the context manager (``named``: ``with ignoring(KeyError):
         {}['x']``, what ``contextlib.suppress`` does); never the judge's own failures."""
-        control = _control_classes()
+        control = control_classes()
         own = id(error) in self.candidate_errors
         if (isinstance(error, AssertionError) and not own) or (control and isinstance(error, control)):
             allowed = False
@@ -742,7 +741,7 @@ class Judge:
         if name in self.methods.get(cls, ()):
             return Method(target, name)
         value = self.ask("get", target, [name], f".{name}")
-        if value is _METHOD:
+        if value is CALLABLE_ATTRIBUTE:
             if type(cls) is MirrorMeta:
                 self.methods.setdefault(cls, set()).add(name)
             return Method(target, name)
@@ -755,7 +754,7 @@ class Judge:
 
     def set_tamper(self, kind, detail):
         if self.tamper is None:
-            self.tamper = (kind, _text(detail, 500))
+            self.tamper = (kind, clip_text(detail, 500))
         self.gone = self.gone or f"tamper: {kind}"
 
     def printed(self, message):
@@ -926,7 +925,7 @@ class Judge:
             cls = decoder.item(desc[1])
             if type(cls) is not MirrorMeta:
                 raise ProtocolError("an instance of something that is not a class")
-            base = _value_base(cls)
+            base = value_base(cls)
             if base is not None:
                 plain = decoder.item(desc[2])
                 if type(plain) is not base:
@@ -941,8 +940,8 @@ class Judge:
             args, text = decoder.item(desc[2]), desc[3]
             if type(cls) is not MirrorMeta or not issubclass(cls, BaseException) or type(args) is not tuple:
                 raise ProtocolError("a malformed exception")
-            obj = _new_exception(cls, args)
-            self.texts[ref] = _text(text, 4000) if type(text) is str else None
+            obj = new_exception(cls, args)
+            self.texts[ref] = clip_text(text, 4000) if type(text) is str else None
         elif kind == "g" and len(desc) == 2:
             obj = object.__new__(RemoteIterator)
         elif kind == "m" and len(desc) == 2 and type(desc[1]) is str:

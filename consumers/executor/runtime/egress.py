@@ -464,5 +464,7 @@ async def serve(path, control=None):
         proxy.unlisten(source)
 
 
-if __name__ == "__main__":
+def main():
+    """The proxy container's entry point (runtime/importer.py ``EGRESS_ENTRY``): the socket's path
+    is the command line's first argument."""
     asyncio.run(serve(sys.argv[1] if len(sys.argv) > 1 else DEFAULT_SOCKET))

@@ -1,7 +1,7 @@
 """Code and objects from data, in the judge: the judge never runs code the completion chose.
 
-Runs INSIDE the sandbox after ``crossing.py`` (standard library only; on the host, an ordinary
-module, unit-tested there). ``judge.py`` installs and uses it.
+A module of the runtime (standard library only; in the sandbox it arrives in the runtime's
+bundle, runtime/importer.py; on the host, an ordinary module, unit-tested there). ``judge.py`` installs and uses it.
 
 * **Running code** (:class:`ExecGuard`, an audit hook on ``exec``, installed once in the judge
   zygote): during a job, a code object runs in the judge only when it is the tests' own (the
@@ -32,8 +32,7 @@ import operator
 import sys
 import types
 
-if __name__ != "__main__":  # on the host; in the sandbox these names come from the files above
-    from rollstream.consumers.executor.runtime.codec import resolve_std_importing
+from rollstream.consumers.executor.runtime.codec import resolve_std_importing
 
 # (module, function) of the standard library's generators that exec code from their own
 # templates (names they put in are checked identifiers)

@@ -1,7 +1,7 @@
 """``trust = "in_process"``: a task's tests in the completion's own process.
 
-Runs INSIDE the sandbox after the judge's modules (standard library only; on the host, an
-ordinary module). For a task whose tests need the completion's objects in their own process (or
+A module of the runtime (standard library only; in the sandbox it arrives in the runtime's
+bundle, runtime/importer.py; on the host, an ordinary module). For a task whose tests need the completion's objects in their own process (or
 whose reference does not pass under the judge, with ``trust = "auto"``): setup, code and tests
 share one interpreter, as with most graders, so the completion can fake its own verdicts. The
 execution record says so and ``rollstream_sandbox_in_process_verdicts_total`` counts it. The
@@ -13,12 +13,11 @@ import builtins
 import sys
 import time
 
-if __name__ != "__main__":  # on the host; in the sandbox these names come from the files above
-    from rollstream.consumers.executor.runtime.candidate import _line_of, print_exception, run_program_here
-    from rollstream.consumers.executor.runtime.codec import _text, run_setup
-    from rollstream.consumers.executor.runtime.judge import explain
-    from rollstream.consumers.executor.runtime.proxies import raises
-    from rollstream.consumers.executor.runtime.pytests import run_pytest_files
+from rollstream.consumers.executor.runtime.candidate import line_of, print_exception, run_program_here
+from rollstream.consumers.executor.runtime.codec import clip_text, run_setup
+from rollstream.consumers.executor.runtime.judge import explain
+from rollstream.consumers.executor.runtime.proxies import raises
+from rollstream.consumers.executor.runtime.pytests import run_pytest_files
 
 
 def harness(code, setup, tests, report, program=False, out_cap=1 << 16, pytest_files=False):
@@ -38,7 +37,7 @@ def harness(code, setup, tests, report, program=False, out_cap=1 << 16, pytest_f
     sys.argv = ["tests"]
     failed = run_setup(setup, namespace)
     if failed is not None:  # the task's own setup is broken
-        report({"e": "setup_error", "type": type(failed).__name__, "msg": _text(failed, 500)})
+        report({"e": "setup_error", "type": type(failed).__name__, "msg": clip_text(failed, 500)})
         return 1
     try:
         code = compile(code, "<completion>", "exec")
@@ -63,7 +62,7 @@ def harness(code, setup, tests, report, program=False, out_cap=1 << 16, pytest_f
             exec(code, namespace)
         except BaseException as exc:  # SystemExit and KeyboardInterrupt too: tests never ran
             print_exception(exc)
-            report({"e": "code_error", "type": type(exc).__name__, "msg": _text(exc, 500), "line": _line_of(exc)})
+            report({"e": "code_error", "type": type(exc).__name__, "msg": clip_text(exc, 500), "line": line_of(exc)})
             return 1
     report({"e": "code_ok"})
     if pytest_files:
@@ -77,9 +76,9 @@ def harness(code, setup, tests, report, program=False, out_cap=1 << 16, pytest_f
                 raise SyntaxError(f"the task's test does not compile: {test}")
             exec(test, namespace)
         except SystemExit as exc:  # unittest.main(): a success exits with a false code
-            event = {"e": "test", "i": index, "ok": not exc.code, "type": "SystemExit", "msg": _text(exc, 300)}
+            event = {"e": "test", "i": index, "ok": not exc.code, "type": "SystemExit", "msg": clip_text(exc, 300)}
         except BaseException as exc:
-            event = {"e": "test", "i": index, "ok": False, "type": type(exc).__name__, "msg": _text(exc, 300)}
+            event = {"e": "test", "i": index, "ok": False, "type": type(exc).__name__, "msg": clip_text(exc, 300)}
         else:
             event = {"e": "test", "i": index, "ok": True}
         event["d"] = round(time.perf_counter() - started, 6)

@@ -1,7 +1,7 @@
 """The judge process: one job's tests, run against the candidate's answers.
 
-Runs INSIDE the sandbox after ``codec.py``, ``channel.py``, ``proxies.py`` and ``candidate.py``
-(standard library only; on the host, an ordinary module, tested there with forked processes).
+A module of the runtime (standard library only; in the sandbox it arrives in the runtime's
+bundle, runtime/importer.py; on the host, an ordinary module, tested there with forked processes).
 
 The zygote forks a fresh judge per job next to the job's candidate; both die with the job, so
 nothing a judge did reaches a later job. The judge runs the task's ``setup`` and tests with the
@@ -40,37 +40,36 @@ import time
 import types
 from operator import is_not
 
-if __name__ != "__main__":  # on the host; in the sandbox these names come from the files above
-    from rollstream.consumers.executor.runtime.candidate import SOLUTION
-    from rollstream.consumers.executor.runtime.channel import LinkDown
-    from rollstream.consumers.executor.runtime.codec import (
-        NEVER_IMPORT,
-        ProtocolError,
-        _text,
-        environ_text,
-        import_std,
-        resolve_std_importing,
-        run_setup,
-        setup_classes_of,
-    )
-    from rollstream.consumers.executor.runtime.crossing import Judge, Refused, Rules, _control_classes
-    from rollstream.consumers.executor.runtime.fromdata import (
-        ExecGuard,
-        NotPlain,
-        guard_logging_config,
-        plain_eval,
-        plain_unmarshal,
-        plain_unpickle,
-        random_continues,
-    )
-    from rollstream.consumers.executor.runtime.proxies import (
-        MirrorMeta,
-        RemoteBase,
-        TypeMismatch,
-        _NeedsCandidate,
-        _State,
-        raises,
-    )
+from rollstream.consumers.executor.runtime.candidate import SOLUTION
+from rollstream.consumers.executor.runtime.channel import LinkDown
+from rollstream.consumers.executor.runtime.codec import (
+    NEVER_IMPORT,
+    ProtocolError,
+    clip_text,
+    environ_text,
+    import_std,
+    resolve_std_importing,
+    run_setup,
+    setup_classes_of,
+)
+from rollstream.consumers.executor.runtime.crossing import Judge, Refused, Rules, control_classes
+from rollstream.consumers.executor.runtime.fromdata import (
+    ExecGuard,
+    NotPlain,
+    guard_logging_config,
+    plain_eval,
+    plain_unmarshal,
+    plain_unpickle,
+    random_continues,
+)
+from rollstream.consumers.executor.runtime.proxies import (
+    JudgeState,
+    MirrorMeta,
+    NeedsCandidate,
+    RemoteBase,
+    TypeMismatch,
+    raises,
+)
 
 TEST_MODULE = "__main__"  # the tests' namespace is this process's __main__ (unittest.main, pickle)
 
@@ -216,8 +215,8 @@ class Guards:
         self.warning_registry = {}
         self.patches = []  # (patch, "module.attribute") of active mock.patch-es (see _wrap_mock)
         self.live = None  # the completion's names the tests read as it rebinds them (LiveNames)
-        self.builtins_before = _CACHE.get("builtins") or dict(vars(builtins))
-        self.builtins_values = _CACHE.get("builtins_values") or list(self.builtins_before.values())
+        self.builtins_before = JUDGE_CACHE.get("builtins") or dict(vars(builtins))
+        self.builtins_values = JUDGE_CACHE.get("builtins_values") or list(self.builtins_before.values())
         self.stdin = sys.stdin
         self.argv = list(sys.argv)
         data = getattr(os.environ, "_data", None)  # the environment and working directory as last sent
@@ -283,7 +282,7 @@ class Guards:
         if kind == "marshal":
             return plain_unmarshal(data, real)
         try:
-            return plain_unpickle(data, sys.modules[TEST_MODULE], _CACHE["unpickler"], kwargs)
+            return plain_unpickle(data, sys.modules[TEST_MODULE], JUDGE_CACHE["unpickler"], kwargs)
         except NotPlain as exc:
             named = str(exc)
         self.judge.delegating("loads")
@@ -298,7 +297,7 @@ class Guards:
     def dumps(self, obj, protocol, real, kwargs):
         try:
             data = real(obj, protocol, **kwargs)
-        except _NeedsCandidate:
+        except NeedsCandidate:
             return self.judge.ask("dumps", None, [obj, protocol])
         self.trusted_bytes.add(id(data))
         self.keep.append(data)
@@ -399,7 +398,7 @@ class Guards:
         is also a skip, a stop or an exit, or completion objects in its arguments."""
         mro = type(message).__mro__
         if not all(base in (object, BaseException, Exception) or issubclass(base, Warning)
-                   or type(base) is MirrorMeta for base in mro) or isinstance(message, _control_classes() or ()):
+                   or type(base) is MirrorMeta for base in mro) or isinstance(message, control_classes() or ()):
             return (f"the completion's warning {type(message).__name__} is also another exception (a skip, a stop, "
                     "StopIteration, an exit...): a test the completion skipped or stopped never passes")
         if self.judge.handles_in(list(message.args), f"{self.judge.test}|<warning>", "<warning>"):
@@ -492,9 +491,9 @@ def _tests_compile(source, filename, mode, flags=0, dont_inherit=False, optimize
 def builtins_for_tests():
     """The tests' builtins: the process's own, with code from data sent to the candidate (built
     once per process: in the sandbox by the judge zygote)."""
-    found = _CACHE.get("test_builtins")
+    found = JUDGE_CACHE.get("test_builtins")
     if found is None:
-        found = _CACHE["test_builtins"] = dict(vars(builtins), eval=_tests_eval, exec=_tests_exec, compile=_tests_compile)
+        found = JUDGE_CACHE["test_builtins"] = dict(vars(builtins), eval=_tests_eval, exec=_tests_exec, compile=_tests_compile)
     return found
 
 
@@ -552,7 +551,7 @@ def install_guards(out_fds=(1, 2)):
         return
     install_guards.done = True
     real_open, real_os_open = io.open, os.open
-    allowed = _allowed_devices()
+    allowed = allowed_devices()
     own = {_identity(fd) for fd in out_fds} - {None}
 
     def checked(fd, flags):
@@ -588,8 +587,8 @@ def install_guards(out_fds=(1, 2)):
 
     builtins.open = io.open = guarded_open
     os.open = guarded_os_open
-    stdlib = _stdlib_dirs()
-    sys.meta_path.insert(0, ImportGuard(stdlib + _CACHE.get("trusted_dirs", ())))
+    stdlib = stdlib_dirs()
+    sys.meta_path.insert(0, ImportGuard(stdlib + JUDGE_CACHE.get("trusted_dirs", ())))
     sys.addaudithook(ExecGuard(lambda: Guards.current, (_tests_eval.__code__, _tests_exec.__code__),
                                lambda path: _inside(os.path.normpath(path), stdlib, resolve=False)))
     if "logging.config" in sys.modules:
@@ -598,7 +597,7 @@ def install_guards(out_fds=(1, 2)):
     import pickle
 
     real = (pickle.loads, pickle.dumps, marshal.loads)
-    _CACHE["unpickler"] = pickle.Unpickler
+    JUDGE_CACHE["unpickler"] = pickle.Unpickler
 
     def loads(kind, data, real_loads, kwargs):
         guards = Guards.current
@@ -630,9 +629,9 @@ def install_guards(out_fds=(1, 2)):
     if "asyncio.runners" in sys.modules:
         _wrap_asyncio(sys.modules["asyncio.runners"])
     _share_random()
-    _CACHE["builtins"] = dict(vars(builtins))  # what the tests' overrides are measured against
-    _CACHE["builtins_values"] = list(_CACHE["builtins"].values())
-    _CACHE.pop("test_builtins", None)  # made again with the guarded open
+    JUDGE_CACHE["builtins"] = dict(vars(builtins))  # what the tests' overrides are measured against
+    JUDGE_CACHE["builtins_values"] = list(JUDGE_CACHE["builtins"].values())
+    JUDGE_CACHE.pop("test_builtins", None)  # made again with the guarded open
     builtins_for_tests()
 
 
@@ -804,15 +803,15 @@ def _logging_may_name(found):
     return type(module) is str and (module == TEST_MODULE or module.partition(".")[0] in ("logging", "io"))
 
 
-def _stdlib_dirs():
+def stdlib_dirs():
     """The standard library's directories (computed once, in the runner before the zygote forks:
     sysconfig costs milliseconds the first time)."""
-    if _CACHE.get("stdlib") is None:
-        _CACHE["stdlib"] = _find_stdlib_dirs()
-    return _CACHE["stdlib"]
+    if JUDGE_CACHE.get("stdlib") is None:
+        JUDGE_CACHE["stdlib"] = _find_stdlib_dirs()
+    return JUDGE_CACHE["stdlib"]
 
 
-_CACHE = {}
+JUDGE_CACHE = {}
 
 
 def _find_stdlib_dirs():
@@ -824,7 +823,7 @@ def _find_stdlib_dirs():
                  | {os.path.realpath(p) for p in sys.path if p and "lib-dynload" in p})
 
 
-def _package_dirs(names):
+def package_dirs(names):
     """Where the imported packages (or single-file modules) ``names`` live: the image's own
     read-only code the judge may import from besides the standard library (pytest's)."""
     found = set()
@@ -837,12 +836,12 @@ def _package_dirs(names):
     return tuple(sorted(found))
 
 
-def _allowed_devices():
+def allowed_devices():
     """The sandbox's own filesystems: its root, ``/work`` and a keyed pool's read-only ``/assets``
     (computed once, like the above)."""
-    if _CACHE.get("devices") is None:
-        _CACHE["devices"] = _find_devices()
-    return _CACHE["devices"]
+    if JUDGE_CACHE.get("devices") is None:
+        JUDGE_CACHE["devices"] = _find_devices()
+    return JUDGE_CACHE["devices"]
 
 
 def _find_devices():
@@ -865,16 +864,18 @@ def _identity(fd):
 
 # ---------------------------------------------------------------- the test loop
 
-def judge_main(part, read_fd, write_fd, report, guarded=True):
+def judge_main(part, read_fd, write_fd, report, guarded=True, run_files=None):
     """Run one job's setup and tests against the candidate at the other end of the pipes;
     ``report(dict)`` records events. ``part`` is what the runner sent (trusted). ``guarded``:
-    install the guards if this process has not (off only for the runner's warm-up)."""
+    install the guards if this process has not (off only for the runner's warm-up).
+    ``run_files`` runs a job's pytest files (runtime/pytests.py ``run_pytest_files``, which the
+    zygotes pass: pytests.py builds on this module, so this one does not import it)."""
     setup, tests, names, entry_point, modules, rules, pytest_files = part  # pytest_files: runtime/pytests.py
     preimported = preimport(modules)
     namespace_module = types.ModuleType(TEST_MODULE)
     namespace = namespace_module.__dict__
     judge = Judge(read_fd, write_fd, rules=Rules(rules))
-    _State.judge = judge
+    JudgeState.judge = judge
     if guarded:
         install_guards()
     guards = Guards(judge, [setup, *tests])
@@ -888,7 +889,7 @@ def judge_main(part, read_fd, write_fd, report, guarded=True):
     guards.argv = list(sys.argv)
     failed = run_setup(setup, namespace)
     if failed is not None:
-        report({"e": "setup_error", "type": type(failed).__name__, "msg": _text(failed, 500)})
+        report({"e": "setup_error", "type": type(failed).__name__, "msg": clip_text(failed, 500)})
         return finish(judge, report)
     setup_objects = {k: v for k, v in namespace.items()
                      if k not in ("__builtins__", "raises", "run_program", "__assert_explain__")}
@@ -922,7 +923,9 @@ def judge_main(part, read_fd, write_fd, report, guarded=True):
         return finish(judge, report, tests, 0)
     report({"e": "code_ok"})
     if pytest_files:
-        _pytest_files()(namespace, tests, report, judge)
+        if run_files is None:
+            raise RuntimeError("a job of pytest files, and no runner of them given")
+        run_files(namespace, tests, report, judge)
         return finish(judge, report)
     for index, test in enumerate(tests):
         if judge.gone is not None:  # nothing more will be answered: the rest fail unrun
@@ -934,15 +937,6 @@ def judge_main(part, read_fd, write_fd, report, guarded=True):
         if judge.gone is not None and judge.tamper is None:
             report({"e": "gone", "i": index, "msg": judge.gone[:300]})
     return finish(judge, report)
-
-
-def _pytest_files():
-    """runtime/pytests.py's runner (loaded after this file in the sandbox; imported on the host)."""
-    if __name__ != "__main__":
-        from rollstream.consumers.executor.runtime.pytests import run_pytest_files
-
-        return run_pytest_files
-    return globals()["run_pytest_files"]
 
 
 def solution_module(namespace, names):
@@ -976,7 +970,7 @@ def run_test(judge, guards, namespace, index, test):
     except BaseException as exc:
         control = _skip_class()
         if control is not None and isinstance(exc, control) and judge.failed is None:
-            skipped = _text(exc, 300)  # the test's own skip (a completion's never arrives as one)
+            skipped = clip_text(exc, 300)  # the test's own skip (a completion's never arrives as one)
         event = _failure(index, exc)
     else:
         event = {"e": "test", "i": index, "ok": True}
@@ -997,7 +991,7 @@ def run_test(judge, guards, namespace, index, test):
         return {"e": "test", "i": index, "ok": False, "skip": True, "type": "SkipTest",
                 "msg": skipped or f"all {guards.unittest_run} unittest tests skipped"}
     if judge.failed is not None:
-        event = {"e": "test", "i": index, "ok": False, "type": _failure_type(judge.failed), "msg": judge.failed[:300]}
+        event = {"e": "test", "i": index, "ok": False, "type": failure_type(judge.failed), "msg": judge.failed[:300]}
     return event
 
 
@@ -1044,7 +1038,7 @@ def explain(left, op, right):
     return f"{plain_repr(left)} {op} {plain_repr(right)}"
 
 
-def _failure_type(why):
+def failure_type(why):
     for prefix, kind in (("type_mismatch", "TypeMismatch"), ("too_large", "TooLarge"), ("skipped", "SkipTest"),
                          ("test_object", "TestObject")):
         if why.startswith(prefix):
@@ -1058,7 +1052,7 @@ def _skip_class():
 
 
 def _failure(index, exc):
-    return {"e": "test", "i": index, "ok": False, "type": type(exc).__name__, "msg": _text(exc, 300)}
+    return {"e": "test", "i": index, "ok": False, "type": type(exc).__name__, "msg": clip_text(exc, 300)}
 
 
 def first_messages(judge):

@@ -1,8 +1,8 @@
 """The judge's side of the boundary: the completion's objects as proxies and mirror classes,
 and the requests that use them.
 
-Runs INSIDE the sandbox after ``codec.py`` and ``channel.py`` (standard library only; on the
-host, an ordinary module). The judge process (consumers/executor/runtime/judge.py) holds one
+A module of the runtime (standard library only; in the sandbox it arrives in the runtime's
+bundle, runtime/importer.py; on the host, an ordinary module). The judge process (consumers/executor/runtime/judge.py) holds one
 ``Judge`` (consumers/executor/runtime/crossing.py: what may cross, and where):
 
 * the completion's functions, instances, generators and modules are *proxies*: every use is a
@@ -30,8 +30,7 @@ host, an ordinary module). The judge process (consumers/executor/runtime/judge.p
 
 import builtins
 
-if __name__ != "__main__":  # on the host; in the sandbox these names come from the files above
-    from rollstream.consumers.executor.runtime.codec import ProtocolError, _text, resolve_std, std_name
+from rollstream.consumers.executor.runtime.codec import ProtocolError, clip_text, resolve_std, std_name
 
 JUDGE_PARITY, CANDIDATE_PARITY = 0, 1
 # Standard-library classes the candidate may name by module and name (values and exceptions).
@@ -83,14 +82,14 @@ class raises:
 
 # ---------------------------------------------------------------- the completion's objects
 
-class _State:
+class JudgeState:
     """The one judge of this process (a judge lives for one job)."""
 
     judge = None
 
 
-def _j():
-    judge = _State.judge
+def current_judge():
+    judge = JudgeState.judge
     if judge is None:
         raise FailedCall("no job")
     return judge
@@ -103,30 +102,30 @@ class RemoteBase:
     __slots__ = ()
 
     def __getattr__(self, name):
-        return _j().attribute(self, name)
+        return current_judge().attribute(self, name)
 
     def __setattr__(self, name, value):
-        _j().ask("set", self, [name, value])
+        current_judge().ask("set", self, [name, value])
 
     def __delattr__(self, name):
-        _j().ask("del", self, [name])
+        current_judge().ask("del", self, [name])
 
     def __repr__(self):
-        text = _j().op(self, "repr")
+        text = current_judge().op(self, "repr")
         return text if type(text) is str else "<completion object>"
 
     def __str__(self):
-        text = _j().op(self, "str")
+        text = current_judge().op(self, "str")
         return text if type(text) is str else "<completion object>"
 
     def __format__(self, spec):
-        text = _j().op(self, "format", spec)
+        text = current_judge().op(self, "format", spec)
         if type(text) is not str:
             raise TypeError("format() of a completion object gave no str")
         return text
 
     def __eq__(self, other):
-        judge = _j()
+        judge = current_judge()
         if judge.opaque and not judge.decoding and type(self) not in IDENTITY and type(other) not in IDENTITY:
             found = judge.opaque_compare(self, "eq", other)
             if found is not None:
@@ -137,7 +136,7 @@ class RemoteBase:
         return self is other
 
     def __ne__(self, other):
-        judge = _j()
+        judge = current_judge()
         if judge.opaque and not judge.decoding and type(self) not in IDENTITY and type(other) not in IDENTITY:
             found = judge.opaque_compare(self, "ne", other)
             if found is not None:
@@ -148,25 +147,25 @@ class RemoteBase:
         return self is not other
 
     def __hash__(self):
-        value = _j().hashes.get(_j().table.refs.get(id(self)))
+        value = current_judge().hashes.get(current_judge().table.refs.get(id(self)))
         if value is None:
             raise TypeError("unhashable completion object")
         return value
 
     def __copy__(self):
-        return _j().op(self, "copy")
+        return current_judge().op(self, "copy")
 
     def __deepcopy__(self, memo=None):
-        return _j().op(self, "deepcopy")
+        return current_judge().op(self, "deepcopy")
 
     def __reduce_ex__(self, protocol):
-        raise _NeedsCandidate()
+        raise NeedsCandidate()
 
     def __reduce__(self):
-        raise _NeedsCandidate()
+        raise NeedsCandidate()
 
     def __dir__(self):
-        names = _j().op(self, "dir")
+        names = current_judge().op(self, "dir")
         return names if type(names) is list else []
 
 
@@ -175,7 +174,7 @@ class RemoteBase:
 IDENTITY = set()
 
 
-class _NeedsCandidate(Exception):
+class NeedsCandidate(Exception):
     """pickle met a completion object: the whole dump is made by the candidate."""
 
 
@@ -203,12 +202,12 @@ class RemoteIterator(RemoteBase):
         return format(repr(self), spec)
 
     def __next__(self):
-        return _j().op(self, "next")
+        return current_judge().op(self, "next")
 
 
 def _forward(op):
     def method(self, *args):
-        return _j().op(self, op, *args)
+        return current_judge().op(self, op, *args)
 
     method.__name__ = f"__{op}__"
     return method
@@ -216,7 +215,7 @@ def _forward(op):
 
 def _compare(op):
     def method(self, other):
-        judge = _j()
+        judge = current_judge()
         if judge.opaque and not judge.decoding:
             found = judge.opaque_compare(self, op, other)
             if found is not None:
@@ -241,41 +240,41 @@ class Remote(RemoteBase):
     __slots__ = ()
 
     def __call__(self, *args, **kwargs):
-        return _j().call(self, args, kwargs)
+        return current_judge().call(self, args, kwargs)
 
     def __contains__(self, item):
-        return _j().op(self, "contains", item) is True
+        return current_judge().op(self, "contains", item) is True
 
     def __getitem__(self, key):
-        return _j().op(self, "getitem", key)
+        return current_judge().op(self, "getitem", key)
 
     def __setitem__(self, key, value):
-        _j().op(self, "setitem", key, value)
+        current_judge().op(self, "setitem", key, value)
 
     def __delitem__(self, key):
-        _j().op(self, "delitem", key)
+        current_judge().op(self, "delitem", key)
 
     def __round__(self, *args):
-        return _j().op(self, "round", *args)
+        return current_judge().op(self, "round", *args)
 
     def __exit__(self, *exc):
-        return _j().op(self, "exit", *_exc_info(exc))
+        return current_judge().op(self, "exit", *_exc_info(exc))
 
     @property
     def __doc__(self):  # functools.wraps metadata: the completion's, not this class's
-        return _j().attribute(self, "__doc__")
+        return current_judge().attribute(self, "__doc__")
 
     @property
     def __module__(self):
-        return _j().attribute(self, "__module__")
+        return current_judge().attribute(self, "__module__")
 
     def __await__(self):
         """``await f()`` of the completion's coroutine: the candidate runs it to its end."""
-        return _j().op(self, "await")
+        return current_judge().op(self, "await")
         yield  # a generator: what an awaitable's __await__ returns
 
     def __aiter__(self):
-        return _j().op(self, "aiter")
+        return current_judge().op(self, "aiter")
 
     def __anext__(self):
         return _RemoteStep(self)
@@ -290,7 +289,7 @@ class _RemoteStep:
         self.owner = owner
 
     def __await__(self):
-        return _j().op(self.owner, "anext")
+        return current_judge().op(self.owner, "anext")
         yield
 
 
@@ -321,7 +320,7 @@ class Method:
         self.owner, self.name = owner, name
 
     def __call__(self, *args, **kwargs):
-        return _j().call_method(self.owner, self.name, args, kwargs)
+        return current_judge().call_method(self.owner, self.name, args, kwargs)
 
     def __repr__(self):
         return f"<method {self.name} of a completion object>"
@@ -338,45 +337,45 @@ class MirrorMeta(type):
     (their methods run here, called by the completion's as ``self.sound()``); the tests' class
     stands for the candidate's, so its instances live in the candidate like the completion's, and
     what it inherits (``speak``, ``super().__init__(...)``) is asked of the completion's class by
-    name (:class:`_Inherited`)."""
+    name (:class:`Inherited`)."""
 
     def __new__(mcls, name, bases, namespace, mirror=False):
         cls = super().__new__(mcls, name, bases, namespace)
         if not mirror:
-            _j().subclassed(cls)
+            current_judge().subclassed(cls)
         return cls
 
     def __init__(cls, name, bases, namespace, mirror=False):
         super().__init__(name, bases, namespace)
 
     def __call__(cls, *args, **kwargs):
-        return _j().call(cls, args, kwargs)
+        return current_judge().call(cls, args, kwargs)
 
     def __getattr__(cls, name):
         if name.startswith("__") and name.endswith("__"):
             raise AttributeError(name)
-        return _j().attribute(cls, name)
+        return current_judge().attribute(cls, name)
 
     def __iter__(cls):
-        return _j().op(cls, "iter")
+        return current_judge().op(cls, "iter")
 
     def __len__(cls):
-        return _j().op(cls, "len")
+        return current_judge().op(cls, "len")
 
     def __bool__(cls):  # a class is true (`if category:` in warnings), whatever its metaclass says of len()
         return True
 
     def __getitem__(cls, key):
-        return _j().op(cls, "getitem", key)
+        return current_judge().op(cls, "getitem", key)
 
     def __contains__(cls, item):
-        return _j().op(cls, "contains", item) is True
+        return current_judge().op(cls, "contains", item) is True
 
 
 VALUE_BASES = (int, float, complex, str, bytes, tuple, frozenset)
 
 
-def _value_base(cls):
+def value_base(cls):
     for base in cls.__mro__:
         if base in VALUE_BASES:
             return base
@@ -384,11 +383,11 @@ def _value_base(cls):
 
 
 def _mirror_getattr(self, name):
-    return _j().attribute(self, name)
+    return current_judge().attribute(self, name)
 
 
 def _mirror_str(self):
-    judge = _j()
+    judge = current_judge()
     text = judge.texts.get(judge.table.refs.get(id(self)))
     if text is None:
         text = judge.op(self, "str")
@@ -396,7 +395,7 @@ def _mirror_str(self):
 
 
 def _mirror_reduce(self, *args):
-    raise _NeedsCandidate()
+    raise NeedsCandidate()
 
 
 def _value_copy(base, x):
@@ -441,10 +440,10 @@ class _Forwarded:
 
     def __get__(self, obj, owner=None):
         target = owner if obj is None else obj
-        return Method(target, self.name) if self.method else _j().attribute(target, self.name)
+        return Method(target, self.name) if self.method else current_judge().attribute(target, self.name)
 
 
-class _Inherited:
+class Inherited:
     """A method of the completion's class ``owner``, on its mirror once the tests derive a class
     from it (MirrorMeta): read from an instance of the tests' class (``dog.speak()``, which the
     tests' class does not define, or ``super().speak()`` / ``super().__init__(...)`` in one of its
@@ -458,7 +457,7 @@ class _Inherited:
         self.owner, self.name = owner, name
 
     def __get__(self, obj, owner=None):
-        judge = _j()
+        judge = current_judge()
         if obj is None:
             return judge.attribute(self.owner if owner is None else owner, self.name)
         if type(obj) in judge.tests_classes or self.name == "__init__":
@@ -467,7 +466,7 @@ class _Inherited:
 
 
 class _Super:
-    """``owner``'s ``name`` bound to the instance ``obj`` (:class:`_Inherited`): calling it is one
+    """``owner``'s ``name`` bound to the instance ``obj`` (:class:`Inherited`): calling it is one
     request."""
 
     __slots__ = ("obj", "owner", "name")
@@ -476,7 +475,7 @@ class _Super:
         self.obj, self.owner, self.name = obj, owner, name
 
     def __call__(self, *args, **kwargs):
-        return _j().call_super(self.obj, self.owner, self.name, args, kwargs)
+        return current_judge().call_super(self.obj, self.owner, self.name, args, kwargs)
 
     def __repr__(self):
         return f"<method {self.name} of a completion class>"
@@ -519,7 +518,7 @@ def make_mirror(name, qualname, module, bases, methods, info, setup_classes=()):
                  "__doc__": doc[:10000] if type(doc) is str else None}
     probe = MirrorMeta.__new__(MirrorMeta, "probe", tuple(kept), {}, mirror=True)
     exception = issubclass(probe, BaseException)
-    value = _value_base(probe)
+    value = value_base(probe)
     fields = info.get("fields")
     fields = tuple(fields) if type(fields) is list and all(type(f) is str for f in fields) else None
     if exception:
@@ -590,10 +589,10 @@ def _field_comparisons(specs, order):
 
 # ---------------------------------------------------------------- the judge
 
-_METHOD = object()  # the answer to a "get" of a callable attribute
+CALLABLE_ATTRIBUTE = object()  # the answer to a "get" of a callable attribute
 
 
-def _flat_kwargs(kwargs):
+def flat_kwargs(kwargs):
     return [v for pair in kwargs.items() for v in pair]
 
 
@@ -605,13 +604,13 @@ def exception_item(exc, encoder):
         spec = cls.__name__
     else:
         named = std_name(cls)
-        spec = ["std", *named, _builtin_base(cls)] if named is not None else _builtin_base(cls)
+        spec = ["std", *named, builtin_base(cls)] if named is not None else builtin_base(cls)
     attributes = getattr(exc, "__dict__", None)
     attributes = {k: v for k, v in attributes.items() if type(k) is str and not k.startswith("__")} if type(attributes) is dict else {}
-    return {"E": [spec, encoder.item(tuple(exc.args)), encoder.item(attributes), _text(exc, 4000)]}
+    return {"E": [spec, encoder.item(tuple(exc.args)), encoder.item(attributes), clip_text(exc, 4000)]}
 
 
-def _builtin_base(cls):
+def builtin_base(cls):
     for base in cls.__mro__:
         if getattr(builtins, base.__name__, None) is base:
             return base.__name__
@@ -637,7 +636,7 @@ def exception_value(x, decoder):
         cls = None
     if not (isinstance(cls, type) and issubclass(cls, BaseException)):
         raise ProtocolError("an exception of no known class")
-    error = _new_exception(cls, args)
+    error = new_exception(cls, args)
     for key, value in attributes.items():
         if type(key) is str and not key.startswith("_"):
             try:
@@ -647,7 +646,7 @@ def exception_value(x, decoder):
     return error
 
 
-def _new_exception(cls, args):
+def new_exception(cls, args):
     base = next((b for b in cls.__mro__ if getattr(builtins, b.__name__, None) is b), BaseException)
     try:
         error = cls(*args) if type(cls) is not MirrorMeta else base.__new__(cls, *args)

@@ -1,8 +1,10 @@
 """pytest files under the judge: a task whose tests are pytest files (``kind = "python_pytest"``).
 
-Runs INSIDE the sandbox after ``judge.py`` (standard library only at import: pytest, from the
-sandbox image, is imported by the pytest zygote before the container's first pytest file,
-runtime/zygotes.py; on the host, an ordinary module, tested there too).
+A module of the runtime, in the sandbox from its bundle (runtime/importer.py; standard library
+only at import: pytest, from the sandbox image, is imported by the pytest zygote before the
+container's first pytest file, runtime/zygotes.py; on the host, an ordinary module, tested there
+too). The judge's ``judge_main`` is handed :func:`run_pytest_files` by the zygotes: this module
+builds on judge.py, which does not import it.
 
 Each file is the tests' own module: the runner compiled it (its asserts explained as in every test
 form, supervisor.py ``explained_asserts``: pytest's own rewriting is off, so no ``repr`` of an
@@ -41,10 +43,9 @@ import os
 import sys
 import types
 
-if __name__ != "__main__":  # on the host; in the sandbox these names come from the files above
-    from rollstream.consumers.executor.runtime.codec import _text
-    from rollstream.consumers.executor.runtime.judge import _CACHE, Guards, _failure_type, _package_dirs
-    from rollstream.consumers.executor.runtime.proxies import MirrorMeta
+from rollstream.consumers.executor.runtime.codec import clip_text
+from rollstream.consumers.executor.runtime.judge import JUDGE_CACHE, Guards, failure_type, package_dirs
+from rollstream.consumers.executor.runtime.proxies import MirrorMeta
 
 PYTEST_MODULE = "test_solution"  # the tests' module name (node ids read test_solution.py::...)
 PYTEST_ARGS = ("-p", "no:cacheprovider", "-p", "no:stepwise", "-p", "no:doctest", "-p", "no:junitxml",
@@ -55,7 +56,7 @@ PYTEST_ENV = ("PYTEST_ADDOPTS", "PYTEST_PLUGINS", "PYTEST_CURRENT_TEST")
 _FIRST = {"hookwrapper": False, "optionalhook": False, "tryfirst": True, "trylast": False, "specname": None}
 
 
-# Packages of the image's pytest: the judge may import from them too (judge.py ``_package_dirs``).
+# Packages of the image's pytest: the judge may import from them too (judge.py ``package_dirs``).
 PYTEST_PACKAGES = ("pytest", "_pytest", "pluggy", "iniconfig", "py", "packaging", "attr", "attrs", "exceptiongroup",
                    "more_itertools", "tomli")
 WARM_FILE = """
@@ -88,12 +89,12 @@ def warm_pytest():
     has no pytest (its pytest jobs are refused on the host: sandbox.py)."""
     if pytest_available() is None:
         return
-    _CACHE["trusted_dirs"] = _package_dirs(PYTEST_PACKAGES)
+    JUDGE_CACHE["trusted_dirs"] = package_dirs(PYTEST_PACKAGES)
     try:
         run_pytest_file(compile(WARM_FILE, "<warm pytest>", "exec"), {"__builtins__": __builtins__}, lambda *a: None)
     finally:
         sys.modules.pop(PYTEST_MODULE, None)
-    _CACHE["pytest_config"] = _prepared_config()  # parsed once here: each judge forks with its own copy
+    JUDGE_CACHE["pytest_config"] = _prepared_config()  # parsed once here: each judge forks with its own copy
 
 
 def _prepared_config():
@@ -244,7 +245,7 @@ def run_pytest_file(code, namespace, on_test, on_start=None, judge=None, on_coll
     if judge is not None:
         forward_monkeypatch(sys.modules.get("_pytest.monkeypatch"))
     plugin = _Plugin(pytest, module, code.co_filename, on_test, on_start, judge, on_collected)
-    config = _CACHE.pop("pytest_config", None)  # the zygote's, once per judge; else made here
+    config = JUDGE_CACHE.pop("pytest_config", None)  # the zygote's, once per judge; else made here
     if config is None:
         with _pytest_environment():
             pytest.main(list(_args()), plugins=[plugin])
@@ -395,7 +396,7 @@ class _Plugin:
             return CollectReport(collector.nodeid, "passed", None, call.result)
         exc = call.excinfo.value
         if isinstance(exc, self.pytest.skip.Exception) and self.judge_clean():
-            return CollectReport(collector.nodeid, "skipped", (self.filename, 0, _text(exc, 280)), [])
+            return CollectReport(collector.nodeid, "skipped", (self.filename, 0, clip_text(exc, 280)), [])
         self.problem = self.problem or _failure_of(self.judge, exc, f"collecting {collector.nodeid or 'the file'}: ")
         return CollectReport(collector.nodeid, "failed", self.problem[1], [])
     pytest_make_collect_report.pytest_impl = _FIRST
@@ -418,7 +419,7 @@ class _Plugin:
         if call.excinfo is not None:
             exc = call.excinfo.value
             if isinstance(exc, self.pytest.skip.Exception) and self.judge_clean():
-                outcome, longrepr = "skipped", (self.filename, item.reportinfo()[1] or 0, _text(exc, 280))
+                outcome, longrepr = "skipped", (self.filename, item.reportinfo()[1] or 0, clip_text(exc, 280))
             else:
                 outcome, failure = "failed", _failure_of(self.judge, exc)
                 longrepr = f"{failure[0]}: {failure[1]}"
@@ -457,7 +458,7 @@ class _Plugin:
         self.on_test(nodeid, ok and not skip, skip and ok, kind, msg, duration)
 
     def pytest_keyboard_interrupt(self, excinfo):
-        self.interrupted = (type(excinfo.value).__name__, _text(excinfo.value, 280))
+        self.interrupted = (type(excinfo.value).__name__, clip_text(excinfo.value, 280))
 
     def flush(self):
         """The collected tests that did not run to their end fail: the one a stop interrupted (a
@@ -479,5 +480,5 @@ class _Plugin:
 def _failure_of(judge, exc, prefix=""):
     """(type, message) of a failure: the call the judge refused, if one was, else ``exc``."""
     if judge is not None and judge.failed is not None:
-        return _failure_type(judge.failed), prefix + judge.failed[:300]
-    return type(exc).__name__, prefix + _text(exc, 300)
+        return failure_type(judge.failed), prefix + judge.failed[:300]
+    return type(exc).__name__, prefix + clip_text(exc, 300)

@@ -1,8 +1,8 @@
 """The in-container runner: PID 1 of every sandbox container. It supervises; it runs no test.
 
-This is the last part of the runtime's source, executed INSIDE the sandbox (``python3 -I -S``,
-the source being the runtime modules in the order ``consumers/executor/sandbox.py:RUNTIME`` gives: it uses
-their names); standard library only, it must not import rollstream.
+Its ``main`` is the entry point of the runtime's bundle (``python3 -I -S``, the bundle on stdin:
+runtime/importer.py); standard library only, it imports the runtime's own modules and nothing
+else of rollstream.
 
 Protocol (over the container's attach stream, one JSON object per line):
 
@@ -61,34 +61,33 @@ import socket
 import sys
 import time
 
-if __name__ != "__main__":  # on the host (linters, readers): what the sandbox gets from the files above
-    from rollstream.consumers.executor.runtime.cleanup import (
-        SETTLE_S,
-        _kill_all,
-        cleanup,
-        install_seccomp,
-        sysv_ipc_objects,
-    )
-    from rollstream.consumers.executor.runtime.relay import RELAY_PORT, start_relay
-    from rollstream.consumers.executor.runtime.warmup import warm_up
-    from rollstream.consumers.executor.runtime.workspace import (
-        WORK,
-        collect_workspace,
-        restore_workspace,
-    )
-    from rollstream.consumers.executor.runtime.zygotes import (
-        MAX_TESTS,
-        PR_SET_DUMPABLE,
-        ZYGOTE_GRACE_S,
-        ZYGOTES,
-        _high,
-        _write_part,
-        await_zygotes,
-        drop_to,
-        prefork,
-        pytest_warm,
-        start_zygotes,
-    )
+from rollstream.consumers.executor.runtime.cleanup import (
+    SETTLE_S,
+    cleanup,
+    install_seccomp,
+    kill_all,
+    sysv_ipc_objects,
+)
+from rollstream.consumers.executor.runtime.relay import RELAY_PORT, start_relay
+from rollstream.consumers.executor.runtime.warmup import warm_up
+from rollstream.consumers.executor.runtime.workspace import (
+    WORK,
+    collect_workspace,
+    restore_workspace,
+)
+from rollstream.consumers.executor.runtime.zygotes import (
+    MAX_TESTS,
+    PR_SET_DUMPABLE,
+    ZYGOTE_GRACE_S,
+    ZYGOTES,
+    await_zygotes,
+    drop_to,
+    move_high,
+    prefork,
+    pytest_warm,
+    start_zygotes,
+    write_part,
+)
 
 CHILD_ENV = {
     "PATH": "/usr/local/bin:/usr/bin:/bin",
@@ -208,11 +207,11 @@ class Host:
         self.commands = {role: socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET) for role in ZYGOTES}
         self.pid_r, self.pid_w = os.pipe()  # zygotes -> PID 1: "J <pid>" / "C <pid>"
         self.status_r, self.status_w = os.pipe()  # zygotes -> PID 1: "J E <status>", "J S", ...
-        self.null = _high(self.null)  # every descriptor here sits above the ones a job's process uses
-        self.judge_part, self.candidate_part = _high(self.judge_part), _high(self.candidate_part)
+        self.null = move_high(self.null)  # every descriptor here sits above the ones a job's process uses
+        self.judge_part, self.candidate_part = move_high(self.judge_part), move_high(self.candidate_part)
         (self.out_r, self.out_w, self.err_r, self.err_w, self.jout_r, self.jout_w, self.jerr_r, self.jerr_w,
          self.rep_r, self.rep_w, self.pid_r, self.pid_w, self.status_r, self.status_w) = (
-            _high(fd) for fd in (self.out_r, self.out_w, self.err_r, self.err_w, self.jout_r, self.jout_w, self.jerr_r,
+            move_high(fd) for fd in (self.out_r, self.out_w, self.err_r, self.err_w, self.jout_r, self.jout_w, self.jerr_r,
                                  self.jerr_w, self.rep_r, self.rep_w, self.pid_r, self.pid_w, self.status_r, self.status_w))
         for fd in (self.out_r, self.err_r, self.jout_r, self.jerr_r, self.rep_r, self.pid_r, self.status_r):
             os.set_blocking(fd, False)
@@ -322,7 +321,7 @@ JUDGE_PID_DELAY_S = 0.5
 
 def _lose_zygotes(host):
     host.drop_zygotes()
-    _kill_all()
+    kill_all()
 
 
 def _stop_zygote(host, role):
@@ -372,7 +371,7 @@ def run_job(host, job):
     if job.get("trust") == "in_process":
         key = os.urandom(8).hex()
         report_fd = 64 + os.urandom(1)[0] % 128  # a random descriptor above the runner's own
-        _write_part(host.candidate_part, (code, setup, tests, key, report_fd, limits, program, cap, pytest_files))
+        write_part(host.candidate_part, (code, setup, tests, key, report_fd, limits, program, cap, pytest_files))
         socket.send_fds(host.command_socket(b"C"), [b"i"], [])
         supervisor.expect(b"C")
     else:
@@ -382,8 +381,8 @@ def run_job(host, job):
         judge_part = (setup, tests, names, str(job.get("entry_point", "")), modules, rules, pytest_files)
         hook = job.get("test_hook") if host.test_hooks else None
         slow = JUDGE_PID_DELAY_S if host.test_hooks and job.get("runner_hook") == "judge_slow_to_say_pid" else 0.0
-        _write_part(host.judge_part, (judge_part, limits, hook, slow))
-        _write_part(host.candidate_part, (code, setup, names, program, cap, limits))
+        write_part(host.judge_part, (judge_part, limits, hook, slow))
+        write_part(host.candidate_part, (code, setup, names, program, cap, limits))
         req_r, req_w = os.pipe()  # judge -> candidate
         resp_r, resp_w = os.pipe()  # candidate -> judge
         try:
@@ -842,7 +841,3 @@ def main():
         except Exception as exc:  # a runner bug must not leave the host waiting
             _reply({"id": job.get("id"), "nonce": job.get("nonce"), "error": f"runner: {type(exc).__name__}: {exc}",
                     "clean": False})
-
-
-if __name__ == "__main__":
-    main()

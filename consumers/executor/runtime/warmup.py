@@ -1,5 +1,5 @@
-"""PID 1's warm-up, in the sandbox (part of the runtime's one source, see
-consumers/executor/runtime/supervisor.py; standard library only): what every job uses is imported
+"""PID 1's warm-up, in the sandbox (a module of the runtime, in its bundle,
+runtime/importer.py; standard library only): what every job uses is imported
 and run once, here, on made-up data, so that the zygotes share it copy-on-write."""
 
 import ctypes
@@ -8,11 +8,15 @@ import json
 import os
 import sys
 
-if __name__ != "__main__":  # on the host (linters, readers): what the sandbox gets from the files above
-    from rollstream.consumers.executor.runtime.candidate import _ERR, _OUT, candidate_main, print_exception
-    from rollstream.consumers.executor.runtime.judge import Guards, _allowed_devices, _stdlib_dirs, judge_main
-    from rollstream.consumers.executor.runtime.proxies import _State
-    from rollstream.consumers.executor.runtime.zygotes import _event_line
+from rollstream.consumers.executor.runtime.candidate import (
+    CAPTURED_ERR,
+    CAPTURED_OUT,
+    candidate_main,
+    print_exception,
+)
+from rollstream.consumers.executor.runtime.judge import Guards, allowed_devices, judge_main, stdlib_dirs
+from rollstream.consumers.executor.runtime.proxies import JudgeState
+from rollstream.consumers.executor.runtime.zygotes import event_line
 
 # Modules every job is likely to use, imported once before the zygote forks (shared pages).
 PRELOAD = ("math", "re", "collections", "itertools", "functools", "operator", "string", "heapq", "bisect",
@@ -53,7 +57,7 @@ def warm_up():
     namespace = {"__name__": "warmup"}
     exec(compile("def f(x):\n    return [x, {'a': 1}, 'x' * 2]\n", "<warmup>", "exec"), namespace)
     exec(compile("assert f(1)[0] == 1", "<warmup test>", "exec"), namespace)
-    json.loads(_event_line({"e": "test", "i": 0, "ok": False, "line": None, "msg": "\u00e9"}))
+    json.loads(event_line({"e": "test", "i": 0, "ok": False, "line": None, "msg": "\u00e9"}))
     try:
         exec(compile("def g():\n    1 / 0\ng()", "<warmup>", "exec"), namespace)
     except ZeroDivisionError as exc:
@@ -63,8 +67,8 @@ def warm_up():
         finally:
             sys.stderr.close()
             sys.stderr = stderr
-    _stdlib_dirs()
-    _allowed_devices()
+    stdlib_dirs()
+    allowed_devices()
     _warm_protocol()
     gc.collect()
     gc.freeze()
@@ -139,6 +143,6 @@ def _warm_protocol(rounds=12):
         sys.modules["__main__"] = saved[3]
         sys.modules.pop("solution", None)
         Guards.current = None  # the zygotes hold no job, made-up or not
-        _State.judge = None
-        _OUT.drain()
-        _ERR.drain()
+        JudgeState.judge = None
+        CAPTURED_OUT.drain()
+        CAPTURED_ERR.drain()

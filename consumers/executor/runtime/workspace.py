@@ -1,6 +1,6 @@
 """An episode's files, and the sandbox's writable directory between jobs.
 
-Runs INSIDE the sandbox (part of the runtime's source; standard library only). After a turn
+A module of the runtime (its bundle in the sandbox, runtime/importer.py; standard library only). After a turn
 that is not the last, the runner collects the regular files the job left in ``/work``, once
 every process of the job is gone; before the next turn's code runs, it restores them into the
 empty ``/work`` (paths checked: relative, normalised, no ``..``, created here, never through a
@@ -10,8 +10,7 @@ link). Between jobs ``/work`` is wiped, permissions the code removed restored fi
 import binascii
 import os
 
-if __name__ != "__main__":  # on the host (linters, readers): what the sandbox gets from the files above
-    from rollstream.consumers.executor.runtime.zygotes import JOB_IDS
+from rollstream.consumers.executor.runtime.zygotes import JOB_IDS
 
 WORK = "/work"
 
@@ -114,7 +113,7 @@ def collect_workspace(budget):
     return found, truncated
 
 
-def _wipe(directory):
+def wipe(directory):
     """Remove everything under ``directory`` (iteratively: a deep tree must not overflow the
     runner's stack), first restoring permissions the code may have removed."""
     stack, dirs = [directory], []

@@ -1,5 +1,5 @@
-"""The zygotes and the job's processes, in the sandbox (part of the runtime's one source, see
-consumers/executor/runtime/supervisor.py; standard library only).
+"""The zygotes and the job's processes, in the sandbox (a module of the runtime, in its bundle,
+runtime/importer.py; standard library only).
 
 PID 1 forks three zygotes once; each forks one child per job, ahead of it when it can: a judge
 (consumers/executor/runtime/judge.py), a candidate (consumers/executor/runtime/candidate.py) or,
@@ -24,12 +24,12 @@ import sys
 import time
 from json.encoder import encode_basestring_ascii as _json_string  # json.dumps' own quoting
 
-if __name__ != "__main__":  # on the host (linters, readers): what the sandbox gets from the files above
-    from rollstream.consumers.executor.runtime.candidate import candidate_main
-    from rollstream.consumers.executor.runtime.codec import Decoder, Encoder, Table, dumps, loads
-    from rollstream.consumers.executor.runtime.inprocess import harness
-    from rollstream.consumers.executor.runtime.judge import install_guards, judge_main
-    from rollstream.consumers.executor.runtime.pytests import warm_pytest
+from rollstream.consumers.executor.runtime import channel
+from rollstream.consumers.executor.runtime.candidate import candidate_main
+from rollstream.consumers.executor.runtime.codec import Decoder, Encoder, Table, dumps, loads
+from rollstream.consumers.executor.runtime.inprocess import harness
+from rollstream.consumers.executor.runtime.judge import install_guards, judge_main
+from rollstream.consumers.executor.runtime.pytests import run_pytest_files, warm_pytest
 
 MAX_TESTS = 1000  # RewardSpec's own limit on tests per task
 ZYGOTES = (b"C", b"J", b"P")  # the candidate zygote, the judge zygote, the pytest files' judge zygote
@@ -56,7 +56,7 @@ def drop_to(host):
         os.setresuid(uid, uid, uid)
 
 
-def _high(fd):
+def move_high(fd):
     """``fd`` moved to a number of at least FIRST_HOST_FD (the original closed)."""
     moved = fcntl.fcntl(fd, fcntl.F_DUPFD, FIRST_HOST_FD)
     os.close(fd)
@@ -72,7 +72,7 @@ def start_zygotes(host):
     # Each zygote holds the only write end of a pipe of its own: its exit (or kill) closes it and
     # PID 1's poll sees the read end hang up. A pidfd would say the same, but gVisor has no
     # pidfd_open (ENOSYS), and one mechanism serves both runtimes.
-    pipes = {role: tuple(_high(fd) for fd in os.pipe()) for role in ZYGOTES}
+    pipes = {role: tuple(move_high(fd) for fd in os.pipe()) for role in ZYGOTES}
     for role in ZYGOTES:
         pid = os.fork()
         if pid == 0:
@@ -156,6 +156,12 @@ def zygote_main(host, role):
             _ignore_signals()
         if role == b"J":
             _guard(host)
+        if role == b"C":
+            # The candidate's __main__ is the wire it serves the judge over (the runtime's modules
+            # are out of sys.modules, runtime/importer.py): code that patches its own process's
+            # __main__ patches its own serving code, as when the runtime was one source run as
+            # __main__, and the judge still believes only what it decodes.
+            sys.modules["__main__"] = channel
         sys.stdin = host.stdin  # what every child has (an empty stdin, its argv): set once, here
         sys.argv = ["solution"]
         host.own = own
@@ -213,7 +219,7 @@ def _job_process(host, role, command, fds):
         if host.test_hooks and command == b"j":  # tests only: a judge slow to say its pid
             time.sleep(marshal.loads(os.pread(host.judge_part, os.fstat(host.judge_part).st_size, 0))[3])
         os.write(host.pid_w, b"%s %d\n" % (role, os.getpid()))
-    JOB_MAINS[command](host, [_high(fd) for fd in fds])
+    JOB_MAINS[command](host, [move_high(fd) for fd in fds])
 
 
 def _ignore_signals():
@@ -281,7 +287,7 @@ def judge_child(host, link):
         report = Reporter(5)
         if hook is not None and host.test_hooks:  # tests only: a judge compromised on purpose
             exec(hook, {"__name__": "hook", "report": report})
-        judge_main(part, 3, 4, report)
+        judge_main(part, 3, 4, report, run_files=run_pytest_files)
         report.flush()
         sys.stdout.flush()
         sys.stderr.flush()
@@ -320,7 +326,7 @@ class Reporter:
         if self.count >= 4 * MAX_TESTS:
             return
         self.count += 1
-        line = _event_line(event)
+        line = event_line(event)
         self.lines.append(line)
         self.size += len(line)
         if self.size > 32768:
@@ -346,7 +352,7 @@ def child_main(host, link):
         os.close(3)
         host.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
 
-        def report(event, _write=os.write, _encode=_event_line):
+        def report(event, _write=os.write, _encode=event_line):
             _write(report_fd, _encode(event, key))
 
         return harness(code, setup, tests, report, program, out_cap, pytest_files)
@@ -364,7 +370,7 @@ def _say(exc):
         pass
 
 
-def _event_line(event, key=None):
+def event_line(event, key=None):
     """One event as a JSON line (with the job's key for an in-process child). By hand rather
     than with json.dumps, which builds a fresh encoder per call: in a forked child that alone
     copied some 60 pages per job."""
@@ -397,7 +403,7 @@ def load_part(fd):
     return marshal.loads(data)
 
 
-def _write_part(fd, part):
+def write_part(fd, part):
     data = marshal.dumps(part)
     os.ftruncate(fd, 0)
     os.pwrite(fd, data, 0)

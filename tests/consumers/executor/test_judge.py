@@ -5,7 +5,6 @@ attacks through the real sandbox are in test_verdicts.py and test_tamper.py."""
 
 from __future__ import annotations
 
-import ast
 import json
 
 import pytest
@@ -26,25 +25,6 @@ def test_tested_names_and_modules() -> None:
     modules = ("assert math.isclose(f(2), 1.4)", "import os\nassert os.sep", "json = 1\nassert json",
                "def re():\n    pass\nre()", "assert collections.Counter(f()) == {}")
     assert sandbox.tested_modules(modules) == ("collections", "math")  # read, never bound by the tests
-
-
-def test_the_runtime_defines_each_name_once() -> None:
-    """The runtime modules become one source in the sandbox: a name defined in two of them would
-    silently replace the other's."""
-    seen: dict[str, str] = {}
-    for name in sandbox.RUNTIME:
-        from importlib import resources
-
-        tree = ast.parse(resources.files("rollstream.consumers.executor.runtime").joinpath(name).read_text())
-        for node in tree.body:
-            names = []
-            if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
-                names = [node.name]
-            elif isinstance(node, ast.Assign):
-                names = [t.id for t in node.targets if isinstance(t, ast.Name)]
-                names += [e.id for t in node.targets if isinstance(t, ast.Tuple) for e in t.elts if isinstance(e, ast.Name)]
-            for defined in names:
-                assert seen.setdefault(defined, name) == name, f"{defined} is defined in {seen[defined]} and {name}"
 
 
 def test_functions_and_values_keep_their_meaning() -> None:

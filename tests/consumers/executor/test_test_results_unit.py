@@ -96,7 +96,7 @@ def test_failed_test_lines_and_replay_s_diff() -> None:
 
 def test_a_pytest_file_s_tests_are_counted_as_collected_and_named_by_node_id() -> None:
     from rollstream.consumers.executor.rewards import tests_total
-    from rollstream.consumers.executor.runtime.zygotes import _event_line
+    from rollstream.consumers.executor.runtime.zygotes import event_line
     from rollstream.schemas.events import RewardSpec
 
     spec = RewardSpec(kind="python_pytest", tests=["file 0", "file 1", "file 2"])
@@ -106,6 +106,6 @@ def test_a_pytest_file_s_tests_are_counted_as_collected_and_named_by_node_id() -
     assert tests_total(RewardSpec(tests=["assert 1", "assert 2"]), events) == 2  # statements: one each
     event = {"e": "test", "i": 1, "ok": False, "node": "test_solution.py::test_a[2]", "type": "AssertionError",
              "msg": "4 == 5", "d": 0.25}
-    decoded = __import__("json").loads(_event_line(event))  # as the runner writes it: the duration a number
+    decoded = __import__("json").loads(event_line(event))  # as the runner writes it: the duration a number
     (result,), _ = per_test_results([decoded], 5)
     assert (result.node_id, result.duration_s, result.outcome) == ("test_solution.py::test_a[2]", 0.25, "failed")
