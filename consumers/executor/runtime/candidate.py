@@ -347,7 +347,7 @@ def _moved_names():
     """The names the tests read that the completion's module rebound (``global counter; counter +=
     1``) or deleted since the judge last heard, as extras: ``"=name", value`` or ``"-name", None``.
     In Python the tests read the module's current value (``solution.counter``, or the bare name of
-    a shared namespace); the judge rebinds its copy (judge.py ``LiveNames``)."""
+    a shared namespace); the judge rebinds its copy (guards.py ``LiveNames``)."""
     namespace, watched, moved = _CANDIDATE.namespace, _CANDIDATE.watched, None
     for name, before in watched.items():
         now = namespace.get(name, _MISSING)
@@ -406,7 +406,7 @@ def _eval(_, mode, source, globals_, locals_, modules):
 
 
 def _subclass(_, name, qualname, bases, attributes):
-    """The tests' class derived from the completion's ``bases`` (judge side: crossing.Judge.subclassed),
+    """The tests' class derived from the completion's ``bases`` (judge side: crossing.Crossing.subclassed),
     made here from them: the tests' methods, static and class methods and properties' parts call the
     tests' functions (the judge runs them, on the instance as it crossed: ``self.sound()`` in the
     completion's ``speak`` reaches the tests' ``sound``), their other attributes are values."""

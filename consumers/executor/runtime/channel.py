@@ -11,7 +11,7 @@ items, definitions and changes): ``kind`` ``"q"`` (a request: ``what`` is the op
 ``"a"`` (a reply: ``what`` is ``ok``, ``exc``, ``fail`` or ``m``); ``env`` carries the judge's
 overrides for the call (patched builtins, ``sys.stdin``, mock patches); ``out``/``err`` what
 the candidate printed since its last message; ``extras`` what a reply carries besides its answer
-(warnings the call issued, the random generator's state: consumers/executor/runtime/judge.py). The judge's request ids are random 63-bit
+(warnings the call issued, the random generator's state: consumers/executor/runtime/guards.py). The judge's request ids are random 63-bit
 numbers drawn per request, so a reply cannot be written before its question exists; a reply
 that answers anything but the question the judge is waiting for is a protocol error.
 """

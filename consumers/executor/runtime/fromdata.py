@@ -1,7 +1,7 @@
 """Code and objects from data, in the judge: the judge never runs code the completion chose.
 
 A module of the runtime (standard library only; in the sandbox it arrives in the runtime's
-bundle, runtime/importer.py; on the host, an ordinary module, unit-tested there). ``judge.py`` installs and uses it.
+bundle, runtime/importer.py; on the host, an ordinary module, unit-tested there). ``hooks.py`` installs it and ``guards.py`` uses it.
 
 * **Running code** (:class:`ExecGuard`, an audit hook on ``exec``, installed once in the judge
   zygote): during a job, a code object runs in the judge only when it is the tests' own (the

@@ -3,13 +3,13 @@ and the requests that use them.
 
 A module of the runtime (standard library only; in the sandbox it arrives in the runtime's
 bundle, runtime/importer.py; on the host, an ordinary module). The judge process (consumers/executor/runtime/judge.py) holds one
-``Judge`` (consumers/executor/runtime/crossing.py: what may cross, and where):
+``Crossing`` (consumers/executor/runtime/crossing.py; what may cross, and where: valuecheck.py):
 
 * the completion's functions, instances, generators and modules are *proxies*: every use is a
   request the candidate answers (:class:`Remote`; generators and built-in iterators are lazy
   :class:`RemoteIterator` s). A proxy equals only itself unless both sides of a comparison are
   the completion's objects (and then not for an enum's members, which equal by identity, nor
-  without a reference for opaque ones: crossing.Judge.opaque_compare), and hashes as the
+  without a reference for opaque ones: crossing.Crossing.opaque_compare), and hashes as the
   candidate said when it crossed, so no completion code decides whether one of its objects
   equals plain data;
 * the completion's classes are *mirrors*: real classes of the judge (:class:`MirrorMeta`) whose
@@ -82,17 +82,17 @@ class raises:
 
 # ---------------------------------------------------------------- the completion's objects
 
-class JudgeState:
+class CrossingState:
     """The one judge of this process (a judge lives for one job)."""
 
-    judge = None
+    crossing = None
 
 
-def current_judge():
-    judge = JudgeState.judge
-    if judge is None:
+def current_crossing():
+    crossing = CrossingState.crossing
+    if crossing is None:
         raise FailedCall("no job")
-    return judge
+    return crossing
 
 
 class RemoteBase:
@@ -102,61 +102,61 @@ class RemoteBase:
     __slots__ = ()
 
     def __getattr__(self, name):
-        return current_judge().attribute(self, name)
+        return current_crossing().attribute(self, name)
 
     def __setattr__(self, name, value):
-        current_judge().ask("set", self, [name, value])
+        current_crossing().ask("set", self, [name, value])
 
     def __delattr__(self, name):
-        current_judge().ask("del", self, [name])
+        current_crossing().ask("del", self, [name])
 
     def __repr__(self):
-        text = current_judge().op(self, "repr")
+        text = current_crossing().op(self, "repr")
         return text if type(text) is str else "<completion object>"
 
     def __str__(self):
-        text = current_judge().op(self, "str")
+        text = current_crossing().op(self, "str")
         return text if type(text) is str else "<completion object>"
 
     def __format__(self, spec):
-        text = current_judge().op(self, "format", spec)
+        text = current_crossing().op(self, "format", spec)
         if type(text) is not str:
             raise TypeError("format() of a completion object gave no str")
         return text
 
     def __eq__(self, other):
-        judge = current_judge()
-        if judge.opaque and not judge.decoding and type(self) not in IDENTITY and type(other) not in IDENTITY:
-            found = judge.opaque_compare(self, "eq", other)
+        crossing = current_crossing()
+        if crossing.opaque and not crossing.decoding and type(self) not in IDENTITY and type(other) not in IDENTITY:
+            found = crossing.opaque_compare(self, "eq", other)
             if found is not None:
                 return found
-        if isinstance(other, RemoteBase) and not judge.decoding and type(self) is not RemoteIterator \
+        if isinstance(other, RemoteBase) and not crossing.decoding and type(self) is not RemoteIterator \
                 and type(self) not in IDENTITY and type(other) not in IDENTITY:
-            return judge.op(self, "eq", other)
+            return crossing.op(self, "eq", other)
         return self is other
 
     def __ne__(self, other):
-        judge = current_judge()
-        if judge.opaque and not judge.decoding and type(self) not in IDENTITY and type(other) not in IDENTITY:
-            found = judge.opaque_compare(self, "ne", other)
+        crossing = current_crossing()
+        if crossing.opaque and not crossing.decoding and type(self) not in IDENTITY and type(other) not in IDENTITY:
+            found = crossing.opaque_compare(self, "ne", other)
             if found is not None:
                 return found
-        if isinstance(other, RemoteBase) and not judge.decoding and type(self) is not RemoteIterator \
+        if isinstance(other, RemoteBase) and not crossing.decoding and type(self) is not RemoteIterator \
                 and type(self) not in IDENTITY and type(other) not in IDENTITY:
-            return judge.op(self, "ne", other)
+            return crossing.op(self, "ne", other)
         return self is not other
 
     def __hash__(self):
-        value = current_judge().hashes.get(current_judge().table.refs.get(id(self)))
+        value = current_crossing().hashes.get(current_crossing().table.refs.get(id(self)))
         if value is None:
             raise TypeError("unhashable completion object")
         return value
 
     def __copy__(self):
-        return current_judge().op(self, "copy")
+        return current_crossing().op(self, "copy")
 
     def __deepcopy__(self, memo=None):
-        return current_judge().op(self, "deepcopy")
+        return current_crossing().op(self, "deepcopy")
 
     def __reduce_ex__(self, protocol):
         raise NeedsCandidate()
@@ -165,7 +165,7 @@ class RemoteBase:
         raise NeedsCandidate()
 
     def __dir__(self):
-        names = current_judge().op(self, "dir")
+        names = current_crossing().op(self, "dir")
         return names if type(names) is list else []
 
 
@@ -202,12 +202,12 @@ class RemoteIterator(RemoteBase):
         return format(repr(self), spec)
 
     def __next__(self):
-        return current_judge().op(self, "next")
+        return current_crossing().op(self, "next")
 
 
 def _forward(op):
     def method(self, *args):
-        return current_judge().op(self, op, *args)
+        return current_crossing().op(self, op, *args)
 
     method.__name__ = f"__{op}__"
     return method
@@ -215,13 +215,13 @@ def _forward(op):
 
 def _compare(op):
     def method(self, other):
-        judge = current_judge()
-        if judge.opaque and not judge.decoding:
-            found = judge.opaque_compare(self, op, other)
+        crossing = current_crossing()
+        if crossing.opaque and not crossing.decoding:
+            found = crossing.opaque_compare(self, op, other)
             if found is not None:
                 return found
-        if isinstance(other, RemoteBase) and not judge.decoding:
-            return judge.op(self, op, other)
+        if isinstance(other, RemoteBase) and not crossing.decoding:
+            return crossing.op(self, op, other)
         return NotImplemented
 
     method.__name__ = f"__{op}__"
@@ -240,41 +240,41 @@ class Remote(RemoteBase):
     __slots__ = ()
 
     def __call__(self, *args, **kwargs):
-        return current_judge().call(self, args, kwargs)
+        return current_crossing().call(self, args, kwargs)
 
     def __contains__(self, item):
-        return current_judge().op(self, "contains", item) is True
+        return current_crossing().op(self, "contains", item) is True
 
     def __getitem__(self, key):
-        return current_judge().op(self, "getitem", key)
+        return current_crossing().op(self, "getitem", key)
 
     def __setitem__(self, key, value):
-        current_judge().op(self, "setitem", key, value)
+        current_crossing().op(self, "setitem", key, value)
 
     def __delitem__(self, key):
-        current_judge().op(self, "delitem", key)
+        current_crossing().op(self, "delitem", key)
 
     def __round__(self, *args):
-        return current_judge().op(self, "round", *args)
+        return current_crossing().op(self, "round", *args)
 
     def __exit__(self, *exc):
-        return current_judge().op(self, "exit", *_exc_info(exc))
+        return current_crossing().op(self, "exit", *_exc_info(exc))
 
     @property
     def __doc__(self):  # functools.wraps metadata: the completion's, not this class's
-        return current_judge().attribute(self, "__doc__")
+        return current_crossing().attribute(self, "__doc__")
 
     @property
     def __module__(self):
-        return current_judge().attribute(self, "__module__")
+        return current_crossing().attribute(self, "__module__")
 
     def __await__(self):
         """``await f()`` of the completion's coroutine: the candidate runs it to its end."""
-        return current_judge().op(self, "await")
+        return current_crossing().op(self, "await")
         yield  # a generator: what an awaitable's __await__ returns
 
     def __aiter__(self):
-        return current_judge().op(self, "aiter")
+        return current_crossing().op(self, "aiter")
 
     def __anext__(self):
         return _RemoteStep(self)
@@ -289,7 +289,7 @@ class _RemoteStep:
         self.owner = owner
 
     def __await__(self):
-        return current_judge().op(self.owner, "anext")
+        return current_crossing().op(self.owner, "anext")
         yield
 
 
@@ -320,7 +320,7 @@ class Method:
         self.owner, self.name = owner, name
 
     def __call__(self, *args, **kwargs):
-        return current_judge().call_method(self.owner, self.name, args, kwargs)
+        return current_crossing().call_method(self.owner, self.name, args, kwargs)
 
     def __repr__(self):
         return f"<method {self.name} of a completion object>"
@@ -332,7 +332,7 @@ class MirrorMeta(type):
     class attributes are requests.
 
     A class the tests derive from mirrors (``class Dog(Animal): def sound(self): ...``) is made
-    in both processes (crossing.Judge.subclassed): here as the tests wrote it, and in the
+    in both processes (crossing.Crossing.subclassed): here as the tests wrote it, and in the
     candidate as a subclass of the completion's own classes whose attributes are the tests'
     (their methods run here, called by the completion's as ``self.sound()``); the tests' class
     stands for the candidate's, so its instances live in the candidate like the completion's, and
@@ -342,34 +342,34 @@ class MirrorMeta(type):
     def __new__(mcls, name, bases, namespace, mirror=False):
         cls = super().__new__(mcls, name, bases, namespace)
         if not mirror:
-            current_judge().subclassed(cls)
+            current_crossing().subclassed(cls)
         return cls
 
     def __init__(cls, name, bases, namespace, mirror=False):
         super().__init__(name, bases, namespace)
 
     def __call__(cls, *args, **kwargs):
-        return current_judge().call(cls, args, kwargs)
+        return current_crossing().call(cls, args, kwargs)
 
     def __getattr__(cls, name):
         if name.startswith("__") and name.endswith("__"):
             raise AttributeError(name)
-        return current_judge().attribute(cls, name)
+        return current_crossing().attribute(cls, name)
 
     def __iter__(cls):
-        return current_judge().op(cls, "iter")
+        return current_crossing().op(cls, "iter")
 
     def __len__(cls):
-        return current_judge().op(cls, "len")
+        return current_crossing().op(cls, "len")
 
     def __bool__(cls):  # a class is true (`if category:` in warnings), whatever its metaclass says of len()
         return True
 
     def __getitem__(cls, key):
-        return current_judge().op(cls, "getitem", key)
+        return current_crossing().op(cls, "getitem", key)
 
     def __contains__(cls, item):
-        return current_judge().op(cls, "contains", item) is True
+        return current_crossing().op(cls, "contains", item) is True
 
 
 VALUE_BASES = (int, float, complex, str, bytes, tuple, frozenset)
@@ -383,14 +383,14 @@ def value_base(cls):
 
 
 def _mirror_getattr(self, name):
-    return current_judge().attribute(self, name)
+    return current_crossing().attribute(self, name)
 
 
 def _mirror_str(self):
-    judge = current_judge()
-    text = judge.texts.get(judge.table.refs.get(id(self)))
+    crossing = current_crossing()
+    text = crossing.texts.get(crossing.table.refs.get(id(self)))
     if text is None:
-        text = judge.op(self, "str")
+        text = crossing.op(self, "str")
     return text if type(text) is str else "<completion object>"
 
 
@@ -440,7 +440,7 @@ class _Forwarded:
 
     def __get__(self, obj, owner=None):
         target = owner if obj is None else obj
-        return Method(target, self.name) if self.method else current_judge().attribute(target, self.name)
+        return Method(target, self.name) if self.method else current_crossing().attribute(target, self.name)
 
 
 class Inherited:
@@ -457,10 +457,10 @@ class Inherited:
         self.owner, self.name = owner, name
 
     def __get__(self, obj, owner=None):
-        judge = current_judge()
+        crossing = current_crossing()
         if obj is None:
-            return judge.attribute(self.owner if owner is None else owner, self.name)
-        if type(obj) in judge.tests_classes or self.name == "__init__":
+            return crossing.attribute(self.owner if owner is None else owner, self.name)
+        if type(obj) in crossing.tests_classes or self.name == "__init__":
             return _Super(obj, self.owner, self.name)
         return Method(obj, self.name)
 
@@ -475,7 +475,7 @@ class _Super:
         self.obj, self.owner, self.name = obj, owner, name
 
     def __call__(self, *args, **kwargs):
-        return current_judge().call_super(self.obj, self.owner, self.name, args, kwargs)
+        return current_crossing().call_super(self.obj, self.owner, self.name, args, kwargs)
 
     def __repr__(self):
         return f"<method {self.name} of a completion class>"

@@ -44,7 +44,9 @@ import sys
 import types
 
 from rollstream.consumers.executor.runtime.codec import clip_text
-from rollstream.consumers.executor.runtime.judge import JUDGE_CACHE, Guards, failure_type, package_dirs
+from rollstream.consumers.executor.runtime.guards import JUDGE_CACHE, Guards
+from rollstream.consumers.executor.runtime.hooks import package_dirs
+from rollstream.consumers.executor.runtime.judge import failure_type
 from rollstream.consumers.executor.runtime.proxies import MirrorMeta
 
 PYTEST_MODULE = "test_solution"  # the tests' module name (node ids read test_solution.py::...)
@@ -56,7 +58,7 @@ PYTEST_ENV = ("PYTEST_ADDOPTS", "PYTEST_PLUGINS", "PYTEST_CURRENT_TEST")
 _FIRST = {"hookwrapper": False, "optionalhook": False, "tryfirst": True, "trylast": False, "specname": None}
 
 
-# Packages of the image's pytest: the judge may import from them too (judge.py ``package_dirs``).
+# Packages of the image's pytest: the judge may import from them too (hooks.py ``package_dirs``).
 PYTEST_PACKAGES = ("pytest", "_pytest", "pluggy", "iniconfig", "py", "packaging", "attr", "attrs", "exceptiongroup",
                    "more_itertools", "tomli")
 WARM_FILE = """
@@ -143,8 +145,8 @@ def pytest_available():
 MAX_ITEMS = 4096  # tests one file may collect
 
 
-def run_pytest_files(namespace, files, report, judge=None):
-    """A task's pytest files, run by the judge (judge.py ``judge_main``) or, with ``judge`` None,
+def run_pytest_files(namespace, files, report, crossing=None):
+    """A task's pytest files, run by the judge (judge.py ``judge_main``) or, with ``crossing`` None,
     in the completion's own process (inprocess.py): per file a ``collected`` event (``n``
     tests; a file that fails before its tests run counts as one failed test), then a ``test``
     event per test as it ends (``i`` numbered across the files, ``node`` its node id). With a
@@ -153,7 +155,7 @@ def run_pytest_files(namespace, files, report, judge=None):
     run collected from it (``Rules.collected``: a file that parametrizes over the completion's
     data): a file that collects fewer counts the reference's number, those it did not collect
     failing; one that collects more fails every test (they are not the reference's tests)."""
-    rules = judge.rules if judge is not None else None
+    rules = crossing.rules if crossing is not None else None
     held = rules.collected if rules is not None and rules.mode == "reference" else []
     held = held if len(held) == len(files) else [None] * len(files)
     base = 0
@@ -168,14 +170,14 @@ def run_pytest_files(namespace, files, report, judge=None):
             report({"e": "collected", "n": n if want is None or n >= want else want})
 
         def on_start(node, count=count, base=base):
-            if judge is not None:
-                judge.test = str(base + count[0])  # what the judge records a call under: the test's index
+            if crossing is not None:
+                crossing.test = str(base + count[0])  # what the judge records a call under: the test's index
 
         def on_test(node, ok, skip, kind, msg, duration, count=count, base=base, want=want, found=found):
             index = base + count[0]
             count[0] += 1
             if skip and rules is not None and rules.record:
-                judge.skips[str(index)] = -1
+                crossing.skips[str(index)] = -1
             elif skip and rules is not None and rules.mode == "reference" and rules.skips.get(str(index), 0) != -1:
                 ok, skip, kind = False, False, "SkipTest"
                 msg = "skipped: the test skipped where the task's reference ran it (a skip the completion caused never passes)"
@@ -189,16 +191,16 @@ def run_pytest_files(namespace, files, report, judge=None):
                 if skip:
                     event["skip"] = True
             report(event)
-            if judge is not None and judge.gone is not None and judge.tamper is None and not state["gone"]:
+            if crossing is not None and crossing.gone is not None and crossing.tamper is None and not state["gone"]:
                 state["gone"] = True
-                report({"e": "gone", "i": index, "msg": judge.gone[:300]})
+                report({"e": "gone", "i": index, "msg": crossing.gone[:300]})
 
         if isinstance(code, str):  # the runner could not compile it
             outcome = (0, "SyntaxError", f"the task's test file does not compile: {code[:250]}")
-        elif judge is not None and judge.gone is not None:
-            outcome = (0, "FailedCall", judge.gone[:300])
+        elif crossing is not None and crossing.gone is not None:
+            outcome = (0, "FailedCall", crossing.gone[:300])
         else:
-            outcome = run_pytest_file(code, namespace, on_test, on_start, judge, on_collected)
+            outcome = run_pytest_file(code, namespace, on_test, on_start, crossing, on_collected)
         if type(outcome) is tuple:
             total = max(1, want or 1)
             report({"e": "collected", "n": total})
@@ -223,7 +225,7 @@ def _not_collected(report, start, end, first, total, why):
                 "type": "CollectedCount", "msg": why[:300]})
 
 
-def run_pytest_file(code, namespace, on_test, on_start=None, judge=None, on_collected=None):
+def run_pytest_file(code, namespace, on_test, on_start=None, crossing=None, on_collected=None):
     """Run one pytest file (``code``, compiled by the runner) in a module holding ``namespace``
     (the task's setup and the completion's names); ``on_collected(n)`` once collected,
     ``on_test(node_id, ok, skip, type, msg, duration)`` for each collected test as it ends,
@@ -240,11 +242,11 @@ def run_pytest_file(code, namespace, on_test, on_start=None, judge=None, on_coll
     try:
         exec(code, module.__dict__)
     except BaseException as exc:
-        refused = judge is not None and judge.failed is not None  # a refused call says so itself
-        return (0, *_failure_of(judge, exc, "" if refused else "the test file did not run: "))
-    if judge is not None:
+        refused = crossing is not None and crossing.failed is not None  # a refused call says so itself
+        return (0, *_failure_of(crossing, exc, "" if refused else "the test file did not run: "))
+    if crossing is not None:
         forward_monkeypatch(sys.modules.get("_pytest.monkeypatch"))
-    plugin = _Plugin(pytest, module, code.co_filename, on_test, on_start, judge, on_collected)
+    plugin = _Plugin(pytest, module, code.co_filename, on_test, on_start, crossing, on_collected)
     config = JUDGE_CACHE.pop("pytest_config", None)  # the zygote's, once per judge; else made here
     if config is None:
         with _pytest_environment():
@@ -265,7 +267,7 @@ def run_pytest_file(code, namespace, on_test, on_start=None, judge=None, on_coll
 
 def forward_monkeypatch(monkeypatch):
     """The tests' ``monkeypatch`` of a module attribute reaches the completion as their
-    ``mock.patch`` does (judge.py ``_wrap_mock``): ``setattr``/``delattr`` of a module's attribute
+    ``mock.patch`` does (hooks.py ``_wrap_mock``): ``setattr``/``delattr`` of a module's attribute
     (``monkeypatch.setattr(random, "randint", ...)`` or ``"random.randint"``) and
     ``setitem``/``delitem`` of a module's ``__dict__`` are recorded in the job's Guards (``patches``),
     so the candidate sees the attribute as the tests' module now has it (set, or deleted) for the
@@ -331,9 +333,9 @@ def forward_monkeypatch(monkeypatch):
 class _Plugin:
     """The judge's pytest plugin for one file (see the module docstring)."""
 
-    def __init__(self, pytest, module, filename, on_test, on_start, judge, on_collected):
+    def __init__(self, pytest, module, filename, on_test, on_start, crossing, on_collected):
         self.pytest, self.module, self.filename = pytest, module, filename
-        self.on_test, self.on_start, self.judge, self.on_collected = on_test, on_start, judge, on_collected
+        self.on_test, self.on_start, self.crossing, self.on_collected = on_test, on_start, crossing, on_collected
         self.items = []  # node ids, in run order
         self.results = {}  # node id -> [ok, skip, type, msg, seconds of its phases]
         self.reported = set()
@@ -397,13 +399,13 @@ class _Plugin:
         exc = call.excinfo.value
         if isinstance(exc, self.pytest.skip.Exception) and self.judge_clean():
             return CollectReport(collector.nodeid, "skipped", (self.filename, 0, clip_text(exc, 280)), [])
-        self.problem = self.problem or _failure_of(self.judge, exc, f"collecting {collector.nodeid or 'the file'}: ")
+        self.problem = self.problem or _failure_of(self.crossing, exc, f"collecting {collector.nodeid or 'the file'}: ")
         return CollectReport(collector.nodeid, "failed", self.problem[1], [])
     pytest_make_collect_report.pytest_impl = _FIRST
 
     def pytest_runtest_setup(self, item):
-        if self.judge is not None:
-            self.judge.failed = None
+        if self.crossing is not None:
+            self.crossing.failed = None
         if self.on_start is not None:
             self.on_start(item.nodeid)
     pytest_runtest_setup.pytest_impl = _FIRST
@@ -421,7 +423,7 @@ class _Plugin:
             if isinstance(exc, self.pytest.skip.Exception) and self.judge_clean():
                 outcome, longrepr = "skipped", (self.filename, item.reportinfo()[1] or 0, clip_text(exc, 280))
             else:
-                outcome, failure = "failed", _failure_of(self.judge, exc)
+                outcome, failure = "failed", _failure_of(self.crossing, exc)
                 longrepr = f"{failure[0]}: {failure[1]}"
         report = TestReport(item.nodeid, item.location, {k: 1 for k in item.keywords}, outcome, longrepr, call.when,
                             [], call.duration, user_properties=item.user_properties)
@@ -434,7 +436,7 @@ class _Plugin:
         result = self.results.setdefault(report.nodeid, [True, False, "", "", 0.0])
         result[4] += report.duration
         if not self.judge_clean() and result[0]:  # a call the judge refused fails the test whatever it caught
-            result[:4] = [False, False, *_failure_of(self.judge, None)]
+            result[:4] = [False, False, *_failure_of(self.crossing, None)]
         elif report.failed and result[0]:
             failure = getattr(report, "rollstream_failure", None) or ("Failed", str(report.longrepr)[:300])
             result[:4] = [False, False, *failure]
@@ -444,7 +446,7 @@ class _Plugin:
                 if xfail is None else [True, "XFail", f"expected to fail: {xfail}" if xfail else "expected to fail"]
         if report.when == "teardown":
             self.emit(report.nodeid)
-            if self.judge is not None and self.judge.gone is not None and self.session is not None:
+            if self.crossing is not None and self.crossing.gone is not None and self.session is not None:
                 self.session.shouldstop = "the candidate is gone"
 
     def pytest_sessionstart(self, session):
@@ -463,7 +465,7 @@ class _Plugin:
     def flush(self):
         """The collected tests that did not run to their end fail: the one a stop interrupted (a
         ``KeyboardInterrupt`` the completion raised) with the stop, the rest unrun."""
-        why = (self.judge.gone if self.judge is not None and self.judge.gone else "not run: the run stopped")[:300]
+        why = (self.crossing.gone if self.crossing is not None and self.crossing.gone else "not run: the run stopped")[:300]
         for nodeid in self.items:
             if nodeid in self.reported:
                 continue
@@ -474,11 +476,11 @@ class _Plugin:
             self.emit(nodeid)
 
     def judge_clean(self):
-        return self.judge is None or self.judge.failed is None
+        return self.crossing is None or self.crossing.failed is None
 
 
-def _failure_of(judge, exc, prefix=""):
+def _failure_of(crossing, exc, prefix=""):
     """(type, message) of a failure: the call the judge refused, if one was, else ``exc``."""
-    if judge is not None and judge.failed is not None:
-        return failure_type(judge.failed), prefix + judge.failed[:300]
+    if crossing is not None and crossing.failed is not None:
+        return failure_type(crossing.failed), prefix + crossing.failed[:300]
     return type(exc).__name__, prefix + clip_text(exc, 300)

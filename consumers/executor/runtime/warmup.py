@@ -14,8 +14,10 @@ from rollstream.consumers.executor.runtime.candidate import (
     candidate_main,
     print_exception,
 )
-from rollstream.consumers.executor.runtime.judge import Guards, allowed_devices, judge_main, stdlib_dirs
-from rollstream.consumers.executor.runtime.proxies import JudgeState
+from rollstream.consumers.executor.runtime.guards import Guards
+from rollstream.consumers.executor.runtime.hooks import allowed_devices, stdlib_dirs
+from rollstream.consumers.executor.runtime.judge import judge_main
+from rollstream.consumers.executor.runtime.proxies import CrossingState
 from rollstream.consumers.executor.runtime.zygotes import event_line
 
 # Modules every job is likely to use, imported once before the zygote forks (shared pages).
@@ -143,6 +145,6 @@ def _warm_protocol(rounds=12):
         sys.modules["__main__"] = saved[3]
         sys.modules.pop("solution", None)
         Guards.current = None  # the zygotes hold no job, made-up or not
-        JudgeState.judge = None
+        CrossingState.crossing = None
         CAPTURED_OUT.drain()
         CAPTURED_ERR.drain()

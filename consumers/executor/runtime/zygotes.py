@@ -27,8 +27,9 @@ from json.encoder import encode_basestring_ascii as _json_string  # json.dumps' 
 from rollstream.consumers.executor.runtime import channel
 from rollstream.consumers.executor.runtime.candidate import candidate_main
 from rollstream.consumers.executor.runtime.codec import Decoder, Encoder, Table, dumps, loads
+from rollstream.consumers.executor.runtime.hooks import install_guards
 from rollstream.consumers.executor.runtime.inprocess import harness
-from rollstream.consumers.executor.runtime.judge import install_guards, judge_main
+from rollstream.consumers.executor.runtime.judge import judge_main
 from rollstream.consumers.executor.runtime.pytests import run_pytest_files, warm_pytest
 
 MAX_TESTS = 1000  # RewardSpec's own limit on tests per task

@@ -325,7 +325,7 @@ ANIMAL = ("class Animal:\n    def __init__(self, name):\n        self.name = nam
 
 
 def test_the_tests_subclass_the_completions_class() -> None:
-    """The tests' class derived from the completion's (crossing.Judge.subclassed): their methods run
+    """The tests' class derived from the completion's (crossing.Crossing.subclassed): their methods run
     here, called by the completion's; super() reaches the completion's own; what the completion
     makes of it is opaque; rewiring the tests' methods is tamper."""
     tests = ["class Dog(Animal):\n    def __init__(self, name):\n        super().__init__(name.upper())\n"
@@ -349,7 +349,7 @@ def test_the_tests_subclass_the_completions_class() -> None:
 
 def test_a_suppressing_context_manager_swallows_what_the_tests_named() -> None:
     """The completion's __exit__ may swallow an exception of the tests' own code of a class the tests
-    named making it (crossing.Judge.may_suppress); never their assertion, nor what they did not name."""
+    named making it (crossing.Crossing.may_suppress); never their assertion, nor what they did not name."""
     code = ("class Suppress:\n    def __init__(self, *kinds):\n        self.kinds = kinds\n    def __enter__(self):\n"
             "        return self\n    def __exit__(self, kind, value, tb):\n"
             "        return kind is not None and issubclass(kind, self.kinds)\n")

@@ -312,7 +312,7 @@ def test_a_pytest_tasks_reference_record_carries_each_files_collected_count() ->
     """The count the reference's run collected per file goes with every job of the task (issue 52):
     the judge holds each file to it (runtime/pytests.py)."""
     from rollstream.consumers.executor.reference import ReferenceCheck
-    from rollstream.consumers.executor.runtime.crossing import Rules
+    from rollstream.consumers.executor.runtime.valuecheck import Rules
 
     check = ReferenceCheck(judged=True, in_process=True, recorded=True, tests=7, pytest=True, collected=[5, 2])
     rules = Rules(check.rules())
