@@ -12,7 +12,7 @@ completion's reach:
 
 * **imports**: only from the standard library's directories, never a ``__main__`` module or one
   that works on import; a name the tests read is bound to a module only when the judge imported
-  it itself, before the completion ran (:func:`preimport`), never because the candidate named it;
+  it itself, before the completion ran (judge.py :func:`preimport`), never because the candidate named it;
 * **code from data**: ``eval``/``exec``/``compile`` of anything but the tests' own literals (or
   code objects the judge compiled from them), ``pickle``/``marshal`` loads of anything but bytes
   the judge pickled itself, and pickling the completion's objects, run in the candidate; what

@@ -5,11 +5,11 @@ runtime/crossing.py :class:`Crossing`).
 A module of the runtime (standard library only; in the sandbox it arrives in the runtime's
 bundle, runtime/importer.py; on the host, an ordinary module).
 
-
 **The tests' objects are the tests'.** The candidate may call what the tests hand over (a mock
 records the call) and read its data; it may not set attributes on it (but plain data attributes
 of the setup's own instances), use a mock's own API (``assert_*``, ``reset_mock``,
 ``configure_mock``, ``return_value``, ``call_count``, ...), or touch the test framework's objects
+(``TestCase``, results, runners, suites). A refused operation fails the test and is ``tamper``.
 """
 
 import sys

@@ -6,7 +6,6 @@ A module of the runtime (standard library only; in the sandbox it arrives in the
 bundle, runtime/importer.py; on the host, an ordinary module). The judge's end of the boundary,
 runtime/crossing.py :class:`Crossing`, is a ValueCheck: it checks every value it decodes.
 
-
 **The one rule.** Every value the judge decodes from the candidate is checked at the *point* it
 arrives: the test it arrived in and how the tests reached it (``3|Stack().pop()``: a call's
 result; ``.x``: an attribute; ``#len``: an operator; ``[*]``: an item of an iterator; ``!``: an
@@ -25,9 +24,10 @@ or used as a number (:meth:`ValueCheck.opaque_use`, crossing.py :meth:`Crossing.
 declare ``returns_objects`` instead. A binary operator between a completion object and the tests'
 plain value never answers with plain data. The
 completion's generators and built-in iterators count as plain (their items are checked), as do
-
+instances of its subclasses of value types (they compare, hash and print as their base value).
 
 **Skips and stops belong to the tests.** ``unittest.SkipTest`` (and subclasses) or the framework's
+internal stop raised by the completion fail the test instead of skipping it.
 """
 
 import sys
