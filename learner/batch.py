@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import msgspec
 import torch
 
+from rollstream.learner.domains import loss_weights
 from rollstream.schemas.arrays import PackedArray
 from rollstream.schemas.events import AdvantagedRollout, GroupAdvantaged
 from rollstream.weights import versions_past
@@ -39,7 +40,7 @@ class Batch:
     advantages: torch.Tensor  # [B] float
     temperatures: torch.Tensor  # [B] float, the rollouts' logprob_temperature (0 -> 1)
     rollout_ids: tuple[str, ...]
-    weights: torch.Tensor | None = None  # [B] float, each rollout's weight in the loss (its family's); None: 1
+    weights: torch.Tensor | None = None  # [B] float, each rollout's weight in the loss (family x domain); None: 1
 
     @property
     def num_tokens(self) -> int:
@@ -106,9 +107,11 @@ def _tensor(values: PackedArray, dtype: torch.dtype) -> torch.Tensor:
 
 
 def collate(items: Sequence[AdvantagedRollout], pad_id: int = 0,
-            family_weights: Mapping[str, float] | None = None) -> Batch:
-    """Pad ``items`` to the longest prompt + completion of the batch; ``family_weights``: each
-    rollout's weight in the loss by its task family (not named: 1)."""
+            family_weights: Mapping[str, float] | None = None,
+            domain_weights: Mapping[str, float] | None = None) -> Batch:
+    """Pad ``items`` to the longest prompt + completion of the batch; ``family_weights`` and
+    ``domain_weights``: each rollout's weight in the loss is its task family's times its domain's
+    (not named: 1; learner/domains.py ``loss_weights``)."""
     if not items:
         raise ValueError("cannot collate an empty batch")
     lengths = [len(i.rollout.prompt_token_ids) + len(i.rollout.completion_token_ids) for i in items]
@@ -131,6 +134,7 @@ def collate(items: Sequence[AdvantagedRollout], pad_id: int = 0,
         behaviour[row, start:end] = _tensor(rollout.behaviour_logprobs, torch.float32)
     behaviour = behaviour * loss_mask  # observation tokens carry no behaviour log-prob
     temps = [i.rollout.logprob_temperature or 1.0 for i in items]
+    weights = loss_weights(items, family_weights, domain_weights)
     return Batch(
         input_ids=input_ids,
         attention_mask=attention,
@@ -139,32 +143,33 @@ def collate(items: Sequence[AdvantagedRollout], pad_id: int = 0,
         advantages=torch.tensor([i.advantage for i in items], dtype=torch.float32),
         temperatures=torch.tensor(temps, dtype=torch.float32),
         rollout_ids=tuple(i.rollout.rollout_id for i in items),
-        weights=torch.tensor([float(family_weights.get(i.rollout.family, 1.0)) for i in items],
-                             dtype=torch.float32) if family_weights else None,
+        weights=torch.tensor(weights, dtype=torch.float32) if weights is not None else None,
     )
 
 
 def micro_batches(items: Sequence[AdvantagedRollout], micro_batch: int, pad_id: int = 0,
-                  family_weights: Mapping[str, float] | None = None) -> list[Batch]:
+                  family_weights: Mapping[str, float] | None = None,
+                  domain_weights: Mapping[str, float] | None = None) -> list[Batch]:
     """Split ``items`` into padded batches of at most ``micro_batch`` rollouts.
 
     Rollouts are sorted by length first so each micro-batch pads little; the order inside a
     step does not change its gradient (the losses are summed with step-wide denominators).
     """
     ordered = sorted(items, key=lambda i: len(i.rollout.prompt_token_ids) + len(i.rollout.completion_token_ids))
-    return [collate(ordered[i : i + micro_batch], pad_id, family_weights)
+    return [collate(ordered[i : i + micro_batch], pad_id, family_weights, domain_weights)
             for i in range(0, len(ordered), micro_batch)]
 
 
 def group_micro_batches(items: Sequence[AdvantagedRollout], micro_batch: int, pad_id: int = 0,
-                        family_weights: Mapping[str, float] | None = None) -> list[Batch]:
+                        family_weights: Mapping[str, float] | None = None,
+                        domain_weights: Mapping[str, float] | None = None) -> list[Batch]:
     """Like :func:`micro_batches`, but each micro-batch holds rollouts of one group only (so they
     share their prompt; learner.prefix_sharing), sorted by length inside the group."""
     groups: dict[str, list[AdvantagedRollout]] = {}
     for item in items:
         groups.setdefault(item.rollout.group_id, []).append(item)
     return [batch for members in groups.values()
-            for batch in micro_batches(members, micro_batch, pad_id, family_weights)]
+            for batch in micro_batches(members, micro_batch, pad_id, family_weights, domain_weights)]
 
 
 # --- a step across ranks -------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -142,9 +142,9 @@ class Ledger:
         await set_groups_consumed(self.redis, self.config.infra, self.lineage.groups_consumed - self.unpublished)
 
     def log_step(self, groups: Sequence[GroupAdvantaged], rollouts: int, lags: Sequence[int], stale: int,
-                 result: Any) -> None:
+                 result: Any, *, domain_scales: Mapping[str, float] | None = None) -> None:
         """The step's line in ``steps.jsonl`` (and the log): its groups, lags, the window's figures
-        and, when it trained, the trainer's."""
+        and, when it trained, the trainer's (with learner.domain_normalize, each domain's scale)."""
         record: dict[str, Any] = {
             "run_id": self.run_id, "step": self.lineage.step, "policy_version": self.lineage.version,
             "groups_consumed": self.lineage.groups_consumed,
@@ -155,6 +155,8 @@ class Ledger:
             **self.window.summary(),
         }
         self.window = Window()
+        if domain_scales:
+            record["domain_scales"] = dict(domain_scales)
         if result is not None:
             record.update(loss=result.loss, grad_norm=result.grad_norm, tokens=result.tokens,
                           seconds=result.seconds, **result.stats)

@@ -145,7 +145,8 @@ def policy_loss(
     weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """The loss of one (micro-)batch and its statistics. ``weights`` [B]: each rollout's weight in
-    the loss (multi-task training: its family's; the denominators are not reweighted).
+    the loss (multi-task training: its family's times its domain's; the denominators are not
+    reweighted).
 
     ``logprobs`` [B, T] (with grad), ``prox_logprobs`` and ``behaviour_logprobs`` [B, T],
     ``advantages`` [B], ``loss_mask`` [B, T] (1 on generated tokens). ``step_tokens`` /

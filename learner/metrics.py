@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from rollstream.metrics import StageMetrics
@@ -33,6 +33,9 @@ class LearnerMetrics:
         self.staleness = stage.histogram("learner_rollout_staleness", "Learner version minus the rollout's "
                                          "policy_version_first, every rollout consumed", STALENESS_BUCKETS)
         self.steps = stage.counter("learner_steps", "Optimizer steps taken")
+        self.domain_scale = stage.gauge(
+            "learner_domain_advantage_scale", "learner.domain_normalize: the factor each domain's advantages "
+            "were multiplied by in the last step that trained it (1 / their std)", ("domain",))
         self.tokens = stage.counter("learner_tokens", "Generated tokens trained on")
         self.rollouts = stage.counter("learner_rollouts", "Rollouts consumed, by outcome", ("outcome",))
         self.groups = stage.counter("learner_groups", "Groups consumed, by outcome (trained, filtered, dropped) and "
@@ -84,6 +87,10 @@ class LearnerMetrics:
         self.tokens.inc(tokens)
         for name, gauge in self.stats.items():
             gauge.set(stats.get(name, 0.0))
+
+    def observe_domain_scales(self, scales: Mapping[str, float]) -> None:
+        for domain, scale in scales.items():
+            self.domain_scale.labels(domain or "unrecorded").set(scale)
 
     def observe_ranks(self, ranks: list[dict[str, float]]) -> None:
         """Each rank's figures of the last step (learner/distributed.py ``RANK_FIGURES``)."""

@@ -42,6 +42,7 @@ from rollstream.learner import sharded_checkpoint as sharded_ckpt
 from rollstream.learner.batch import select_rollouts
 from rollstream.learner.checkpointer import Checkpointer
 from rollstream.learner.distributed import Leader, Ranks, device_figures, init_ranks, serve, shutdown
+from rollstream.learner.domains import normalise_by_domain
 from rollstream.learner.intake import Intake
 from rollstream.learner.ledger import Decision, Ledger, step_decisions, step_log_dir  # noqa: F401 (re-exported)
 from rollstream.learner.metrics import LearnerMetrics
@@ -179,11 +180,15 @@ class LearnerLoop:
         version = self.lineage.version
         selection = select_rollouts(groups, version, self.config.rl.max_staleness)
         self.metrics.observe_rollouts(selection.lags, len(selection.rollouts), selection.stale, selection.empty)
-        result = await self.train(selection.rollouts) if selection.rollouts else None
+        # learner.domain_normalize: each domain's advantages on unit std over the step (learner/domains.py)
+        rollouts, scales = normalise_by_domain(selection.rollouts, self.config.learner.domain_normalize)
+        self.metrics.observe_domain_scales(scales)
+        result = await self.train(rollouts) if rollouts else None
         await self.ledger.decide(step_decisions(deliveries, selection.lags, version,
                                                 self.lineage.version if result is not None else None,
                                                 self.config.rl.max_staleness), version)
-        self.ledger.log_step(groups, len(selection.rollouts), selection.lags, selection.stale, result)
+        self.ledger.log_step(groups, len(selection.rollouts), selection.lags, selection.stale, result,
+                             domain_scales=scales)
         if result is not None:
             self.ledger.unpublished += len(groups)
         return result is not None

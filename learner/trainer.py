@@ -139,7 +139,7 @@ class Trainer:
         for update in plan:
             split = group_micro_batches if self.share_prefix else micro_batches
             mini = [b.to(self.device) for b in split(update.shares[rank], s.micro_batch, self.pad_id,
-                                                     s.family_loss_weights)]
+                                                     s.family_loss_weights, s.domain_loss_weights)]
             # Every rank runs as many micro-batches (FSDP's collectives pair up); an idle one adds nothing.
             mini += [idle_batch(self.pad_id, self.device) for _ in range(update.micro_batches - len(mini))]
             batches.append(mini)

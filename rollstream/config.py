@@ -15,6 +15,7 @@ import msgspec
 from msgspec import Meta
 
 from rollstream.errors import ConfigError
+from rollstream.tasks import DOMAINS
 
 PositiveInt = Annotated[int, Meta(ge=1)]
 NonNegInt = Annotated[int, Meta(ge=0)]
@@ -493,6 +494,15 @@ class LearnerConfig(Section):
     family_loss_weights: dict[str, Annotated[float, Meta(ge=0.0, le=1000.0)]] = {}
     """Multi-task training: each task family's rollouts weigh this much in the loss (families not
     named: 1; 0 leaves a family out of the gradient while it is still sampled and measured)."""
+    domain_loss_weights: dict[str, Annotated[float, Meta(ge=0.0, le=1000.0)]] = {}
+    """Code and math together: each domain's rollouts weigh this much in the loss (``{code = 1.0,
+    math = 0.5}``; domains not named: 1), times their family's weight (learner/domains.py). The
+    domains are rollstream.tasks.DOMAINS: another name is a config error."""
+    domain_normalize: Literal["none", "step"] = "none"
+    """Code and math together: "step" divides each domain's advantages by their standard deviation
+    over the step's trained rollouts (unit std per domain, baselines unchanged), so a domain of 0/1
+    answers and one of graded rewards pull with comparable force whatever the estimator; "none"
+    trains the stream's advantages as they are (learner/domains.py)."""
     metrics_port: Port = 0
     """Prometheus port (0 = do not serve)."""
     backend: TorchConfig | SimLearnerConfig = TorchConfig()
@@ -540,6 +550,12 @@ class LearnerConfig(Section):
     """[learner.checkpoint]: when and where to checkpoint."""
     lora: LoraConfig | None = None
     """[learner.lora]: train LoRA adapters (absent: full fine-tuning)."""
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.domain_loss_weights) - set(DOMAINS))
+        if unknown:  # a ConfigError, not a ValueError: msgspec would hide the key behind its own message
+            raise ConfigError(f"learner.domain_loss_weights: unknown domain(s) {', '.join(map(repr, unknown))}; "
+                              f"the domains are {', '.join(DOMAINS)}")
 
 
 class EvalConfig(Section):

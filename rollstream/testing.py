@@ -44,6 +44,7 @@ def make_rollout(group_id: str = "g0", sample_index: int = 0, n_tokens: int = 4,
         group_size=group_size,
         task_id=task_id,
         family=family,
+        domain="code",  # make_prompt's task: python_tests
         prompt_token_ids=[1, 2, 3],
         completion_token_ids=list(range(10, 10 + n_tokens)),
         behaviour_logprobs=[-0.5] * n_tokens,

@@ -37,7 +37,7 @@ adds the signed ``attestation`` of a verdict (defaulted). ``ExecutionRecord.test
 ``Attestation.digests`` (the per-field digests of a v2 signature: empty in a v1 one), and so are the
 ``math_answer`` fields (``RewardSpec.answer``/``answer_format``/``answer_pattern``/``answer_tolerance``,
 ``ExecutionRecord.answer_check``), and so is ``EvalReported.domains`` (per-domain figures: empty in
-an older report).
+an older report), and so is ``Rollout.domain`` (the task's domain: empty in an older rollout).
 
 ``tests/schemas/test_compat.py`` holds frozen copies of the version-1 shapes and
 checks that what they wrote still decodes.
@@ -356,6 +356,10 @@ class Rollout(msgspec.Struct, frozen=True, kw_only=True):
     behaviour_logprobs: LogProbArray
     generated_mask: MaskArray | None = None
     logprob_temperature: Annotated[float, Meta(ge=0.0, le=10.0)] = 1.0
+    # The task's domain (rollstream.tasks.domain_of its reward kind: "code", "math"), set by the
+    # generator; the learner's per-domain advantage normalisation and loss weights read it. Empty:
+    # written before the field (counted as a domain of its own: unweighted, normalised alone).
+    domain: Annotated[str, Meta(max_length=64)] = ""
     policy_version_first: Version
     policy_version_last: Version
     issued_policy_version: Version

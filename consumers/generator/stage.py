@@ -81,6 +81,7 @@ from rollstream.kafka import Delivery, EventConsumer, EventProducer
 from rollstream.metrics import StageMetrics
 from rollstream.registry import Registry
 from rollstream.schemas.events import ActionGenerated, PromptIssued, Rollout, SamplingParams
+from rollstream.tasks import domain_of
 
 log = logging.getLogger(__name__)
 PREFIX_LOG_S = 60.0  # the prefix cache's counts are logged at most this often
@@ -176,6 +177,7 @@ def action_from(event: PromptIssued, index: int, prompt_ids: list[int], completi
             group_size=event.group_size,
             task_id=event.task_id,
             family=event.family,
+            domain=domain_of(event.reward.kind),
             prompt_token_ids=prompt_ids,
             completion_token_ids=completion.token_ids,
             behaviour_logprobs=clamped(completion.logprobs),

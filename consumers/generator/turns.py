@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from rollstream.schemas.events import PromptIssued, Rollout
+from rollstream.tasks import domain_of
 
 
 def observation_ids(tokenizer: Any, observed: str, transcript: Sequence[int] = ()) -> list[int]:
@@ -72,7 +73,7 @@ def continued_rollout(event: PromptIssued, observation_tokens: list[int], token_
     return Rollout(
         rollout_id=f"{event.group_id}/{c.sample_index}", group_id=event.group_id, sample_index=c.sample_index,
         group_size=event.group_size, task_id=event.task_id, family=event.family,
-        prompt_token_ids=list(c.prompt_token_ids),
+        domain=domain_of(event.reward.kind), prompt_token_ids=list(c.prompt_token_ids),
         completion_token_ids=list(c.completion_token_ids) + observation_tokens + token_ids,
         behaviour_logprobs=list(c.behaviour_logprobs) + [0.0] * len(observation_tokens) + logprobs,
         generated_mask=list(c.generated_mask) + [0] * len(observation_tokens) + [1] * len(token_ids),
