@@ -104,8 +104,8 @@ async def replay(config: Config, root: str, n: int) -> tuple[float, int, int]:
 async def score_once(actions: list[ActionGenerated]) -> dict[str, RewardScored]:
     """completion text -> the RewardScored the executor gives it (one sandbox run each)."""
     from rollstream.config import ExecutorConfig
+    from rollstream.consumers.executor.pool import DockerSandboxPool
     from rollstream.consumers.executor.rewards import default_registry
-    from rollstream.consumers.executor.sandbox import DockerSandboxPool
     from rollstream.consumers.executor.stage import score_action
 
     async with DockerSandboxPool(ExecutorConfig(pool_size=1)) as pool:

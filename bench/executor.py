@@ -3,7 +3,7 @@
 Measures, in one run, with the same image, limits and hardening:
 
 * ``executions_per_s``: a small function checked by 3 asserts, run through the warm pool
-  (consumers/executor/sandbox.py: one fork of the in-container runner per execution, fed over the attach
+  (consumers/executor/pool.py: one fork of the in-container runner per execution, fed over the attach
   stream), ``--concurrency`` executions in flight over ``--pool-size`` containers;
 * ``baseline_executions_per_s``: the same program (code + the 3 asserts) in a fresh container per
   execution (create, attach, start, wait, remove: what ``docker run --rm`` does), same concurrency;
@@ -86,7 +86,8 @@ if __name__ == "__main__":  # run as a script: this checkout's code; --against's
 import msgspec
 
 from rollstream.config import ExecutorConfig
-from rollstream.consumers.executor.sandbox import OWNER_LABEL, DockerSandboxPool, Job
+from rollstream.consumers.executor.jobs import Job
+from rollstream.consumers.executor.pool import OWNER_LABEL, DockerSandboxPool
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -162,7 +163,9 @@ async def baseline(config: ExecutorConfig, n: int, concurrency: int) -> tuple[fl
     """(executions/s, how many printed ok) with a fresh hardened container per execution."""
     import aiodocker
 
-    from rollstream.consumers.executor.sandbox import LABEL, hardened_config, limits_from_config
+    from rollstream.consumers.executor.hardening import hardened_config
+    from rollstream.consumers.executor.jobs import limits_from_config
+    from rollstream.consumers.executor.pool import LABEL
 
     program = CODE + "\n".join(TESTS) + "\nprint('ok')\n"
     body = hardened_config(

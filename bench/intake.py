@@ -35,8 +35,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from rollstream.cli.intake import run_checks  # noqa: E402
 from rollstream.config import Config, ExecutorConfig  # noqa: E402
+from rollstream.consumers.executor.jobs import Job
+from rollstream.consumers.executor.pool import DockerSandboxPool  # noqa: E402
 from rollstream.consumers.executor.rewards import default_registry  # noqa: E402
-from rollstream.consumers.executor.sandbox import DockerSandboxPool, Job  # noqa: E402
 from rollstream.consumers.executor.score import evaluate  # noqa: E402
 from rollstream.consumers.executor.scrub import Scrubber  # noqa: E402
 from rollstream.metrics import StageMetrics  # noqa: E402

@@ -24,8 +24,8 @@ import uuid
 from pathlib import Path
 
 from rollstream.config import ExecutorConfig
+from rollstream.consumers.executor.pool import DockerSandboxPool
 from rollstream.consumers.executor.reference import ReferenceChecks
-from rollstream.consumers.executor.sandbox import DockerSandboxPool
 from rollstream.schemas.tasks import TaskSpec
 from rollstream.tasks.sources import builtin_tasks, hf_tasks, humaneval_tasks
 

@@ -54,7 +54,7 @@ class SandboxScorer:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
 
     async def _open(self) -> Any:
-        from rollstream.consumers.executor.sandbox import DockerSandboxPool
+        from rollstream.consumers.executor.pool import DockerSandboxPool
 
         pool = DockerSandboxPool(self.config)
         await pool.__aenter__()

@@ -173,7 +173,7 @@ async def generate_and_score(config: Config, backend: Any, missing: Sequence[tup
     """Play the missing samples (evaluator/play.py) and append their results to ``results`` (and to
     the completions file, as they come); returns the tokens generated."""
     options = config.eval
-    from rollstream.consumers.executor.sandbox import DockerSandboxPool
+    from rollstream.consumers.executor.pool import DockerSandboxPool
 
     mode = "a" if options.resume else "w"
     completions_file = open(options.completions_out, mode) if options.completions_out else None  # noqa: SIM115

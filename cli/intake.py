@@ -1,7 +1,7 @@
 """``rollstream tasks check SOURCE [...] [--quick] [--json OUT]``: every task checked before it can
 reward anything.
 
-Through the executor's warm sandbox pool (``consumers/executor/sandbox.py``) and its scoring
+Through the executor's warm sandbox pool (``consumers/executor/pool.py``) and its scoring
 (``consumers/executor/score.py``), exactly as the executor would score a completion:
 
 * the reference passes every visible test and every held-out test;
@@ -58,9 +58,10 @@ from rollstream.consumers.executor.answers import (
     refusal,
     typography,
 )
+from rollstream.consumers.executor.jobs import SandboxBackend
+from rollstream.consumers.executor.pool import DockerSandboxPool
 from rollstream.consumers.executor.reference import ReferenceChecks
 from rollstream.consumers.executor.rewards import RewardRegistry, default_registry
-from rollstream.consumers.executor.sandbox import DockerSandboxPool, SandboxBackend
 from rollstream.consumers.executor.score import NoSandbox, evaluate
 from rollstream.errors import ConfigError
 from rollstream.schemas.events import RewardSpec

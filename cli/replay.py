@@ -101,7 +101,7 @@ async def rescore_in_sandbox(config: Config, items: list[Item], specs: SpecSourc
 
         if conditions is not None:
             from rollstream.cli.verify import conditions as differ
-            from rollstream.consumers.executor.sandbox import sandbox_identity
+            from rollstream.consumers.executor.jobs import sandbox_identity
 
             image, runtime = sandbox_identity(pool)
             conditions.extend(sorted({note for item in items if item.before is not None
@@ -111,7 +111,7 @@ async def rescore_in_sandbox(config: Config, items: list[Item], specs: SpecSourc
 
     if backend is not None:
         return await all_of(backend)
-    from rollstream.consumers.executor.sandbox import DockerSandboxPool
+    from rollstream.consumers.executor.pool import DockerSandboxPool
 
     async with DockerSandboxPool(config.executor) as pool:
         return await all_of(pool)

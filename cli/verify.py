@@ -193,8 +193,8 @@ async def rescore(config: Config, chosen: list[tuple[RewardScored, ActionGenerat
                   ) -> tuple[list[Finding], list[str]]:
     """(findings, notes on conditions) of re-scoring ``chosen`` as the executor does."""
     from rollstream.consumers.executor.episodes import after_turn
+    from rollstream.consumers.executor.jobs import sandbox_identity
     from rollstream.consumers.executor.rewards import default_registry
-    from rollstream.consumers.executor.sandbox import sandbox_identity
     from rollstream.consumers.executor.stage import score_turn
 
     registry = default_registry()
@@ -218,7 +218,7 @@ async def rescore(config: Config, chosen: list[tuple[RewardScored, ActionGenerat
 
     if backend is not None:
         return await all_of(backend)
-    from rollstream.consumers.executor.sandbox import DockerSandboxPool
+    from rollstream.consumers.executor.pool import DockerSandboxPool
 
     async with DockerSandboxPool(config.executor) as pool:
         return await all_of(pool)

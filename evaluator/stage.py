@@ -305,7 +305,7 @@ async def run(config: Config, *, stop: asyncio.Event | None = None, backend: Any
              config.eval.live_samples, len(plan.final), plan.heldout_digest)
     async with contextlib.AsyncExitStack() as stack:
         if pool is None:
-            from rollstream.consumers.executor.sandbox import DockerSandboxPool
+            from rollstream.consumers.executor.pool import DockerSandboxPool
 
             pool = await stack.enter_async_context(DockerSandboxPool(config.executor))
         if backend is None:

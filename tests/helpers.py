@@ -210,7 +210,7 @@ def group(group_id: str, advantages: list[float], *, version: int = 0, seed: int
 async def containers_of(owner: str) -> list[dict]:
     import aiodocker
 
-    from rollstream.consumers.executor.sandbox import LABEL, OWNER_LABEL
+    from rollstream.consumers.executor.pool import LABEL, OWNER_LABEL
 
     async with aiodocker.Docker() as docker:
         found = await docker.containers.list(
@@ -255,7 +255,7 @@ def scrape_metrics(port: int) -> dict[str, float]:
 async def remove_containers_of(owner: str) -> int:
     import aiodocker
 
-    from rollstream.consumers.executor.sandbox import LABEL, OWNER_LABEL
+    from rollstream.consumers.executor.pool import LABEL, OWNER_LABEL
 
     async with aiodocker.Docker() as docker:
         found = await docker.containers.list(

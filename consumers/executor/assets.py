@@ -6,7 +6,7 @@ verified before it is kept, evicted least recently used past ``executor.asset_ca
 copies a task's whole set into a Docker volume of its own (through the engine's archive API, so
 the same code works where the executor runs in a container of its own, as in compose, and holds
 only the engine's socket) that the pool keyed by that set mounts read-only at ``/assets``
-(consumers/executor/sandbox.py). A sandbox never sees a set it did not ask for.
+(consumers/executor/keyed.py). A sandbox never sees a set it did not ask for.
 
 Digests: a file's is ``sha256:`` + the sha256 of its bytes; a directory's is ``sha256:`` + the
 sha256 over one line ``<relative path>\\0<file digest hex>\\n`` per regular file, in sorted order of

@@ -1,5 +1,5 @@
 """Sandbox backends by their config tag (``executor.backend.kind``): ``docker`` (the aiodocker pool,
-consumers/executor/sandbox.py) and ``sim`` (sleeps and scripted verdicts, consumers/executor/sim_sandbox.py).
+consumers/executor/pool.py) and ``sim`` (sleeps and scripted verdicts, consumers/executor/sim_sandbox.py).
 A builder opens its backend on the stage's exit stack, so whatever it holds is closed with the stage.
 More register through the ``rollstream.sandbox_backends`` entry-point group."""
 
@@ -14,7 +14,7 @@ from rollstream.registry import Registry
 
 
 async def _docker(config: Config, stack: AsyncExitStack) -> Any:
-    from rollstream.consumers.executor.sandbox import DockerSandboxPool
+    from rollstream.consumers.executor.pool import DockerSandboxPool
 
     return await stack.enter_async_context(DockerSandboxPool(config.executor))
 
@@ -30,5 +30,5 @@ BACKENDS: Registry[Callable[[Config, AsyncExitStack], Awaitable[Any]]] = Registr
 
 
 async def open_backend(config: Config, stack: AsyncExitStack) -> Any:
-    """The configured sandbox backend (a :class:`~rollstream.consumers.executor.sandbox.SandboxBackend`)."""
+    """The configured sandbox backend (a :class:`~rollstream.consumers.executor.jobs.SandboxBackend`)."""
     return await BACKENDS.get(config.executor.backend.kind)(config, stack)

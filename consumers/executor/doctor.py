@@ -28,8 +28,9 @@ import msgspec
 
 from rollstream.config import ExecutorConfig
 from rollstream.consumers.executor.image import COMPILER_LABEL, LANGUAGES_LABEL, PYTHON
+from rollstream.consumers.executor.jobs import Job
+from rollstream.consumers.executor.pool import DockerSandboxPool
 from rollstream.consumers.executor.rewards import default_registry
-from rollstream.consumers.executor.sandbox import DockerSandboxPool, Job
 from rollstream.consumers.executor.score import evaluate
 from rollstream.errors import SandboxError
 from rollstream.schemas.events import RewardSpec

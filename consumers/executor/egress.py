@@ -113,7 +113,7 @@ class EgressProxy:
     """One proxy container and its control channel (an attach stream, as with the runner)."""
 
     def __init__(self, warm: Any) -> None:
-        self.warm = warm  # sandbox._Warm: the container, its stream, the reader of its lines
+        self.warm = warm  # runner.Warm: the container, its stream, the reader of its lines
         self.lock = asyncio.Lock()  # one control exchange at a time
         self.pending: dict[str, asyncio.Future[list[dict[str, Any]]]] = {}
         self.listening: dict[str, asyncio.Future[str]] = {}  # source -> its socket's path, once made

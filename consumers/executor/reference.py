@@ -33,8 +33,8 @@ from collections.abc import Callable
 
 import msgspec
 
+from rollstream.consumers.executor.jobs import Job, RunResult, SandboxBackend
 from rollstream.consumers.executor.rewards import LOST_IN_PROCESS, PYTEST_KIND, tests_total
-from rollstream.consumers.executor.sandbox import Job, RunResult, SandboxBackend
 from rollstream.schemas.events import RewardSpec
 
 log = logging.getLogger(__name__)

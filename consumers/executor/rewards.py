@@ -37,7 +37,7 @@ from typing import Protocol
 
 import msgspec
 
-from rollstream.consumers.executor.sandbox import Job, RunResult
+from rollstream.consumers.executor.jobs import Job, RunResult
 from rollstream.registry import Registry
 from rollstream.schemas.events import (
     MAX_TEST_MESSAGES,

@@ -37,6 +37,7 @@ import msgspec
 
 from rollstream.attest import Signer, code_digest, load_signer, spec_digest
 from rollstream.config import Config
+from rollstream.consumers.executor.jobs import Job, RunResult, SandboxBackend, sandbox_identity
 from rollstream.consumers.executor.reference import ReferenceCheck, ReferenceChecks, log_check
 from rollstream.consumers.executor.rewards import (
     NO_REFERENCE,
@@ -46,7 +47,6 @@ from rollstream.consumers.executor.rewards import (
     default_registry,
     extract_code,
 )
-from rollstream.consumers.executor.sandbox import Job, RunResult, SandboxBackend, sandbox_identity
 from rollstream.errors import ConfigError, SandboxError, SandboxLost
 from rollstream.retry import retry
 from rollstream.schemas.events import Connection, ExecutionRecord, RewardSpec, SandboxAudit, SandboxLimits
@@ -375,7 +375,7 @@ async def _score_file(config: Config, paths: list[str], out: IO[str], backend: S
     if backend is None and not any(_sandboxed(registry, item[1]) for item in items):
         backend = NoSandbox()  # answers only (math_answer): no Docker needed
     if backend is None:
-        from rollstream.consumers.executor.sandbox import DockerSandboxPool
+        from rollstream.consumers.executor.pool import DockerSandboxPool
 
         async with DockerSandboxPool(config.executor) as pool:
             return await _score_items(items, out, pool, registry, config.executor.concurrency,

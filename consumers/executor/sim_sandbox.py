@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from rollstream.config import Config
-from rollstream.consumers.executor.sandbox import Job, RunResult, limits_from_config
+from rollstream.consumers.executor.jobs import Job, RunResult, limits_from_config
 from rollstream.schemas.events import SandboxLimits
 
 CACHE_ENTRIES = 1 << 14  # verdicts kept by code (least recently used dropped first)

@@ -1,7 +1,7 @@
 """The executor stage: ``actions`` -> ``rewards`` + ``audit``.
 
 Consumes ``ActionGenerated`` (consumer group ``<topic prefix>executors``). For each, extracts the completion's
-code, runs it with its task's tests in a hardened sandbox (consumers/executor/sandbox.py), scores it
+code, runs it with its task's tests in a hardened sandbox (consumers/executor/pool.py), scores it
 (consumers/executor/rewards.py) and produces one ``RewardScored`` (the action's Rollout carried through
 unchanged, the reward, its components and the execution record) to ``rewards`` and one
 ``SandboxAudit`` per execution to ``audit``.
@@ -62,13 +62,9 @@ from rollstream.config import Config
 from rollstream.consumers.executor.assets import AssetError
 from rollstream.consumers.executor.egress import EgressError
 from rollstream.consumers.executor.episodes import after_turn, stale_lag, subtask_turn, turn_code
+from rollstream.consumers.executor.jobs import RunResult, SandboxBackend, sandbox_identity
 from rollstream.consumers.executor.reference import ReferenceCheck, ReferenceChecks, log_check
 from rollstream.consumers.executor.rewards import RewardRegistry, default_registry
-from rollstream.consumers.executor.sandbox import (
-    RunResult,
-    SandboxBackend,
-    sandbox_identity,
-)
 from rollstream.consumers.executor.score import SANDBOX_ATTEMPTS, audit_record, evaluate
 from rollstream.consumers.executor.scrub import Scrubber
 from rollstream.guard import IntakeGuard

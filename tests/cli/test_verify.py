@@ -18,8 +18,8 @@ from rollstream.cli.verify import verify_main
 from rollstream.config import AttestConfig, Config, ExecutorConfig
 from rollstream.consumers.archiver.stage import build_tables
 from rollstream.consumers.executor.episodes import turn_code
+from rollstream.consumers.executor.pool import DockerSandboxPool
 from rollstream.consumers.executor.rewards import default_registry
-from rollstream.consumers.executor.sandbox import DockerSandboxPool
 from rollstream.consumers.executor.stage import score_turn
 from rollstream.schemas import ActionGenerated, RewardScored, codec
 from rollstream.schemas.events import RewardSpec

@@ -74,7 +74,7 @@ def known_pass1(config: Config, plan: stage.Plan) -> float:
 
 
 async def test_the_evaluator_reports_what_eval_reports_and_resumes(config, sandbox_image, owner, tmp_path) -> None:
-    from rollstream.consumers.executor.sandbox import DockerSandboxPool
+    from rollstream.consumers.executor.pool import DockerSandboxPool
     from rollstream.consumers.generator.backends.scripted import ScriptedBackend
 
     config = evaluator_config(config, sandbox_image, owner, tmp_path)

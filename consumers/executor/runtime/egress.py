@@ -1,7 +1,7 @@
 """The egress proxy: the only way out of a sandbox whose task lists ``RewardSpec.network``.
 
 Standard library only: it runs in a container of its own (from the sandbox image, on a network
-with a route out), started by the executor (consumers/executor/sandbox.py), which drives it over
+with a route out), started by the executor (consumers/executor/keyed.py), which drives it over
 the container's stdin and reads its records from stdout, one JSON object a line:
 
 * in: ``{"op": "listen", "source": S}`` for each sandbox (answered ``{"op": "listening", "source": S,

@@ -1,14 +1,14 @@
 """The runtime's modules as ordinary imports inside the container: a bundle and its importer.
 
 Standard library only, like every module here. On the host, :func:`pack` makes what a
-container's stdin starts with (consumers/executor/sandbox.py ``runner_preamble``): this module's
+container's stdin starts with (consumers/executor/hardening.py ``runner_preamble``): this module's
 source, then the *bundle*: every ``.py`` of this package under its dotted name
 (``rollstream.consumers.executor.runtime.codec``, ...), the parent packages as empty ones (the
 host's ``__init__`` files are not sent), and the entry point (``module:function``), as one JSON
 object with its keys sorted, so the same sources always give the same bytes (what
 ``runtime_identity`` digests). Each of the two comes after a line with its length.
 
-In the container, the command line's one-line bootstrap (sandbox.py ``BOOTSTRAP``) runs this
+In the container, the command line's one-line bootstrap (hardening.py ``BOOTSTRAP``) runs this
 module's source as a module of its own and calls :func:`boot`, which reads the bundle and puts a
 finder first on ``sys.meta_path`` that serves the bundle's names: the modules import each other
 as on the host, with plain top-level imports of the same names. It imports the entry point's

@@ -88,7 +88,7 @@ def warm_pytest():
     import the image's pytest, run a made-up file once (pytest's first run builds what every
     later one reuses) and parse its configuration, so each judge of a pytest file forks with it
     warm; no other judge and none of the candidate's processes import it. Nothing if the image
-    has no pytest (its pytest jobs are refused on the host: sandbox.py)."""
+    has no pytest (its pytest jobs are refused on the host: pool.py)."""
     if pytest_available() is None:
         return
     JUDGE_CACHE["trusted_dirs"] = package_dirs(PYTEST_PACKAGES)

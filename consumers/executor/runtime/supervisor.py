@@ -330,7 +330,7 @@ def _stop_zygote(host, role):
 
 
 def run_job(host, job):
-    """Hand one job to the zygote, supervise it, clean up; returns the reply dict.
+    """Hand one job to the zygotes, supervise it, clean up; returns the reply dict.
 
     A container whose zygotes are gone cannot run a job (a zygote must never hold one, and the
     runner's heap has held jobs), nor one whose zygote did not fork its child ahead after the last
@@ -340,110 +340,187 @@ def run_job(host, job):
     The job that lost them says so itself: its reply carries ``"unfit"`` and ``clean: false``, so
     the host retires the container at once."""
     if not host.zygotes or host.unfit:
-        return {"id": job.get("id"), "nonce": job.get("nonce"), "ran": False, "unfit": host.unfit or "zygotes_lost",
-                "clean": False}
-    setup = compile_trusted(host, job["setup"], "<setup>") if job.get("setup") else None
-    tests = [compile_trusted(host, t, f"<test {i}>") for i, t in enumerate(job.get("tests", []))]
-    timeout = float(job.get("timeout_s", 5.0))
-    limits = (
-        host.vsz() + (int(job.get("memory_mb", 256)) << 20),  # address space
-        int(timeout) + 2,  # CPU seconds
-        int(job.get("file_bytes", 64 << 20)),  # file size
-    )
-    code, program = job.get("code", ""), bool(job.get("program", False))
-    workspace_bytes = int(job.get("workspace_bytes", 0))
-    workspace_problem = restore_workspace(job["files"], workspace_bytes) if job.get("files") else None
-    cap = int(job.get("output_bytes", 65536))
-    tail = int(job.get("tail_bytes", 4000))
-    out, err, rep = Capture(tail), Capture(tail), Capture(MAX_REPORT_BYTES)
-    relay = host.relay if job.get("egress_token") else None
-    if relay is not None:
-        relay.begin(str(job["egress_token"]))
-    pytest_files = bool(job.get("pytest"))  # each test a pytest file: its judge is the pytest zygote's
-    if pytest_files and not host.pytest_ready:  # once that zygote is warm: the wait is not the job's time
-        if not host.pytest_asked:  # it imports pytest when the container's first pytest file comes
-            socket.send_fds(host.command_socket(b"P"), [b"w"], [])
-            host.pytest_asked = True
-        await_zygotes(host, set(), pytest=True, wait_s=PYTEST_WARM_S)
-    start = time.monotonic()
-    supervisor = Supervisor(host, start + timeout, cap, out, err, rep, judge=b"P" if pytest_files else b"J")
-    key = None
-    if job.get("trust") == "in_process":
-        key = os.urandom(8).hex()
-        report_fd = 64 + os.urandom(1)[0] % 128  # a random descriptor above the runner's own
-        write_part(host.candidate_part, (code, setup, tests, key, report_fd, limits, program, cap, pytest_files))
-        socket.send_fds(host.command_socket(b"C"), [b"i"], [])
-        supervisor.expect(b"C")
-    else:
-        names = [str(n) for n in job.get("names", [])]
-        modules = [str(n) for n in job.get("modules", [])]
-        rules = job.get("rules") if isinstance(job.get("rules"), dict) else {}
-        judge_part = (setup, tests, names, str(job.get("entry_point", "")), modules, rules, pytest_files)
-        hook = job.get("test_hook") if host.test_hooks else None
-        slow = JUDGE_PID_DELAY_S if host.test_hooks and job.get("runner_hook") == "judge_slow_to_say_pid" else 0.0
-        write_part(host.judge_part, (judge_part, limits, hook, slow))
-        write_part(host.candidate_part, (code, setup, names, program, cap, limits))
-        req_r, req_w = os.pipe()  # judge -> candidate
-        resp_r, resp_w = os.pipe()  # candidate -> judge
-        try:
-            socket.send_fds(host.command_socket(b"C"), [b"c"], [req_r, resp_w])
-            socket.send_fds(host.command_socket(supervisor.judge), [b"j"], [resp_r, req_w])
-            supervisor.expect(b"C", supervisor.judge)
-        finally:
-            for fd in (req_r, req_w, resp_r, resp_w):
-                os.close(fd)
-    result, judge_status, problem = supervisor.finish()
-    violations = []
-    zygote_lost = bool(problem and problem.startswith("runner_zygote"))
-    if zygote_lost:
-        violations.append(problem)
-    collected = []
+        return _refusal(job, host.unfit or "zygotes_lost")
+    run = JobRun(host, job)  # compiled, limited, its captures ready: before the clock starts
+    _open_workspace_and_egress(host, run)
+    _warm_pytest_zygote(host, run)
+    supervisor = _start(host, run)  # the clock starts; its processes take the job
+    run.finished(*supervisor.finish())  # every process of the job has ended (or a zygote is lost)
+    _clean_up(host, run)
+    _drain_pipes(host, run)
+    _collect(host, run)
+    return _report(host, run)
 
+
+class JobRun:
+    """One job as PID 1 runs it: what was sent, what was made of it before any fork, and what
+    its processes left (the supervisor's result, the violations seen, what cleanup found)."""
+
+    def __init__(self, host, job):
+        self.job = job
+        self.setup = compile_trusted(host, job["setup"], "<setup>") if job.get("setup") else None
+        self.tests = [compile_trusted(host, t, f"<test {i}>") for i, t in enumerate(job.get("tests", []))]
+        self.timeout = float(job.get("timeout_s", 5.0))
+        self.limits = (
+            host.vsz() + (int(job.get("memory_mb", 256)) << 20),  # address space
+            int(self.timeout) + 2,  # CPU seconds
+            int(job.get("file_bytes", 64 << 20)),  # file size
+        )
+        self.code, self.program = job.get("code", ""), bool(job.get("program", False))
+        self.workspace_bytes = int(job.get("workspace_bytes", 0))
+        self.workspace_problem = None
+        self.cap = int(job.get("output_bytes", 65536))
+        tail = int(job.get("tail_bytes", 4000))
+        self.out, self.err, self.rep = Capture(tail), Capture(tail), Capture(MAX_REPORT_BYTES)
+        self.relay = host.relay if job.get("egress_token") else None
+        self.pytest_files = bool(job.get("pytest"))  # each test a pytest file: its judge is the pytest zygote's
+        self.key = None  # trust in_process: the key its reports carry (others are forgeries)
+        self.start = None
+        self.collected = []  # collect_files: (files, truncated), as runtime/workspace.py lists them
+        self.result = self.judge_status = self.problem = None
+        self.zygote_lost = False
+        self.violations = []
+        self.survivors = self.halted = None
+        self.problems = []
+
+    def finished(self, result, judge_status, problem):
+        """What the supervisor saw: a zygote lost is a violation of its own."""
+        self.result, self.judge_status, self.problem = result, judge_status, problem
+        self.zygote_lost = bool(problem and problem.startswith("runner_zygote"))
+        if self.zygote_lost:
+            self.violations.append(problem)
+
+
+def _refusal(job, unfit):
+    """The reply of a runner that cannot run a job: nothing of it ran."""
+    return {"id": job.get("id"), "nonce": job.get("nonce"), "ran": False, "unfit": unfit, "clean": False}
+
+
+def _open_workspace_and_egress(host, run):
+    """An episode's files written into /work; the job's token at the egress relay."""
+    if run.job.get("files"):
+        run.workspace_problem = restore_workspace(run.job["files"], run.workspace_bytes)
+    if run.relay is not None:
+        run.relay.begin(str(run.job["egress_token"]))
+
+
+def _warm_pytest_zygote(host, run):
+    """A job of pytest files starts once the pytest zygote is warm: the wait is not the job's time."""
+    if not run.pytest_files or host.pytest_ready:
+        return
+    if not host.pytest_asked:  # it imports pytest when the container's first pytest file comes
+        socket.send_fds(host.command_socket(b"P"), [b"w"], [])
+        host.pytest_asked = True
+    await_zygotes(host, set(), pytest=True, wait_s=PYTEST_WARM_S)
+
+
+def _start(host, run):
+    """The clock starts, each side's part is written, the zygotes' children take the job."""
+    run.start = time.monotonic()
+    supervisor = Supervisor(host, run.start + run.timeout, run.cap, run.out, run.err, run.rep,
+                            judge=b"P" if run.pytest_files else b"J")
+    if run.job.get("trust") == "in_process":
+        _start_in_process(host, run, supervisor)
+    else:
+        _start_judged(host, run, supervisor)
+    return supervisor
+
+
+def _start_in_process(host, run, supervisor):
+    """One child of the candidate zygote runs setup, code and tests, its reports keyed."""
+    run.key = os.urandom(8).hex()
+    report_fd = 64 + os.urandom(1)[0] % 128  # a random descriptor above the runner's own
+    write_part(host.candidate_part, (run.code, run.setup, run.tests, run.key, report_fd, run.limits, run.program,
+                                     run.cap, run.pytest_files))
+    socket.send_fds(host.command_socket(b"C"), [b"i"], [])
+    supervisor.expect(b"C")
+
+
+def _start_judged(host, run, supervisor):
+    """A judge and a candidate, each with its own part, over two pipes of this job's own."""
+    job = run.job
+    names = [str(n) for n in job.get("names", [])]
+    modules = [str(n) for n in job.get("modules", [])]
+    rules = job.get("rules") if isinstance(job.get("rules"), dict) else {}
+    judge_part = (run.setup, run.tests, names, str(job.get("entry_point", "")), modules, rules, run.pytest_files)
+    hook = job.get("test_hook") if host.test_hooks else None
+    slow = JUDGE_PID_DELAY_S if host.test_hooks and job.get("runner_hook") == "judge_slow_to_say_pid" else 0.0
+    write_part(host.judge_part, (judge_part, run.limits, hook, slow))
+    write_part(host.candidate_part, (run.code, run.setup, names, run.program, run.cap, run.limits))
+    req_r, req_w = os.pipe()  # judge -> candidate
+    resp_r, resp_w = os.pipe()  # candidate -> judge
+    try:
+        socket.send_fds(host.command_socket(b"C"), [b"c"], [req_r, resp_w])
+        socket.send_fds(host.command_socket(supervisor.judge), [b"j"], [resp_r, req_w])
+        supervisor.expect(b"C", supervisor.judge)
+    finally:
+        for fd in (req_r, req_w, resp_r, resp_w):
+            os.close(fd)
+
+
+def _clean_up(host, run):
+    """Nothing of the job left: its processes, its files (collected first when asked), its
+    connections; what it left running or stopped is a violation."""
     def collect():
-        collected.extend(collect_workspace(workspace_bytes))
+        run.collected.extend(collect_workspace(run.workspace_bytes))
 
     # a zygote lost or stopped reaps nothing: no waiting for its children, the container goes anyway
-    survivors, problems = cleanup(host, collect=collect if job.get("collect_files") else None,
-                                  settle_s=0 if zygote_lost else SETTLE_S)
-    if relay is not None:  # after cleanup: no process of the job is left to connect again
-        relay.end()
-    if survivors and not result["timed_out"] and not result["output_limit"] and not zygote_lost:
-        violations.append(f"stray_processes:{survivors}")  # a daemonised child, a fork bomb
-    halted = _zygotes_halted(host)  # stopped or ended by the job, though the job did not need them
-    if halted and not zygote_lost:
-        violations.append(halted)
+    run.survivors, run.problems = cleanup(host, collect=collect if run.job.get("collect_files") else None,
+                                          settle_s=0 if run.zygote_lost else SETTLE_S)
+    if run.relay is not None:  # after cleanup: no process of the job is left to connect again
+        run.relay.end()
+    result = run.result
+    if run.survivors and not result["timed_out"] and not result["output_limit"] and not run.zygote_lost:
+        run.violations.append(f"stray_processes:{run.survivors}")  # a daemonised child, a fork bomb
+    run.halted = _zygotes_halted(host)  # stopped or ended by the job, though the job did not need them
+    if run.halted and not run.zygote_lost:
+        run.violations.append(run.halted)
     _reset_shared_fds(host)  # nothing of the job is left to set them again: before PID 1 reads its pipes
-    # Every writer is gone now (the zygotes write only pids and statuses): empty the pipes.
-    pipes = ((host.out_r, out), (host.err_r, err), (host.jout_r, out), (host.jerr_r, err), (host.rep_r, rep),
-             (host.pid_r, Capture(0)))
+
+
+def _drain_pipes(host, run):
+    """Every writer is gone now (the zygotes write only pids and statuses): empty the pipes."""
+    pipes = ((host.out_r, run.out), (host.err_r, run.err), (host.jout_r, run.out), (host.jerr_r, run.err),
+             (host.rep_r, run.rep), (host.pid_r, Capture(0)))
     for fd, capture in pipes:
         if not _drain(fd, capture):
-            problems.append("cleanup_failed:pipes")
-    result["duration_s"] = time.monotonic() - start
-    result["stdout_tail"], result["stderr_tail"] = out.text(), err.text()
-    result["output_bytes"] = out.total + err.total
-    if key is not None:
-        result["events"] = _events(rep, key)
+            run.problems.append("cleanup_failed:pipes")
+
+
+def _collect(host, run):
+    """The job's output, its events (a judge's only if it finished by itself), its OOM kills."""
+    result = run.result
+    result["duration_s"] = time.monotonic() - run.start
+    result["stdout_tail"], result["stderr_tail"] = run.out.text(), run.err.text()
+    result["output_bytes"] = run.out.total + run.err.total
+    if run.key is not None:
+        result["events"] = _events(run.rep, run.key)
     else:
-        events = _events(rep, None)
-        over = result["timed_out"] or result["output_limit"] or zygote_lost
-        verdict = _judge_verdict(judge_status, events, problem)
+        events = _events(run.rep, None)
+        over = result["timed_out"] or result["output_limit"] or run.zygote_lost
+        verdict = _judge_verdict(run.judge_status, events, run.problem)
         if verdict is not None and not over:
-            violations.append(verdict)
+            run.violations.append(verdict)
         result["events"] = events if verdict is None or over else []
     oom_kills = host.read_oom_kills()
     result["oom_killed"] = oom_kills > host.oom_kills
     host.oom_kills = oom_kills
+
+
+def _report(host, run):
+    """The reply: the violations, whether the container is clean for another job, its files."""
+    result, job = run.result, run.job
     if host.test_hooks and job.get("runner_hook") == "lose_zygotes":
         _lose_zygotes(host)
-    result["violations"] = violations + problems
-    result["clean"] = not problems and not zygote_lost and not survivors and not halted and bool(host.zygotes)
+    result["violations"] = run.violations + run.problems
+    result["clean"] = (not run.problems and not run.zygote_lost and not run.survivors and not run.halted
+                       and bool(host.zygotes))
     if not host.zygotes:  # unfit for another job: said here, by the job that lost them
         result["unfit"] = "zygotes_lost"
-    if job.get("collect_files") and collected:
-        result["files"], result["workspace_truncated"] = collected
-    if workspace_problem:
-        result["workspace_problem"] = workspace_problem
+    if job.get("collect_files") and run.collected:
+        result["files"], result["workspace_truncated"] = run.collected
+    if run.workspace_problem:
+        result["workspace_problem"] = run.workspace_problem
     result["id"] = job.get("id")
     result["nonce"] = job.get("nonce")
     return result
@@ -749,7 +826,7 @@ def channels_guarded(host):
     (PID 1 is non-dumpable); gVisor's kernel of 2022-12-19 lets one uid open another process's
     descriptors (a same-uid one's all, another uid's by the file's mode), so there the jobs run
     under uids of their own and the parts are 0600. A container that fails this is refused by the
-    host (consumers/executor/sandbox.py)."""
+    host (consumers/executor/pool.py)."""
     pid = os.fork()
     if pid == 0:
         try:

@@ -38,7 +38,7 @@ JUDGES = (b"J", b"P")
 ZYGOTE_GRACE_S = 2.0  # how long the zygote may take to report after its job was killed
 PR_SET_DUMPABLE = 4
 FIRST_HOST_FD = 10  # the runner's descriptors sit at or above this; a job's process uses 0-5
-# Separated uids (a runner started as root: the runsc sandbox, see consumers/executor/sandbox.py):
+# Separated uids (a runner started as root: the runsc sandbox, see consumers/executor/hardening.py):
 # PID 1 and the zygotes stay root and each job's process drops to 65534 before it runs, so the
 # code under test can neither signal PID 1 or a zygote nor open their descriptors, whatever the
 # kernel does about non-dumpable processes; every channel and job part is made by PID 1 (root,

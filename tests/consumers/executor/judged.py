@@ -10,7 +10,7 @@ import select
 import signal
 import time
 
-from rollstream.consumers.executor import sandbox
+from rollstream.consumers.executor import jobs
 from rollstream.consumers.executor.runtime import candidate, judge
 
 
@@ -18,8 +18,8 @@ def judged(code: str, tests: list[str], *, setup: str = "", entry_point: str = "
            rules: dict | None = None, timeout_s: float = 30.0) -> tuple[list[dict], int]:
     """(the judge's events, its wait status) for ``code`` against ``tests`` under ``rules``
     (crossing.Rules; None: no reference, the strictest reading)."""
-    names = list(sandbox.tested_names(tuple(tests), entry_point))
-    modules = list(sandbox.tested_modules(tuple(tests)))
+    names = list(jobs.tested_names(tuple(tests), entry_point))
+    modules = list(jobs.tested_modules(tuple(tests)))
     setup_code = compile(setup, "<setup>", "exec") if setup else None
     compiled = [compile(t, f"<test {i}>", "exec") for i, t in enumerate(tests)]
     req_r, req_w = os.pipe()

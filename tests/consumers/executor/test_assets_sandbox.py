@@ -14,8 +14,9 @@ import pytest
 
 from rollstream.config import ExecutorConfig
 from rollstream.consumers.executor.assets import AssetError, local_digest
+from rollstream.consumers.executor.jobs import Job
+from rollstream.consumers.executor.pool import LABEL, OWNER_LABEL, DockerSandboxPool
 from rollstream.consumers.executor.rewards import RewardRegistry
-from rollstream.consumers.executor.sandbox import LABEL, OWNER_LABEL, DockerSandboxPool, Job
 from rollstream.consumers.executor.score import evaluate
 from rollstream.schemas.events import Asset, RewardSpec
 from rollstream.tasks.outside import asset_tasks

@@ -17,8 +17,9 @@ import pytest
 
 from rollstream.config import ExecutorConfig
 from rollstream.consumers.executor.egress import EgressError
+from rollstream.consumers.executor.jobs import Job
+from rollstream.consumers.executor.pool import LABEL, OWNER_LABEL, DockerSandboxPool
 from rollstream.consumers.executor.rewards import RewardRegistry
-from rollstream.consumers.executor.sandbox import LABEL, OWNER_LABEL, DockerSandboxPool, Job
 from rollstream.consumers.executor.score import audit_record, evaluate
 from rollstream.schemas.events import RewardSpec
 from tests.fixtures.sandbox import check_references

@@ -15,8 +15,8 @@ import uuid
 
 import pytest
 
+from rollstream.consumers.executor.pool import DockerSandboxPool
 from rollstream.consumers.executor.rewards import RewardRegistry
-from rollstream.consumers.executor.sandbox import DockerSandboxPool
 from rollstream.consumers.executor.score import Evaluation, audit_record, evaluate
 from rollstream.schemas.events import RewardSpec, SandboxAudit
 from tests.helpers import container_ended, container_processes, wait_until

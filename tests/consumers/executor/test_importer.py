@@ -13,7 +13,7 @@ from importlib import resources
 
 import pytest
 
-from rollstream.consumers.executor import sandbox
+from rollstream.consumers.executor import hardening
 from rollstream.consumers.executor.runtime import importer
 from rollstream.consumers.executor.score import evaluate
 from rollstream.schemas.events import RewardSpec
@@ -25,7 +25,7 @@ SOURCES = {p.name: p.read_text() for p in PACKAGE.iterdir() if p.name.endswith("
 def run_bootstrap(preamble: bytes, *args: str) -> subprocess.CompletedProcess:
     """The container's command line, on the host: ``python3 -I -S -c BOOTSTRAP``, the preamble on
     stdin (no site: the host's installed rollstream is not importable, as in the image)."""
-    return subprocess.run([sys.executable, "-I", "-S", "-c", sandbox.BOOTSTRAP, *args], input=preamble,
+    return subprocess.run([sys.executable, "-I", "-S", "-c", hardening.BOOTSTRAP, *args], input=preamble,
                           capture_output=True, timeout=60)
 
 
@@ -35,7 +35,7 @@ def small_package(**modules: str) -> dict[str, str]:
 
 @pytest.mark.unit
 def test_the_bundle_round_trips_and_is_deterministic() -> None:
-    preamble = sandbox.runner_preamble()
+    preamble = hardening.runner_preamble()
     stream = io.BytesIO(preamble)
     assert stream.read(int(stream.readline())).decode() == SOURCES["importer.py"]  # what the bootstrap runs
     bundle = importer.unpack(stream)
@@ -52,9 +52,9 @@ def test_the_bundle_round_trips_and_is_deterministic() -> None:
     shuffled = dict(reversed(list(SOURCES.items())))
     assert importer.pack(shuffled) == preamble
     assert importer.pack({**SOURCES, "codec.py": SOURCES["codec.py"] + "\n"}) != preamble
-    digest = sandbox.runtime_identity("runc")
-    assert digest.startswith("runc+runner:") and digest == sandbox.runtime_identity("runc")
-    assert sandbox.runner_preamble(importer.EGRESS_ENTRY) != preamble  # the proxy's: another entry point
+    digest = hardening.runtime_identity("runc")
+    assert digest.startswith("runc+runner:") and digest == hardening.runtime_identity("runc")
+    assert hardening.runner_preamble(importer.EGRESS_ENTRY) != preamble  # the proxy's: another entry point
 
 
 @pytest.mark.unit

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from rollstream.consumers.executor import sandbox
+from rollstream.consumers.executor import jobs
 from tests.consumers.executor.judged import failures, judged, judged_against, verdicts
 
 pytestmark = pytest.mark.unit
@@ -17,14 +17,14 @@ pytestmark = pytest.mark.unit
 
 def test_tested_names_and_modules() -> None:
     tests = ("assert f(1) == g(2)", "s = Stack()\nassert len(s) == 0", "with raises(ValueError):\n    h()")
-    assert sandbox.tested_names(tests, "f") == ("Stack", "f", "g", "h")  # `s` is the tests' own
-    assert sandbox.tested_names(("try:\n    result = parse('1')\nexcept ValueError:\n    pass\nassert result == 1",),
+    assert jobs.tested_names(tests, "f") == ("Stack", "f", "g", "h")  # `s` is the tests' own
+    assert jobs.tested_names(("try:\n    result = parse('1')\nexcept ValueError:\n    pass\nassert result == 1",),
                                 "parse") == ("parse",)
-    assert sandbox.tested_names(("assert 1 +",), "f") == ("f",)  # a broken test is the judge's to report
-    assert "len" in sandbox.tested_names(("assert len(1)",), "len")  # the entry point always
+    assert jobs.tested_names(("assert 1 +",), "f") == ("f",)  # a broken test is the judge's to report
+    assert "len" in jobs.tested_names(("assert len(1)",), "len")  # the entry point always
     modules = ("assert math.isclose(f(2), 1.4)", "import os\nassert os.sep", "json = 1\nassert json",
                "def re():\n    pass\nre()", "assert collections.Counter(f()) == {}")
-    assert sandbox.tested_modules(modules) == ("collections", "math")  # read, never bound by the tests
+    assert jobs.tested_modules(modules) == ("collections", "math")  # read, never bound by the tests
 
 
 def test_functions_and_values_keep_their_meaning() -> None:

@@ -225,8 +225,8 @@ async def test_the_pool_starts_it_as_it_starts_the_python_image(owner: str):
     """Today's pool, unchanged, on the polyglot image: a judged verdict as on the Python image, and a
     compiler runs inside under the pool's own limits (the runner's TMPDIR=/work)."""
     from rollstream.config import ExecutorConfig
+    from rollstream.consumers.executor.pool import DockerSandboxPool
     from rollstream.consumers.executor.rewards import default_registry
-    from rollstream.consumers.executor.sandbox import DockerSandboxPool
     from rollstream.consumers.executor.score import evaluate
     from rollstream.schemas.events import RewardSpec
 

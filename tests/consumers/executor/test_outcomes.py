@@ -17,7 +17,8 @@ import msgspec
 import pytest
 
 from rollstream.config import ExecutorConfig
-from rollstream.consumers.executor.sandbox import DockerSandboxPool, Job, RunResult
+from rollstream.consumers.executor.jobs import Job, RunResult
+from rollstream.consumers.executor.pool import DockerSandboxPool
 from rollstream.consumers.executor.score import audit_record, evaluate
 from rollstream.schemas.events import RewardSpec, outcome_of
 from tests.helpers import DockerSocketProxy, wait_until

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from rollstream.consumers.executor.jobs import Job, RunResult
 from rollstream.consumers.executor.rewards import (
     PythonTests,
     RewardRegistry,
@@ -15,7 +16,6 @@ from rollstream.consumers.executor.rewards import (
     pass_component,
     weighted_reward,
 )
-from rollstream.consumers.executor.sandbox import Job, RunResult
 from rollstream.schemas.events import RewardSpec
 
 pytestmark = pytest.mark.unit

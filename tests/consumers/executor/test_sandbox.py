@@ -16,18 +16,17 @@ import msgspec
 import pytest
 
 from rollstream.config import Config, ExecutorConfig
-from rollstream.consumers.executor.rewards import RewardRegistry
-from rollstream.consumers.executor.sandbox import (
+from rollstream.consumers.executor.hardening import RUNSC_CAPS, RUNSC_HOST_TASKS
+from rollstream.consumers.executor.jobs import Job
+from rollstream.consumers.executor.pool import (
     HOST_LABEL,
     LABEL,
     OWNER_LABEL,
     PROCESS_LABEL,
-    RUNSC_CAPS,
-    RUNSC_HOST_TASKS,
     DockerSandboxPool,
-    Job,
     remove_orphans,
 )
+from rollstream.consumers.executor.rewards import RewardRegistry
 from rollstream.consumers.executor.score import evaluate, score_file
 from rollstream.errors import SandboxError
 from rollstream.schemas.events import RewardSpec
@@ -211,7 +210,7 @@ async def test_orphans_of_dead_executors_are_removed_live_ones_kept(sandbox_imag
 async def test_crashed_executor_leaves_no_container(sandbox_image: str, owner: str):
     script = (
         "import asyncio, sys\n"
-        "from rollstream.consumers.executor.sandbox import DockerSandboxPool\n"
+        "from rollstream.consumers.executor.pool import DockerSandboxPool\n"
         "from rollstream.config import ExecutorConfig\n"
         "async def main():\n"
         f"    config = ExecutorConfig(image={sandbox_image!r}, owner={owner!r}, pool_size=2)\n"
@@ -327,7 +326,8 @@ async def test_runtimes_the_engine_lacks_or_that_let_code_into_the_runner_are_re
     `rollstream sandbox doctor` reports each runtime."""
     import aiodocker
 
-    from rollstream.consumers.executor import sandbox
+    from rollstream.consumers.executor import hardening
+    from rollstream.consumers.executor import pool as pool_module
     from rollstream.consumers.executor.doctor import doctor, report
 
     async with aiodocker.Docker() as docker:
@@ -347,14 +347,14 @@ async def test_runtimes_the_engine_lacks_or_that_let_code_into_the_runner_are_re
     assert checks["runsc"].works, checks["runsc"].problem
     assert checks["runsc"].kernel.startswith("4.4.0")  # what gVisor's kernel says it is
     assert checks["runsc"].egress == "works", checks["runsc"].egress  # registered with --host-uds=open
-    hardened = sandbox.hardened_config
+    hardened = hardening.hardened_config
 
     def one_uid(*args: object, **kwargs: object) -> dict:
         body = hardened(*args, **kwargs)
-        body["User"], body["HostConfig"]["CapAdd"] = sandbox.SANDBOX_USER, []
+        body["User"], body["HostConfig"]["CapAdd"] = hardening.SANDBOX_USER, []
         return body
 
-    monkeypatch.setattr(sandbox, "hardened_config", one_uid)
+    monkeypatch.setattr(pool_module, "hardened_config", one_uid)  # what the pool creates its containers with
     with pytest.raises(SandboxError, match=r"open the runner's descriptors \(/proc/1/fd"):
         async with DockerSandboxPool(config):
             pass

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from rollstream.consumers.executor.jobs import Job, RunResult
 from rollstream.consumers.executor.rewards import default_registry
-from rollstream.consumers.executor.sandbox import Job, RunResult
 from rollstream.consumers.executor.score import evaluate
 from rollstream.errors import SandboxError, SandboxLost
 from rollstream.schemas.events import RewardSpec

@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 
-from rollstream.consumers.executor import sandbox
+from rollstream.consumers.executor import jobs
 from rollstream.consumers.executor.score import evaluate
 from rollstream.schemas.events import RewardSpec
 
@@ -34,15 +34,15 @@ async def score(pool, registry, code, tests, **spec):
 
 @pytest.mark.unit
 def test_the_names_taken_from_the_module_are_asked_of_the_completion() -> None:
-    assert set(sandbox.tested_names((FORMS[1],), "add")) == {"add", "Stack"}  # not the alias plus
-    assert set(sandbox.tested_names((FORMS[3],), "add")) == {"add"}
-    assert sandbox.tested_names(("import solutions\nassert solutions.x == 1",), "") == ()  # another module
+    assert set(jobs.tested_names((FORMS[1],), "add")) == {"add", "Stack"}  # not the alias plus
+    assert set(jobs.tested_names((FORMS[3],), "add")) == {"add"}
+    assert jobs.tested_names(("import solutions\nassert solutions.x == 1",), "") == ()  # another module
     # what the tests patch on the module is a name they read from it
     patched = ("from unittest import mock\nwith mock.patch('solution.helper', return_value=2):\n    assert f() == 2",
                "import solution\ndef test(monkeypatch):\n    monkeypatch.setattr(solution, 'clock', lambda: 0)",
                "import solution as s\nfrom unittest import mock\nmock.patch.object(s, 'rate')")
-    assert {"f", "helper", "clock", "rate"} <= set(sandbox.tested_names(patched, "f"))
-    assert sandbox.tested_names(("x = 'solutions.y'\nassert f(x)",), "f") == ("f",)
+    assert {"f", "helper", "clock", "rate"} <= set(jobs.tested_names(patched, "f"))
+    assert jobs.tested_names(("x = 'solutions.y'\nassert f(x)",), "f") == ("f",)
 
 
 @pytest.mark.sandbox

@@ -14,8 +14,8 @@ import uuid
 import msgspec
 import pytest
 
+from rollstream.consumers.executor.pool import DockerSandboxPool
 from rollstream.consumers.executor.rewards import RewardRegistry
-from rollstream.consumers.executor.sandbox import DockerSandboxPool
 from rollstream.consumers.executor.score import Evaluation, evaluate
 from rollstream.schemas.events import RewardSpec
 

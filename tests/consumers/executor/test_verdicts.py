@@ -22,9 +22,10 @@ import msgspec
 import pytest
 
 from rollstream.config import Config, ExecutorConfig
+from rollstream.consumers.executor.jobs import Job
+from rollstream.consumers.executor.pool import DockerSandboxPool
 from rollstream.consumers.executor.reference import ReferenceChecks
 from rollstream.consumers.executor.rewards import RewardRegistry
-from rollstream.consumers.executor.sandbox import DockerSandboxPool, Job
 from rollstream.consumers.executor.score import Evaluation, evaluate, score_file
 from rollstream.schemas.events import RewardSpec
 from rollstream.schemas.tasks import TaskSpec

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from rollstream.consumers.executor.sandbox import WORKSPACE_BYTES, DockerSandboxPool, Job
+from rollstream.consumers.executor.jobs import WORKSPACE_BYTES, Job
+from rollstream.consumers.executor.pool import DockerSandboxPool
 
 pytestmark = pytest.mark.sandbox
 LEAVE = (

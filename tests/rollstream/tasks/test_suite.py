@@ -68,9 +68,9 @@ def test_suite_files_are_up_to_date() -> None:
 
 
 async def _score_all(tasks: list[TaskSpec], wrong: dict[str, str]) -> list[tuple[str, str, float, object]]:
+    from rollstream.consumers.executor.pool import DockerSandboxPool
     from rollstream.consumers.executor.reference import ReferenceChecks
     from rollstream.consumers.executor.rewards import default_registry
-    from rollstream.consumers.executor.sandbox import DockerSandboxPool
     from rollstream.consumers.executor.score import evaluate
 
     registry = default_registry()
@@ -134,9 +134,9 @@ async def test_every_chain_step_through_the_real_sandbox_with_the_code_carried(s
     passes its step's tests in the sandbox; without the code carried, the last step fails (it uses
     what the earlier ones defined)."""
     from rollstream.consumers.executor.episodes import subtask_turn
+    from rollstream.consumers.executor.pool import DockerSandboxPool
     from rollstream.consumers.executor.reference import ReferenceChecks
     from rollstream.consumers.executor.rewards import default_registry
-    from rollstream.consumers.executor.sandbox import DockerSandboxPool
     from rollstream.consumers.executor.score import evaluate
     from rollstream.testing import make_action
 
