@@ -86,8 +86,12 @@ if __name__ == "__main__":  # run as a script: this checkout's code; --against's
 import msgspec
 
 from rollstream.config import ExecutorConfig
-from rollstream.consumers.executor.jobs import Job
-from rollstream.consumers.executor.pool import OWNER_LABEL, DockerSandboxPool
+
+try:
+    from rollstream.consumers.executor.jobs import Job
+    from rollstream.consumers.executor.pool import OWNER_LABEL, DockerSandboxPool
+except ModuleNotFoundError:  # an --against child in a tree from before 6fbdbb0 (one sandbox module)
+    from rollstream.consumers.executor.sandbox import OWNER_LABEL, DockerSandboxPool, Job  # type: ignore[no-redef]
 
 ROOT = Path(__file__).resolve().parents[1]
 
