@@ -34,15 +34,7 @@ from collections.abc import Iterable, Mapping, Sequence
 import msgspec
 
 from rollstream.schemas.events import AdvantagedRollout
-
-
-def _sample_std(values: Sequence[float]) -> float:
-    """Standard deviation with ddof=1; 0 for fewer than two values."""
-    n = len(values)
-    if n < 2:
-        return 0.0
-    m = math.fsum(values) / n
-    return math.sqrt(math.fsum((v - m) ** 2 for v in values) / (n - 1))
+from rollstream.stats import sample_std
 
 
 def domain_scales(advantages: Iterable[tuple[str, float]]) -> dict[str, float]:
@@ -55,7 +47,7 @@ def domain_scales(advantages: Iterable[tuple[str, float]]) -> dict[str, float]:
         pooled.setdefault(domain, []).append(float(advantage))
     scales = {}
     for domain, values in pooled.items():
-        std = _sample_std(values)
+        std = sample_std(values)
         scale = 1.0 / std if std > 0.0 else 1.0
         scales[domain] = scale if math.isfinite(scale) else 1.0  # a spread too small to invert: as it is
     return scales

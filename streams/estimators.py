@@ -49,6 +49,7 @@ from importlib import metadata
 from typing import Any, Literal
 
 from rollstream.registry import Registry
+from rollstream.stats import mean, sample_std  # noqa: F401 (sample_std: estimators' plugins use it from here)
 
 Normalize = Literal["group", "task", "family", "batch"]
 NORMALIZE: tuple[str, ...] = ("group", "task", "family", "batch")
@@ -83,19 +84,6 @@ def clip_rewards(rewards: Sequence[float], reward_clip: float | None) -> list[fl
     if not reward_clip > 0:
         raise ValueError(f"reward_clip must be > 0, got {reward_clip!r}")
     return [min(max(float(r), -reward_clip), reward_clip) for r in rewards]
-
-
-def mean(values: Sequence[float]) -> float:
-    return math.fsum(values) / len(values)
-
-
-def sample_std(values: Sequence[float]) -> float:
-    """Standard deviation with ddof=1; 0 for fewer than two values."""
-    n = len(values)
-    if n < 2:
-        return 0.0
-    m = mean(values)
-    return math.sqrt(math.fsum((v - m) ** 2 for v in values) / (n - 1))
 
 
 def reward_stats(rewards: Sequence[float]) -> RewardStats:
