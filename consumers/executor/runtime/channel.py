@@ -19,16 +19,10 @@ that answers anything but the question the judge is waiting for is a protocol er
 import _thread
 import os
 
-from rollstream.consumers.executor.runtime.codec import (
-    Decoder,
-    Encoder,
-    NotTransferable,
-    ProtocolError,
-    dumps,
-    loads,
-    receive,
-    send_bytes,
-)
+from rollstream.consumers.executor.runtime.codec import NotTransferable, ProtocolError
+from rollstream.consumers.executor.runtime.decoder import Decoder
+from rollstream.consumers.executor.runtime.encoder import Encoder
+from rollstream.consumers.executor.runtime.wire import dumps, loads, receive, send_bytes
 
 MAX_NESTING = 64  # requests served inside requests
 

@@ -5,8 +5,8 @@ bundle, runtime/importer.py; on the host, an ordinary module). For a task whose 
 whose reference does not pass under the judge, with ``trust = "auto"``): setup, code and tests
 share one interpreter, as with most graders, so the completion can fake its own verdicts. The
 execution record says so and ``rollstream_sandbox_in_process_verdicts_total`` counts it. The
-reports travel over a pipe on a random descriptor, each with a per-job key (consumers/
-supervisor.py), so code that writes made-up reports to every descriptor is not believed.
+reports travel over a pipe on a random descriptor, each with a per-job key (runtime/jobrun.py,
+watch.py ``read_events``), so code that writes made-up reports to every descriptor is not believed.
 """
 
 import builtins

@@ -330,7 +330,7 @@ def plain_repr(value, budget=120, depth=0):
 
 
 def explain(left, op, right):
-    """The message of a failing ``assert left <op> right`` (runtime/supervisor.py ``explained_asserts``)."""
+    """The message of a failing ``assert left <op> right`` (runtime/jobrun.py ``explained_asserts``)."""
     return f"{plain_repr(left)} {op} {plain_repr(right)}"
 
 

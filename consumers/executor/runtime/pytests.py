@@ -7,7 +7,7 @@ too). The judge's ``judge_main`` is handed :func:`run_pytest_files` by the zygot
 builds on judge.py, which does not import it.
 
 Each file is the tests' own module: the runner compiled it (its asserts explained as in every test
-form, supervisor.py ``explained_asserts``: pytest's own rewriting is off, so no ``repr`` of an
+form, jobrun.py ``explained_asserts``: pytest's own rewriting is off, so no ``repr`` of an
 object of the completion's writes a message), the judge runs it in a module of its own, holding
 the task's setup and the completion's names as bound for every test form (``from solution import
 add`` reads the judge's ``solution`` module, judge.py :func:`solution_module`), then hands that

@@ -26,11 +26,14 @@ from json.encoder import encode_basestring_ascii as _json_string  # json.dumps' 
 
 from rollstream.consumers.executor.runtime import channel
 from rollstream.consumers.executor.runtime.candidate import candidate_main
-from rollstream.consumers.executor.runtime.codec import Decoder, Encoder, Table, dumps, loads
+from rollstream.consumers.executor.runtime.codec import Table
+from rollstream.consumers.executor.runtime.decoder import Decoder
+from rollstream.consumers.executor.runtime.encoder import Encoder
 from rollstream.consumers.executor.runtime.hooks import install_guards
 from rollstream.consumers.executor.runtime.inprocess import harness
 from rollstream.consumers.executor.runtime.judge import judge_main
 from rollstream.consumers.executor.runtime.pytests import run_pytest_files, warm_pytest
+from rollstream.consumers.executor.runtime.wire import dumps, loads
 
 MAX_TESTS = 1000  # RewardSpec's own limit on tests per task
 ZYGOTES = (b"C", b"J", b"P")  # the candidate zygote, the judge zygote, the pytest files' judge zygote

@@ -1,6 +1,7 @@
-"""The codec between judge and candidate (consumers/executor/runtime/codec.py): values keep their types, identity,
-aliasing and cycles across the boundary; changes travel back in place; the strict decoder refuses
-what the encoder never writes, and floods of equal hashes."""
+"""The codec between judge and candidate (consumers/executor/runtime/codec.py, encoder.py,
+decoder.py, wire.py): values keep their types, identity, aliasing and cycles across the boundary;
+changes travel back in place; the strict decoder refuses what the encoder never writes, and
+floods of equal hashes."""
 
 from __future__ import annotations
 
@@ -16,7 +17,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rollstream.consumers.executor.runtime import codec
+from rollstream.consumers.executor.runtime import codec, wire
+from rollstream.consumers.executor.runtime.decoder import Decoder
+from rollstream.consumers.executor.runtime.encoder import Encoder
 
 pytestmark = pytest.mark.unit
 
@@ -28,17 +31,17 @@ class Side:
         self.table = codec.Table(parity)
 
     def send(self, *values):
-        encoder = codec.Encoder(self.table, _no_handles)
+        encoder = Encoder(self.table, _no_handles)
         items = [encoder.item(v) for v in values]
         changes = encoder.changes()
         defs = encoder.finish()
-        data = codec.dumps(["m", 0, "", items, defs, changes, None, "", ""])
+        data = wire.dumps(["m", 0, "", items, defs, changes, None, "", ""])
         encoder.sent([ref for ref, _ in changes])
         return data
 
     def receive(self, data, peer: int):
-        message = codec.loads(data)
-        decoder = codec.Decoder(self.table, peer, _no_tags)
+        message = wire.loads(data)
+        decoder = Decoder(self.table, peer, _no_tags)
         changed = decoder.message(message[4], message[5])
         values = [decoder.item(v) for v in message[3]]
         decoder.settled(changed)
@@ -189,12 +192,12 @@ def test_hash_flooding_is_refused_before_the_set_is_built() -> None:
 
 def test_messages_are_bounded() -> None:
     with pytest.raises(codec.NotTransferable):
-        codec.dumps(["x" * (codec.MAX_MESSAGE_BYTES + 1)])
+        wire.dumps(["x" * (codec.MAX_MESSAGE_BYTES + 1)])
     read, write = __import__("os").pipe()
     try:
         __import__("os").write(write, (codec.MAX_MESSAGE_BYTES + 1).to_bytes(4, "big"))
         with pytest.raises(codec.ProtocolError, match="at most"):
-            codec.receive(read)
+            wire.receive(read)
     finally:
         __import__("os").close(read)
         __import__("os").close(write)

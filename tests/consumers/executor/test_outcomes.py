@@ -190,7 +190,7 @@ async def test_a_judge_killed_before_it_says_its_pid_is_a_violation_at_once(sand
 
 
 # What a job can leave on the runner's open files that its processes hold as their own stdout,
-# stderr and report descriptors (runtime/supervisor.py ``_reset_shared_fds``): O_ASYNC with an owner
+# stderr and report descriptors (runtime/host.py ``reset_shared_fds``): O_ASYNC with an owner
 # and a signal of its choice makes every later read of that pipe by PID 1 signal the owner, once
 # the job is over. Its zygote stopped (or killed) after the reply left the next honest job a zygote
 # that never forks its processes: a timeout past the host's limit (runner_unresponsive, -0.2), or

@@ -8,8 +8,8 @@ import ast
 import pytest
 
 from rollstream.consumers.executor.rewards import per_test_results
+from rollstream.consumers.executor.runtime.jobrun import EXPLAIN, explained_asserts
 from rollstream.consumers.executor.runtime.judge import explain, plain_repr
-from rollstream.consumers.executor.runtime.supervisor import EXPLAIN, explained_asserts
 from rollstream.consumers.executor.score import failed_test_lines
 from rollstream.schemas.events import MAX_TEST_MESSAGES, MAX_TEST_RESULTS, ExecutionRecord, TestResult
 
