@@ -164,7 +164,7 @@ class Player:
             return SampleResult(
                 episode.task.task_id, episode.task.family, episode.index, outcome.passed, outcome.reward,
                 execution.error_kind, completion.finish_reason, len(completion.token_ids),
-                has_code=code is not None, parses=code is not None and execution.error_kind != "syntax",
+                has_code=code is not None, parses=code is not None and execution.error_kind not in ("syntax", "compile_error"),
                 ran=execution.error_kind == "none", turns=episode.turn, completion=text,
                 domain=domain_of(episode.task.reward.kind))
         return self._next(episode, completion, outcome)

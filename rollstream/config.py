@@ -322,6 +322,16 @@ class ExecutorConfig(Section):
     """Cap on captured stdout+stderr per execution."""
     tmpfs_mb: Annotated[int, Meta(ge=1)] = 16
     """Size of the writable work dir."""
+    language_image: str = "rollstream-sandbox-polyglot:latest"
+    """The image of the pools that run programs in languages besides Python (`rollstream sandbox build
+    --languages c,cpp,...` makes it; `rollstream sandbox doctor` lists its compilers). Started only when a
+    task in such a language comes; Python's pools never use it."""
+    compile_timeout_s: PositiveFloat = 30.0
+    """Wall-clock bound on building one program (g++ -O2, rustc -O), on top of the task's ``timeout_s``."""
+    language_memory_mb: Annotated[int, Meta(ge=256)] = 1024
+    """Memory limit per container of a language pool (and the least address space a build gets)."""
+    language_tmpfs_mb: Annotated[int, Meta(ge=16)] = 128
+    """Size of the writable work dir of a language pool's containers (sources, objects, binaries)."""
     default_timeout_s: PositiveFloat = 5.0
     """Wall-clock limit when the task gives none."""
     max_timeout_s: PositiveFloat = 60.0

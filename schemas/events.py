@@ -88,6 +88,7 @@ ErrorKind = Literal[
     "none",  # ran and exited cleanly (tests may still have failed)
     "no_code",  # nothing to run was found in the completion
     "syntax",  # the code does not compile
+    "compile_error",  # a program in another language did not build (its compiler's first errors in the message)
     "runtime",  # an exception escaped (including failed asserts)
     "timeout",  # wall-clock limit hit, killed
     "oom",  # memory limit hit, killed
@@ -106,7 +107,7 @@ ErrorKind = Literal[
 Outcome = Literal["passed", "failed", "error", "timeout", "oom", "too_large", "violation", "infra"]
 OUTCOMES: tuple[str, ...] = Outcome.__args__  # type: ignore[attr-defined]
 _OUTCOME_OF_KIND: dict[str, str] = {
-    "no_code": "error", "syntax": "error", "runtime": "error", "output_limit": "error", "crash": "error",
+    "no_code": "error", "syntax": "error", "compile_error": "error", "runtime": "error", "output_limit": "error", "crash": "error",
     "timeout": "timeout", "oom": "oom", "too_large": "too_large", "violation": "violation",
     "tamper": "violation", "infra": "infra",
 }
@@ -219,6 +220,7 @@ class RewardSpec(msgspec.Struct, frozen=True, kw_only=True):
     all_or_nothing: bool = False
     weights: dict[Id, Finite] = msgspec.field(default_factory=lambda: {"tests": 1.0})
     syntax_error_reward: Reward = -0.5
+    compile_error_reward: Reward = -0.5  # a program in another language that did not build
     timeout_reward: Reward = -0.2
     crash_reward: Reward = -0.2
     no_code_reward: Reward = -1.0

@@ -228,6 +228,8 @@ def observation(spec: RewardSpec, execution: ExecutionRecord, events: Sequence[d
     if verdict == "syntax":
         where = f" (line {execution.error_line})" if execution.error_line else ""
         lines.append(f"Your code does not compile{where}: {execution.error_message}")
+    elif verdict == "compile_error":
+        lines.append(f"Your program does not compile: {execution.error_message}")
     elif verdict == "timeout":
         lines.append(f"Your code ran out of time ({spec.timeout_s:g} s).")
     elif verdict == "oom":
@@ -235,7 +237,7 @@ def observation(spec: RewardSpec, execution: ExecutionRecord, events: Sequence[d
     elif verdict == "output_limit":
         lines.append("Your code wrote too much output.")
     elif verdict == "no_code":
-        lines.append("Your answer has no code: put the code in a ```python block.")
+        lines.append(f"Your answer has no code: put the code in a ```{spec.language} block.")
     elif verdict == "fail":
         lines.append(f"{execution.tests_passed} of {execution.tests_total} tests passed.")
     else:
@@ -250,11 +252,11 @@ def observation(spec: RewardSpec, execution: ExecutionRecord, events: Sequence[d
         lines.append(f"Failed: {test.strip()[:300]}" + (f" ({why[:300]})" if why else ""))
     if len(failed) > FAILED_TESTS_SHOWN:
         lines.append(f"... and {len(failed) - FAILED_TESTS_SHOWN} more failing tests.")
-    if verdict not in ("fail", "syntax") and execution.stderr_tail.strip():
+    if verdict not in ("fail", "syntax", "compile_error") and execution.stderr_tail.strip():
         lines.append("stderr:\n" + execution.stderr_tail.strip()[-TAIL_CHARS:])
     lines.append("Fix it and answer with this step's corrected code in one ```python block; what the steps "
                  "passed defined is kept." if chain else
-                 "Fix it and answer with the whole corrected code in one ```python block.")
+                 f"Fix it and answer with the whole corrected code in one ```{spec.language} block.")
     text = "\n".join(lines)
     return text if len(text) <= OBSERVATION_CHARS else text[: OBSERVATION_CHARS - 4] + " ..."
 

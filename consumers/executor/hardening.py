@@ -47,10 +47,12 @@ SHM_MB = 16  # multiprocessing's semaphores and queues (a tmpfs of its own, wipe
 
 def hardened_config(
     image: str, limits: SandboxLimits, labels: dict[str, str], cmd: list[str], *, interactive: bool = True,
-    runtime: str = "runc",
+    runtime: str = "runc", exec_work: bool = False,
 ) -> dict[str, Any]:
     """The container create body shared by the warm pool and the one-shot baseline; ``runtime``:
-    the OCI runtime dockerd starts it with (``runc``: the host's kernel; ``runsc``: gVisor's)."""
+    the OCI runtime dockerd starts it with (``runc``: the host's kernel; ``runsc``: gVisor's).
+    ``exec_work``: ``/work`` mounted ``exec`` (a language pool's: the programs it builds run from
+    there; they are native code either way; Python's pools keep ``noexec``, Docker's default for a tmpfs)."""
     memory = (limits.memory_mb + RUNNER_OVERHEAD_MB + (RUNSC_OVERHEAD_MB if runtime == "runsc" else 0)) << 20
     env = ["PATH=/usr/local/bin:/usr/bin:/bin", "LANG=C.UTF-8", "HOME=/work", "TMPDIR=/work"]
     separated = runtime == "runsc"
@@ -76,7 +78,7 @@ def hardened_config(
             "NetworkMode": "none",
             "ReadonlyRootfs": True,
             "Tmpfs": {
-                "/work": f"rw,nosuid,nodev,noexec,size={limits.tmpfs_mb}m,nr_inodes=8192,mode=0700,"
+                "/work": f"rw,nosuid,nodev,{'exec,' if exec_work else 'noexec,'}size={limits.tmpfs_mb}m,nr_inodes=8192,mode=0700,"
                 "uid=65534,gid=65534",
                 # multiprocessing's locks and queues need POSIX semaphores, which live here; wiped
                 # after every job like /work (the IPC namespace itself stays private and empty)

@@ -49,6 +49,9 @@ class Job(msgspec.Struct, frozen=True, kw_only=True):
     names: list[str] = []
     modules: list[str] = []
     program: bool = False
+    # with ``program``: the program's language; besides "python" it is built first in a pool of the
+    # language image (runtime/programs.py), and its tests still run over run_program(stdin)
+    language: str = "python"
     pytest: bool = False  # each test a pytest file (runtime/pytests.py)
     trust: Literal["judge", "in_process"] = "judge"
     rules: dict[str, Any] = {}

@@ -30,6 +30,7 @@ from rollstream.consumers.executor.egress import (
     socket_dir_archive,
 )
 from rollstream.consumers.executor.hardening import runner_command, runner_preamble
+from rollstream.consumers.executor.image import PYTHON
 from rollstream.consumers.executor.jobs import Job, RunResult
 from rollstream.consumers.executor.runner import Warm
 from rollstream.consumers.executor.runtime import importer
@@ -67,14 +68,14 @@ class KeyedPools:
         return len(self._pools)
 
     async def execute(self, job: Job) -> RunResult:
-        keyed = await self._pool_for(job.assets, job.network)
+        keyed = await self._pool_for(job.assets, job.network, job.language)
         if keyed.proxy is not None and not keyed.proxy.alive:  # its proxy died: the pool goes, a new one comes
             async with self._starting[keyed.key]:
                 if self._pools.get(keyed.key) is keyed and keyed.in_flight == 0:
                     log.warning("the egress proxy of pool %s is gone: retiring the pool", keyed.key)
                     del self._pools[keyed.key]
                     await self._retire(keyed)
-            keyed = await self._pool_for(job.assets, job.network)
+            keyed = await self._pool_for(job.assets, job.network, job.language)
         keyed.in_flight += 1
         try:
             return await keyed.pool.execute(job)
@@ -89,13 +90,13 @@ class KeyedPools:
             self._reaper.cancel()
             await asyncio.gather(self._reaper, return_exceptions=True)
 
-    async def _pool_for(self, assets: list[Asset], network: list[str]) -> _Keyed:
+    async def _pool_for(self, assets: list[Asset], network: list[str], language: str = PYTHON) -> _Keyed:
         """The pool of this set of assets and network allowlist, started when first asked for: its
         assets fetched, verified and copied into a volume of its own, its egress proxy started.
         AssetError or EgressError (ValueErrors: the action's) when what it asks for cannot be had."""
         check_allowed(network, self.config.egress_allowed)
         assets_key = set_key(assets) if assets else ""
-        key = f"{assets_key}/{network_key(network)}"
+        key = f"{assets_key}/{network_key(network)}" + (f"/{language}" if language != PYTHON else "")
         async with self._starting.setdefault(key, asyncio.Lock()):
             keyed = self._pools.get(key)
             if keyed is not None:
@@ -115,7 +116,7 @@ class KeyedPools:
                 if network:
                     proxy, socket_volume = await self._start_proxy(network_key(network), volumes)
                     egress = (proxy, socket_volume)
-                pool = self.owner.keyed_pool(volume, egress)
+                pool = self.owner.keyed_pool(volume, egress, language)
                 await pool.__aenter__()
             except BaseException:
                 if proxy is not None:
@@ -124,8 +125,9 @@ class KeyedPools:
                     await self._delete_volume(name)
                 raise
             keyed = self._pools[key] = _Keyed(key, pool, volumes, proxy)
-            log.info("started the pool of %s%s", f"asset set {assets_key} ({', '.join(a.path for a in assets)})"
-                     if assets else "", f" network {', '.join(network)}" if network else "")
+            log.info("started the pool of %s%s%s", f"asset set {assets_key} ({', '.join(a.path for a in assets)})"
+                     if assets else "", f" network {', '.join(network)}" if network else "",
+                     f" language {language}" if language != PYTHON else "")
             if self._reaper is None or self._reaper.done():
                 self._reaper = asyncio.create_task(self._reap(), name="asset-pools-reaper")
             return keyed

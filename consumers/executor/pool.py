@@ -45,7 +45,7 @@ from rollstream.consumers.executor.hardening import (
     runner_preamble,
     runtime_identity,
 )
-from rollstream.consumers.executor.image import PYTEST_LABEL
+from rollstream.consumers.executor.image import LANGUAGES_LABEL, PYTEST_LABEL, PYTHON
 from rollstream.consumers.executor.jobs import Job, RunResult, limits_from_config
 from rollstream.consumers.executor.keyed import KeyedPools
 from rollstream.consumers.executor.runner import Warm, job_request, run_result
@@ -111,11 +111,13 @@ class DockerSandboxPool:
     """The aiodocker :class:`SandboxBackend`: ``async with DockerSandboxPool(config) as pool``."""
 
     def __init__(self, config: ExecutorConfig, *, owner: str | None = None, grace_s: float = 3.0,
-                 test_hooks: bool = False, volume: str = "", egress: tuple[EgressProxy, str] | None = None) -> None:
+                 test_hooks: bool = False, volume: str = "", egress: tuple[EgressProxy, str] | None = None,
+                 language: str = PYTHON) -> None:
         self.config = config
         self.volume = volume  # a keyed pool's: the asset volume its containers mount at /assets
         self.egress = egress  # a keyed pool's: its egress proxy and the volume of the proxy's socket
-        self.keyed = bool(volume or egress)
+        self.language = language  # a keyed pool's: the language its programs are built in (image: language_image)
+        self.keyed = bool(volume or egress or language != PYTHON)
         self.test_hooks = test_hooks  # tests only: the runner honours Job.test_hook
         self.owner = owner or config.owner
         self.grace_s = grace_s
@@ -154,7 +156,14 @@ class DockerSandboxPool:
                 ) from exc
             raise SandboxError(f"cannot use the Docker daemon: {exc}") from exc
         self.image_id = str(image.get("Id") or self.config.image)
-        self.has_pytest = PYTEST_LABEL in ((image.get("Config") or {}).get("Labels") or {})
+        labels = (image.get("Config") or {}).get("Labels") or {}
+        self.has_pytest = PYTEST_LABEL in labels
+        if self.language != PYTHON and self.language not in str(labels.get(LANGUAGES_LABEL, "")).split(","):
+            await self.docker.close()
+            raise SandboxError(
+                f"the sandbox image {self.config.image!r} has no {self.language} compiler (its languages: "
+                f"{labels.get(LANGUAGES_LABEL) or 'python'}): build it with `rollstream sandbox build --languages "
+                f"{self.language}` (or set executor.language_image)")
         registered = sorted(info.get("Runtimes") or {"runc": {}})
         if self.config.runtime not in registered:
             await self.docker.close()
@@ -188,11 +197,17 @@ class DockerSandboxPool:
             await self.docker.close()
             self.docker = None
 
-    def keyed_pool(self, volume: str, egress: tuple[EgressProxy, str] | None) -> DockerSandboxPool:
-        """A pool like this one (not started) for a keyed pool's asset ``volume`` and ``egress``."""
-        return DockerSandboxPool(msgspec.structs.replace(self.config, pool_size=self.config.keyed_pool_size),
-                                 owner=self.owner, grace_s=self.grace_s, test_hooks=self.test_hooks,
-                                 volume=volume, egress=egress)
+    def keyed_pool(self, volume: str, egress: tuple[EgressProxy, str] | None,
+                   language: str = PYTHON) -> DockerSandboxPool:
+        """A pool like this one (not started) for a keyed pool's asset ``volume``, ``egress`` and
+        ``language`` (besides Python: the language image, with the memory and work dir a build needs)."""
+        config = msgspec.structs.replace(self.config, pool_size=self.config.keyed_pool_size)
+        if language != PYTHON:
+            config = msgspec.structs.replace(config, image=config.language_image,
+                                             memory_mb=max(config.memory_mb, config.language_memory_mb),
+                                             tmpfs_mb=max(config.tmpfs_mb, config.language_tmpfs_mb))
+        return DockerSandboxPool(config, owner=self.owner, grace_s=self.grace_s, test_hooks=self.test_hooks,
+                                 volume=volume, egress=egress, language=language)
 
     def labels(self) -> dict[str, str]:
         return {
@@ -206,7 +221,8 @@ class DockerSandboxPool:
         """Create, attach, start a container and wait for its runner to say it is ready."""
         name = f"rollstream-sbx-{self._run_id}-{next(self._names)}-{secrets.token_hex(2)}"
         cmd = runner_command(*(["--test-hooks"] if self.test_hooks else []))
-        body = hardened_config(self.config.image, self._limits, self.labels(), cmd, runtime=self.config.runtime)
+        body = hardened_config(self.config.image, self._limits, self.labels(), cmd, runtime=self.config.runtime,
+                               exec_work=self.language != PYTHON)
         if self.volume:
             body["HostConfig"]["Mounts"].append({"Type": "volume", "Source": self.volume, "Target": ASSETS,
                                                  "ReadOnly": True, "VolumeOptions": {"NoCopy": True}})
@@ -319,7 +335,7 @@ class DockerSandboxPool:
                 continue
 
     async def execute(self, job: Job) -> RunResult:
-        if (job.assets or job.network) and not self.keyed:
+        if (job.assets or job.network or job.language != PYTHON) and not self.keyed:
             return await self._keyed.execute(job)
         return await self._execute(job)
 
@@ -327,8 +343,11 @@ class DockerSandboxPool:
         if job.pytest and not self.has_pytest:
             raise SandboxError(f"the sandbox image {self.config.image!r} has no pytest (built before pytest files): "
                                "rebuild it with `rollstream sandbox build --offline` (or without --offline)")
+        if job.language != self.language:
+            raise SandboxError(f"a {job.language} job reached the {self.language} pool")
         warm = await self._acquire()
-        request = job_request(job, self._limits, test_hooks=self.test_hooks)
+        request = job_request(job, self._limits, test_hooks=self.test_hooks,
+                              compile_timeout_s=self.config.compile_timeout_s)
         if warm.reader.done() or not warm.replies.empty():  # died while idle: not this job's doing
             self._retire(warm)
             raise SandboxLost(f"sandbox {warm.sandbox_id} died while idle", "died_idle")
@@ -366,7 +385,7 @@ class DockerSandboxPool:
             raise SandboxLost(f"sandbox {warm.sandbox_id}: could not send the job: {exc}", "send_failed") from exc
         started = time.monotonic()
         try:
-            reply = await warm.receive(job.timeout_s + self.grace_s)
+            reply = await warm.receive(job.timeout_s + float(request.get("compile_timeout_s", 0.0)) + self.grace_s)
         except TimeoutError:
             reply = {"id": job.job_id, "nonce": request["nonce"], "timed_out": True,
                      "violations": ["runner_unresponsive"], "clean": False}
@@ -380,7 +399,7 @@ class DockerSandboxPool:
                 raise SandboxLost(f"sandbox {warm.sandbox_id}: {cause.replace('_', ' ')} during job {job.job_id}",
                                   cause)
         elif reply.get("ran") is False:
-            # The runner refused the job: its container is unfit (runtime/supervisor.py says why in
+            # The runner refused the job: its container is unfit (runtime/host.py unfit_reason says why in
             # "unfit", a structured field). Not this job's doing, and nothing of it ran.
             self._retire(warm)
             raise SandboxLost(f"sandbox {warm.sandbox_id} was unfit for a job: {str(reply.get('unfit'))[:200]}",

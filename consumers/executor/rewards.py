@@ -38,6 +38,7 @@ from typing import Protocol
 import msgspec
 
 from rollstream.consumers.executor.jobs import Job, RunResult
+from rollstream.consumers.executor.runtime.programs import COMPILE_ERROR, COMPILER_UNAVAILABLE
 from rollstream.registry import Registry
 from rollstream.schemas.events import (
     MAX_TEST_MESSAGES,
@@ -67,9 +68,9 @@ LANGUAGE_TAGS: dict[str, frozenset[str]] = {
     "go": frozenset({"go", "golang"}),
     "rust": frozenset({"rust", "rs"}),
 }
-# Languages this executor compiles and runs (the compile step is docs/executor.md's next part): a task in
-# another is no reward and no penalty (outcome infra), never judged as Python.
-RUNNABLE_LANGUAGES = frozenset({"python"})
+# Languages this executor compiles and runs (runtime/programs.py's toolchains, in the language image): a task
+# in another is no reward and no penalty (outcome infra), never judged as Python.
+RUNNABLE_LANGUAGES = frozenset({"python", "c", "cpp", "java", "javascript", "go", "rust"})
 MAX_REWARD = 1e6
 TEXT_LIMIT = 4000
 # RunResult.violations that make the verdict "violation" (oom_killed is judged as "oom").
@@ -310,8 +311,9 @@ class PythonTests:
             memory_mb=spec.memory_mb,
             entry_point=spec.entry_point,
             program=spec.program,
+            language=spec.language,
             pytest=self.pytest_files,
-            trust="judge" if spec.trust == "mixed" else spec.trust,
+            trust="judge" if spec.trust == "mixed" or spec.language != "python" else spec.trust,
             assets=list(spec.assets),
             network=list(spec.network),
         )
@@ -417,6 +419,10 @@ def _failure(spec: RewardSpec, result: RunResult, events: list[dict], kinds: set
     if result.oom_killed or memory_error:
         return "oom", spec.crash_reward, f"memory limit of {spec.memory_mb} MB exceeded", None
     syntax = next((e for e in events if e.get("e") == "syntax"), None)
+    if syntax is not None and syntax.get("type") == COMPILER_UNAVAILABLE:  # the machinery's: never a penalty
+        return "infra", 0.0, f"the sandbox could not build {spec.language}: {syntax.get('msg', '')}", None
+    if syntax is not None and syntax.get("type") == COMPILE_ERROR:
+        return "compile_error", spec.compile_error_reward, f"{spec.language} compile error: {syntax.get('msg', '')}", None
     if syntax is not None:
         parsed = parse_syntax_error(result.stderr_tail)
         line = syntax.get("line") if syntax.get("line") is not None else (parsed.line if parsed else None)

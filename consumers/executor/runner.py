@@ -86,7 +86,7 @@ def workspace_files(reply: dict[str, Any]) -> tuple[list[tuple[str, bytes]], boo
     return files, truncated
 
 
-def job_request(job: Job, limits: SandboxLimits, *, test_hooks: bool) -> dict[str, Any]:
+def job_request(job: Job, limits: SandboxLimits, *, test_hooks: bool, compile_timeout_s: float = 0.0) -> dict[str, Any]:
     """What the runner is sent for ``job``, under the pool's ``limits`` (a fresh nonce each time:
     the reply must carry it, nothing else is this job's verdict). The test hooks go only to a
     runner started with them."""
@@ -109,6 +109,8 @@ def job_request(job: Job, limits: SandboxLimits, *, test_hooks: bool) -> dict[st
         "tail_bytes": TAIL_BYTES,
         "file_bytes": limits.tmpfs_mb << 20,
     }
+    if job.language != "python":  # built first, within a bound of its own on top of the job's
+        request.update(language=job.language, compile_timeout_s=compile_timeout_s)
     if job.test_hook is not None and test_hooks:
         request["test_hook"] = job.test_hook
     if job.runner_hook is not None and test_hooks:

@@ -31,6 +31,16 @@ from rollstream.consumers.executor.runtime.codec import (
     setup_classes_of,
     std_name,
 )
+from rollstream.consumers.executor.runtime.programs import (
+    COMPILE_ERROR,
+    COMPILER_UNAVAILABLE,
+    MESSAGE_CHARS,
+    Built,
+    CompileFailed,
+    build,
+    run_built,
+    run_forked,
+)
 from rollstream.consumers.executor.runtime.proxies import (
     CANDIDATE_PARITY,
     JUDGE_PARITY,
@@ -386,6 +396,8 @@ def _callm(target, name, args, kwargs):
 
 
 def _run(_, stdin):
+    if isinstance(_CANDIDATE.code, Built):
+        return list(run_built(_CANDIDATE.code, stdin, _CANDIDATE.out_cap))
     return list(run_program_here(_CANDIDATE.code, stdin, _CANDIDATE.out_cap))
 
 
@@ -682,30 +694,7 @@ def run_program_here(code, stdin, out_cap):
     this one, with ``stdin`` on a real descriptor 0 and its descriptor 1 captured; returns
     (stdout text, exit status), as a program run by a shell would: ``os._exit`` after a flush
     keeps what was flushed, an uncaught exception prints its traceback and exits 1."""
-    data = stdin.encode() if isinstance(stdin, str) else bytes(stdin)
-    source = os.memfd_create("stdin")
-    sink = os.memfd_create("stdout")
-    try:
-        os.write(source, data)
-        os.lseek(source, 0, os.SEEK_SET)
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except BaseException:
-                pass
-        pid = os.fork()
-        if pid == 0:
-            _program_child(code, source, sink)  # never returns
-        _, wait = os.waitpid(pid, 0)
-        status = os.waitstatus_to_exitcode(wait)
-        size = os.fstat(sink).st_size
-        if size > out_cap:
-            raise OSError(f"the program printed {size} bytes (at most {out_cap})")
-        output = os.pread(sink, size, 0)
-    finally:
-        os.close(source)
-        os.close(sink)
-    return output.decode("utf-8", "replace"), status
+    return run_forked(lambda source, sink: _program_child(code, source, sink), stdin, out_cap)
 
 
 def _program_child(code, source, sink):
@@ -756,6 +745,8 @@ def candidate_main(code_text, setup, names, program, req_fd, resp_fd, out_cap):
     candidate.namespace = namespace
     channel = candidate.channel = Channel(req_fd, resp_fd, candidate.table, JUDGE_PARITY, encode_other,
                                           decode_other, serve=serve, printed=_printed)
+    if type(program) is list:  # [language, compile bound]: a program in another language, built here first
+        return _built_program(candidate, channel, code_text, *program)
     try:
         code = compile(code_text, "<completion>", "exec")
     except (SyntaxError, ValueError) as exc:
@@ -805,6 +796,11 @@ def candidate_main(code_text, setup, names, program, req_fd, resp_fd, out_cap):
         channel.send("ready", 0, "ok", [items([])])
     else:  # from now on the judge hears when the module rebinds one of them (serve)
         candidate.watched = {name: namespace.get(name, _MISSING) for name in names}
+    return serve_requests(channel)
+
+
+def serve_requests(channel):
+    """Answer the judge's requests until it hangs up; 0."""
     while True:
         message = channel.next_request()  # under the channel's lock; served outside it
         if message is None:
@@ -812,6 +808,27 @@ def candidate_main(code_text, setup, names, program, req_fd, resp_fd, out_cap):
         if message.kind != "q":
             raise ProtocolError(f"an unexpected {message.kind!r} message")
         channel.answer(message)
+
+
+def _built_program(candidate, channel, source, language, compile_timeout_s):
+    """A program in another language: built (runtime/programs.py), then served like a Python
+    program (``run``), nothing of it run before a test asks. A build that fails is the job's
+    ``syntax`` message of type ``CompileError`` with the compiler's first errors; one the machinery
+    could not run (no compiler in this image) says so in a type of its own."""
+    try:
+        candidate.code = build(language, source, float(compile_timeout_s))
+    except CompileFailed as exc:
+        channel.send("syntax", 0, "", [COMPILE_ERROR, None, str(exc)[:MESSAGE_CHARS]])
+        return 1
+    except (OSError, KeyError) as exc:
+        channel.send("syntax", 0, "", [COMPILER_UNAVAILABLE, None, clip_text(exc, 500)])
+        return 1
+    channel.send("compiled", 0, "", [])
+    sys.stdout.flush()
+    sys.stderr.flush()
+    sys.stdout, sys.stderr = CAPTURED_OUT, CAPTURED_ERR
+    channel.send("ready", 0, "ok", [items([])])
+    return serve_requests(channel)
 
 
 def _printed():

@@ -14,6 +14,7 @@ import time
 
 from rollstream.consumers.executor.runtime.cleanup import SETTLE_S, cleanup
 from rollstream.consumers.executor.runtime.host import lose_zygotes, reset_shared_fds, zygotes_halted
+from rollstream.consumers.executor.runtime.programs import ADDRESS_SPACE_MB, PYTHON
 from rollstream.consumers.executor.runtime.watch import (
     MAX_REPORT_BYTES,
     Capture,
@@ -117,13 +118,20 @@ class JobRun:
         self.job = job
         self.setup = compile_trusted(host, job["setup"], "<setup>") if job.get("setup") else None
         self.tests = [compile_trusted(host, t, f"<test {i}>") for i, t in enumerate(job.get("tests", []))]
-        self.timeout = float(job.get("timeout_s", 5.0))
+        # A program in another language is built first (runtime/programs.py), within a bound of its own
+        # on top of the job's, in an address space its compiler and runtime fit (the JVM's, Go's).
+        self.language = str(job.get("language") or PYTHON)
+        compile_s = float(job.get("compile_timeout_s", 0.0)) if self.language != PYTHON else 0.0
+        memory = int(job.get("memory_mb", 256))
+        self.timeout = float(job.get("timeout_s", 5.0)) + compile_s
         self.limits = (
-            host.vsz() + (int(job.get("memory_mb", 256)) << 20),  # address space
+            host.vsz() + (max(memory, ADDRESS_SPACE_MB if self.language != PYTHON else 0) << 20),  # address space
             int(self.timeout) + 2,  # CPU seconds
             int(job.get("file_bytes", 64 << 20)),  # file size
         )
-        self.code, self.program = job.get("code", ""), bool(job.get("program", False))
+        self.code = job.get("code", "")
+        # the candidate's reading of it: a Python program or not, or [language, compile bound]
+        self.program = [self.language, compile_s] if self.language != PYTHON else bool(job.get("program", False))
         self.workspace_bytes = int(job.get("workspace_bytes", 0))
         self.workspace_problem = None
         self.cap = int(job.get("output_bytes", 65536))
@@ -176,7 +184,7 @@ def _start(host, run):
     run.start = time.monotonic()
     supervisor = Supervisor(host, run.start + run.timeout, run.cap, run.out, run.err, run.rep,
                             judge=b"P" if run.pytest_files else b"J")
-    if run.job.get("trust") == "in_process":
+    if run.job.get("trust") == "in_process" and run.language == PYTHON:  # a build is always judged
         _start_in_process(host, run, supervisor)
     else:
         _start_judged(host, run, supervisor)

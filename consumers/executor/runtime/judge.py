@@ -39,6 +39,8 @@ from rollstream.consumers.executor.runtime.guards import (
     builtins_for_tests,
 )
 from rollstream.consumers.executor.runtime.hooks import install_guards
+from rollstream.consumers.executor.runtime.programs import COMPILE_ERROR
+from rollstream.consumers.executor.runtime.programs import MESSAGE_CHARS as COMPILE_MESSAGE_CHARS
 from rollstream.consumers.executor.runtime.proxies import CrossingState, RemoteBase, raises
 from rollstream.consumers.executor.runtime.valuecheck import Refused, Rules
 
@@ -193,7 +195,8 @@ def judge_main(part, read_fd, write_fd, report, guarded=True, run_files=None):
     status, detail = first_messages(crossing)
     if status == "syntax":
         kind, line, msg = (detail + [None, None, None])[:3]
-        report({"e": "syntax", "type": _short(kind), "line": line if type(line) is int else None, "msg": _short(msg, 500)})
+        report({"e": "syntax", "type": _short(kind), "line": line if type(line) is int else None,
+                "msg": _short(msg, COMPILE_MESSAGE_CHARS if kind == COMPILE_ERROR else 500)})
         return finish(crossing, report)
     if status in ("gone", "tamper"):
         if detail == "compiled":

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from rollstream.consumers.executor import rewards as rewards_module
 from rollstream.consumers.executor.jobs import Job, RunResult
 from rollstream.consumers.executor.rewards import (
     PythonTests,
@@ -86,7 +87,9 @@ def test_a_block_of_another_language_is_no_code(language, text):
     assert extract_code(text, language).code is None
 
 
-def test_a_language_this_executor_cannot_compile_is_no_reward_never_judged_as_python():
+def test_a_language_this_executor_cannot_compile_is_no_reward_never_judged_as_python(monkeypatch):
+    # every language of the task form has a toolchain now (test_programs.py): an executor without one is older
+    monkeypatch.setattr(rewards_module, "RUNNABLE_LANGUAGES", frozenset({"python"}))
     spec = RewardSpec(language="cpp", program=True, tests=["assert run_program('') == '1\\n'"])
     scored = PythonTests().prepare(spec, "```cpp\nint main(){}\n```", "j")
     assert isinstance(scored, Scored) and scored.reward == 0.0 and scored.components == {}
