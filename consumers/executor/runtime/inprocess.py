@@ -13,9 +13,10 @@ import builtins
 import sys
 import time
 
-from rollstream.consumers.executor.runtime.candidate import line_of, print_exception, run_program_here
 from rollstream.consumers.executor.runtime.codec import clip_text, run_setup
 from rollstream.consumers.executor.runtime.judge import explain
+from rollstream.consumers.executor.runtime.ops import run_program_here
+from rollstream.consumers.executor.runtime.printing import line_of, print_exception
 from rollstream.consumers.executor.runtime.proxies import raises
 from rollstream.consumers.executor.runtime.pytests import run_pytest_files
 

@@ -38,6 +38,9 @@ _JVM = ("-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-XX:Compress
 ENV = {
     "PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": "/work", "TMPDIR": "/work",
     "NO_COLOR": "1", "TERM": "dumb",
+    # glibc's malloc reserves 64 MiB of address space per thread's arena: rustc's and the JVM's threads
+    # would spend the job's address-space limit on reservations (rustc -O ran out of memory at 1 GiB)
+    "MALLOC_ARENA_MAX": "2",
     # Go: no module, no cgo (no C compiler behind a Go build), its caches in the build directory
     "GO111MODULE": "off", "CGO_ENABLED": "0", "GOCACHE": BUILD_DIR + "/.gocache", "GOPATH": BUILD_DIR + "/go",
     "GOTELEMETRY": "off", "GOFLAGS": "-buildvcs=false",

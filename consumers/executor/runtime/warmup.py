@@ -8,15 +8,11 @@ import json
 import os
 import sys
 
-from rollstream.consumers.executor.runtime.candidate import (
-    CAPTURED_ERR,
-    CAPTURED_OUT,
-    candidate_main,
-    print_exception,
-)
+from rollstream.consumers.executor.runtime.candidate import candidate_main
 from rollstream.consumers.executor.runtime.guards import Guards
 from rollstream.consumers.executor.runtime.hooks import allowed_devices, stdlib_dirs
 from rollstream.consumers.executor.runtime.judge import judge_main
+from rollstream.consumers.executor.runtime.printing import CAPTURED_ERR, CAPTURED_OUT, print_exception
 from rollstream.consumers.executor.runtime.proxies import CrossingState
 from rollstream.consumers.executor.runtime.zygotes import event_line
 

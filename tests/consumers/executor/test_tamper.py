@@ -175,6 +175,8 @@ async def test_the_judge_is_not_fooled(pool, registry, code, verdict, tamper, sp
     assert evaluation.scored.reward < 1.0, record
     if sandbox_runtime == "runsc" and "os.kill(os.getppid(), 9)\n" in code:
         verdict = "runtime"  # the zygote is another uid's there: the kill raises PermissionError
+    if sandbox_runtime == "runsc" and "(48 << 20)" in code and record.error_kind == "timeout":
+        verdict = "timeout"  # 48 MiB through gVisor's pipes may outlast the 5 s bound on a loaded machine (CI, stop 61)
     assert (record.error_kind, record.tamper, record.trust) == (verdict, tamper, "judge"), record
     assert record.tests_passed < record.tests_total
     if verdict == "tamper":

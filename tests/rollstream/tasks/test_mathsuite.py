@@ -58,7 +58,7 @@ def test_suite_sources() -> None:
     assert load_tasks(["suite:math"]) == sorted(math_suite_tasks(), key=lambda t: t.task_id)
     both = load_tasks(["builtin", "suite:math"])
     assert len(both) == len(builtin_tasks()) + len(math_suite_tasks())
-    for spec in ("suite:polyglot", "suite"):
+    for spec in ("suite:nope", "suite"):
         with pytest.raises(ConfigError, match="suite:code, suite:math"):
             load_tasks([spec])
     with pytest.raises(ConfigError, match="already came from"):
