@@ -14,7 +14,6 @@ The reward is ``math_answer`` with ``answer_format = "boxed"``.
 
 from __future__ import annotations
 
-import argparse
 import math
 import random
 import sys
@@ -23,7 +22,8 @@ from fractions import Fraction
 from pathlib import Path
 
 from rollstream.schemas.events import RewardSpec
-from rollstream.schemas.tasks import TaskSpec, encode_task
+from rollstream.schemas.tasks import TaskSpec
+from rollstream.tasks.suite_files import render_grouped, write_or_check
 
 MATH_SUITE_DIR = Path(__file__).resolve().parent
 SEED = 55
@@ -704,28 +704,11 @@ def build() -> list[TaskSpec]:
 
 def render(tasks: list[TaskSpec] | None = None) -> dict[str, bytes]:
     """File name -> content of every math suite file."""
-    by_family: dict[str, list[TaskSpec]] = {}
-    for task in tasks if tasks is not None else build():
-        by_family.setdefault(task.family, []).append(task)
-    return {f"{family}.jsonl": b"".join(encode_task(t) + b"\n" for t in sorted(ts, key=lambda t: t.task_id))
-            for family, ts in sorted(by_family.items())}
+    return render_grouped(tasks if tasks is not None else build(), lambda t: t.family)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="fail if the files on disk are stale")
-    args = parser.parse_args(argv)
-    files = render()
-    stale = [n for n, c in files.items()
-             if not (MATH_SUITE_DIR / n).exists() or (MATH_SUITE_DIR / n).read_bytes() != c]
-    if args.check:
-        print("stale: " + ", ".join(stale) if stale else "math suite is up to date")
-        return 1 if stale else 0
-    for name, content in files.items():
-        (MATH_SUITE_DIR / name).write_bytes(content)
-    counts = {n: c.count(b"\n") for n, c in files.items()}
-    print(f"{sum(counts.values())} tasks in {len(counts)} families: {counts}")
-    return 0
+    return write_or_check(render(), MATH_SUITE_DIR, "math suite", "families", __doc__.splitlines()[0], argv)
 
 
 if __name__ == "__main__":

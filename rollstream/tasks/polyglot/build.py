@@ -18,7 +18,6 @@ byte-identical on every build.
 
 from __future__ import annotations
 
-import argparse
 import math
 import sys
 from collections import Counter
@@ -27,8 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rollstream.schemas.events import RewardSpec
-from rollstream.schemas.tasks import TaskSpec, encode_task
+from rollstream.schemas.tasks import TaskSpec
 from rollstream.tasks.polyglot.programs import PROGRAMS
+from rollstream.tasks.suite_files import render_grouped, write_or_check
 
 POLYGLOT_SUITE_DIR = Path(__file__).resolve().parent
 # language -> (its name in the prompt, the fence tag asked for and used by the solutions)
@@ -221,28 +221,11 @@ def build() -> list[TaskSpec]:
 
 def render(tasks: list[TaskSpec] | None = None) -> dict[str, bytes]:
     """File name -> content of every polyglot suite file (one per language)."""
-    by_language: dict[str, list[TaskSpec]] = {}
-    for task in tasks if tasks is not None else build():
-        by_language.setdefault(task.reward.language, []).append(task)
-    return {f"{language}.jsonl": b"".join(encode_task(t) + b"\n" for t in sorted(ts, key=lambda t: t.task_id))
-            for language, ts in sorted(by_language.items())}
+    return render_grouped(tasks if tasks is not None else build(), lambda t: t.reward.language)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="fail if the files on disk are stale")
-    args = parser.parse_args(argv)
-    files = render()
-    stale = [n for n, c in files.items()
-             if not (POLYGLOT_SUITE_DIR / n).exists() or (POLYGLOT_SUITE_DIR / n).read_bytes() != c]
-    if args.check:
-        print("stale: " + ", ".join(stale) if stale else "polyglot suite is up to date")
-        return 1 if stale else 0
-    for name, content in files.items():
-        (POLYGLOT_SUITE_DIR / name).write_bytes(content)
-    counts = {n: c.count(b"\n") for n, c in files.items()}
-    print(f"{sum(counts.values())} tasks in {len(counts)} languages: {counts}")
-    return 0
+    return write_or_check(render(), POLYGLOT_SUITE_DIR, "polyglot suite", "languages", __doc__.splitlines()[0], argv)
 
 
 if __name__ == "__main__":
